@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.fixtures.firestore",
     "tests.fixtures.pubsub",
     "tests.fixtures.oidc",
+    "tests.fixtures.storage",
 ]
 
 _TIERS = {"integration": "integration", "infra": "infra"}
