@@ -1,0 +1,319 @@
+"""OIDC verification of the Google-signed tokens on Cloud Scheduler → scan and Pub/Sub → worker.
+
+Cloud Run IAM already checks the invoker; the services check again here (issuer, audience,
+email allowlist, verified email, expiry) so a misconfigured IAM binding is not the only wall.
+The signature and expiry checks are google-auth's `verify_token`; its certs are cached in
+memory so a busy worker does not fetch Google's certs document on every push.
+
+No HTTP here: failures are domain errors. The HTTP layer maps `Unauthenticated` to 401,
+`Forbidden` to 403 and `CertsUnavailable` to 503 (so Pub/Sub and Scheduler retry later).
+Tokens never appear in an error message or a log line.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+import google.auth.exceptions
+import google.auth.transport
+import google.auth.transport.requests
+from google.oauth2 import id_token
+
+logger = logging.getLogger(__name__)
+
+GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
+GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
+DEFAULT_CLOCK_SKEW_S = 10
+
+# Google's ID tokens are about 1 KiB; anything far larger is not one and is not worth parsing.
+_MAX_TOKEN_CHARS = 16 * 1024
+
+
+class AuthError(Exception):
+    """The request could not be authenticated."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class Unauthenticated(AuthError):
+    """The request carries no valid identity token."""
+
+
+class Forbidden(AuthError):
+    """The identity token is valid but its caller is not allowed."""
+
+
+class CertsUnavailable(AuthError):
+    """The token signing certificates could not be fetched; try again later."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a verified token says the caller is."""
+
+    email: str
+    subject: str
+    issued_at: int
+    expires_at: int
+
+
+@dataclass(frozen=True)
+class AuthPolicy:
+    """What a service accepts: one audience, a fixed set of caller emails."""
+
+    audience: str
+    allowed_emails: frozenset[str]
+    certs_url: str = GOOGLE_CERTS_URL
+    clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token from an `Authorization: Bearer <token>` header value."""
+    if not authorization or not authorization.strip():
+        raise Unauthenticated("missing Authorization header")
+    parts = authorization.split()
+    if len(parts) != 2 or parts[0].lower() != "bearer":
+        raise Unauthenticated("Authorization header is not 'Bearer <token>'")
+    return parts[1]
+
+
+class CertsCache:
+    """Google's `{kid: PEM}` certs document, fetched at most once per TTL; thread-safe.
+
+    The TTL is the response's `Cache-Control: max-age`, capped at `max_ttl_s`. A token signed
+    by a key we do not know triggers a refresh (Google rotates keys), at most once per
+    `refresh_floor_s` so garbage tokens cannot make us hammer the certs endpoint. If a refresh
+    fails while older certs are held, the older certs keep serving: Google publishes a new key
+    well before it signs with it.
+    """
+
+    def __init__(
+        self,
+        certs_url: str,
+        request: google.auth.transport.Request | None = None,
+        *,
+        max_ttl_s: float = 3600.0,
+        refresh_floor_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.certs_url = certs_url
+        self._request = request or google.auth.transport.requests.Request()
+        self._max_ttl_s = max_ttl_s
+        self._refresh_floor_s = refresh_floor_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._document: bytes | None = None
+        self._kids: frozenset[str] = frozenset()
+        self._fetched_at = 0.0
+        self._fresh_until = 0.0
+
+    def document(self, needed_kid: str | None = None) -> bytes:
+        """The certs JSON, refreshed when stale or when it lacks `needed_kid`."""
+        with self._lock:
+            now = self._clock()
+            stale = self._document is None or now >= self._fresh_until
+            unknown_key = (
+                needed_kid is not None
+                and needed_kid not in self._kids
+                and now - self._fetched_at >= self._refresh_floor_s
+            )
+            if stale or unknown_key:
+                self._refresh(now)
+            assert self._document is not None  # _refresh sets it or raises
+            return self._document
+
+    def _refresh(self, now: float) -> None:
+        try:
+            document, max_age = self._fetch()
+        except CertsUnavailable:
+            if self._document is None:
+                raise
+            logger.warning("keeping cached OIDC certs: refresh from %s failed", self.certs_url)
+            # Retry no sooner than the floor, so an outage is not one fetch per request.
+            self._fetched_at = now
+            self._fresh_until = now + self._refresh_floor_s
+            return
+        self._document = document
+        self._kids = frozenset(json.loads(document))
+        self._fetched_at = now
+        ttl = self._max_ttl_s if max_age is None else min(max_age, self._max_ttl_s)
+        self._fresh_until = now + ttl
+        logger.info("fetched OIDC certs", extra={"fields": {"kids": sorted(self._kids)}})
+
+    def _fetch(self) -> tuple[bytes, float | None]:
+        try:
+            response = self._request(self.certs_url, method="GET", timeout=10)
+        except google.auth.exceptions.TransportError as exc:
+            raise CertsUnavailable(f"cannot fetch OIDC certs from {self.certs_url}") from exc
+        if response.status != HTTPStatus.OK:
+            raise CertsUnavailable(
+                f"OIDC certs at {self.certs_url} answered HTTP {response.status}"
+            )
+        try:
+            certs = json.loads(response.data)
+        except ValueError as exc:
+            raise CertsUnavailable(f"OIDC certs at {self.certs_url} are not JSON") from exc
+        if not isinstance(certs, dict) or not all(isinstance(v, str) for v in certs.values()):
+            raise CertsUnavailable(f"OIDC certs at {self.certs_url} are not a {{kid: PEM}} map")
+        return bytes(response.data), _max_age(response.headers)
+
+
+def _max_age(headers: Mapping[str, str]) -> float | None:
+    for name, value in headers.items():
+        if name.lower() != "cache-control":
+            continue
+        for directive in value.split(","):
+            key, _, number = directive.strip().partition("=")
+            if key.lower() == "max-age" and number.isdigit():
+                return float(number)
+    return None
+
+
+class _CachedResponse(google.auth.transport.Response):
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    @property
+    def status(self) -> int:
+        return HTTPStatus.OK
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return {"Content-Type": "application/json"}
+
+    @property
+    def data(self) -> bytes:
+        return self._data
+
+
+class _CachedCertsRequest(google.auth.transport.Request):
+    """Hands `verify_token` the cached certs instead of fetching them per call."""
+
+    def __init__(self, cache: CertsCache, needed_kid: str | None) -> None:
+        self._cache = cache
+        self._needed_kid = needed_kid
+
+    def __call__(
+        self,
+        url: str,
+        method: str = "GET",
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> google.auth.transport.Response:
+        if url != self._cache.certs_url or method != "GET":
+            raise google.auth.exceptions.TransportError(f"unexpected request {method} {url}")
+        return _CachedResponse(self._cache.document(self._needed_kid))
+
+
+class TokenVerifier:
+    """Checks tokens against one `AuthPolicy`; share one per process (it holds the certs)."""
+
+    def __init__(self, policy: AuthPolicy, certs: CertsCache | None = None) -> None:
+        if not policy.audience:
+            raise ValueError("an audience is required")
+        self.policy = policy
+        self._certs = certs or CertsCache(policy.certs_url)
+
+    def verify_header(self, authorization: str | None) -> Caller:
+        """The caller behind an `Authorization` header value."""
+        return self.verify(bearer_token(authorization))
+
+    def verify(self, token: str | None) -> Caller:
+        """The caller behind `token`; raises Unauthenticated, Forbidden or CertsUnavailable."""
+        if not token:
+            raise Unauthenticated("missing token")
+        header = _unverified_header(token)
+        kid = header.get("kid")
+        request = _CachedCertsRequest(self._certs, kid if isinstance(kid, str) else None)
+        try:
+            claims = id_token.verify_token(
+                token,
+                request,
+                audience=self.policy.audience,
+                certs_url=self._certs.certs_url,
+                clock_skew_in_seconds=self.policy.clock_skew_s,
+            )
+        except google.auth.exceptions.TransportError as exc:
+            raise CertsUnavailable() from exc
+        except ValueError as exc:
+            raise Unauthenticated(_reason(str(exc))) from exc
+        return self._authorize(claims)
+
+    def _authorize(self, claims: Mapping[str, Any]) -> Caller:
+        if claims.get("iss") not in GOOGLE_ISSUERS:
+            raise Unauthenticated("token issuer is not Google")
+        email = claims.get("email")
+        if not isinstance(email, str) or email not in self.policy.allowed_emails:
+            raise Forbidden(f"caller {email!r} is not allowed")
+        if claims.get("email_verified") is not True:
+            raise Forbidden(f"caller {email!r} has no verified email")
+        return Caller(
+            email=email,
+            subject=str(claims.get("sub", "")),
+            issued_at=int(claims["iat"]),
+            expires_at=int(claims["exp"]),
+        )
+
+
+def allowed_emails(emails: Iterable[str]) -> frozenset[str]:
+    """A normalized allowlist: blanks dropped; an empty result lets nobody in."""
+    return frozenset(e.strip() for e in emails if e.strip())
+
+
+def _unverified_header(token: str) -> dict[str, Any]:
+    """The JOSE header, checked for shape before google-auth sees the token.
+
+    google-auth quotes a malformed token in its error messages; checking the shape here keeps
+    the token out of every message and traceback we raise.
+    """
+    if len(token) > _MAX_TOKEN_CHARS:
+        raise Unauthenticated("malformed token: too long")
+    segments = token.split(".")
+    if len(segments) != 3 or not all(segments):
+        raise Unauthenticated("malformed token: not three segments")
+    try:
+        header = json.loads(_b64url(segments[0]))
+        payload = json.loads(_b64url(segments[1]))
+        _b64url(segments[2])
+    except (ValueError, binascii.Error) as exc:
+        raise Unauthenticated("malformed token: segments are not base64url JSON") from exc
+    if not isinstance(header, dict) or not isinstance(payload, dict):
+        raise Unauthenticated("malformed token: header or payload is not a JSON object")
+    if header.get("alg") != "RS256":
+        raise Unauthenticated("malformed token: alg is not RS256")
+    return header
+
+
+def _b64url(segment: str) -> bytes:
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+
+
+# google-auth's messages, mapped to fixed reasons we can log and return.
+_REASONS = (
+    ("expired", "token expired"),
+    ("too early", "token used before its issue time"),
+    ("audience", "wrong audience"),
+    ("key id", "token signed by an unknown key"),
+    ("signature", "invalid signature"),
+    ("required claim", "token lacks a required claim"),
+)
+
+
+def _reason(message: str) -> str:
+    lowered = message.lower()
+    for needle, reason in _REASONS:
+        if needle in lowered:
+            return reason
+    return "invalid token"
