@@ -1,0 +1,45 @@
+"""Times and durations as an operator types them: `now`, `+30d`, `-2h`, `1h30m`, ISO 8601."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+
+class TimeSpecError(ValueError):
+    """Not a time or duration this CLI understands."""
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+def parse_duration(text: str) -> datetime.timedelta:
+    """`90s`, `15m`, `1h30m`, `30d`, `2w`; a bare number means seconds."""
+    spec = text.strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", spec):
+        return datetime.timedelta(seconds=float(spec))
+    parts = _DURATION.findall(spec)
+    if not parts or "".join(n + u for n, u in parts) != spec:
+        raise TimeSpecError(f"{text!r} is not a duration (try 90s, 15m, 1h30m, 30d)")
+    return datetime.timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
+
+
+def parse_time(text: str, now: datetime.datetime) -> datetime.datetime:
+    """An absolute UTC time: `now`, `now+30d`, `+30d`, `-2h`, or ISO 8601 (naive means UTC)."""
+    spec = text.strip()
+    relative = re.fullmatch(r"(?:now)?\s*([+-])\s*(.+)", spec, flags=re.IGNORECASE)
+    if spec.lower() == "now":
+        return now
+    if relative:
+        offset = parse_duration(relative.group(2))
+        return now + offset if relative.group(1) == "+" else now - offset
+    try:
+        moment = datetime.datetime.fromisoformat(spec)
+    except ValueError as exc:
+        raise TimeSpecError(
+            f"{text!r} is not a time (try now, +30d, -2h or 2026-12-30T10:00:00Z)"
+        ) from exc
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=datetime.UTC)
+    return moment.astimezone(datetime.UTC)

@@ -1,0 +1,54 @@
+"""Operator-typed times and durations parse to exact UTC values or fail with a hint."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from services.cli.timespec import TimeSpecError, parse_duration, parse_time
+
+NOW = datetime.datetime(2026, 11, 30, 4, 0, tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90", 90),
+        ("90s", 90),
+        ("15m", 900),
+        ("1h30m", 5400),
+        ("30d", 2_592_000),
+        ("2w", 1_209_600),
+        ("0.5s", 0.5),
+    ],
+)
+def test_durations_add_up_their_units(text: str, seconds: float) -> None:
+    assert parse_duration(text).total_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "1x", "h", "1h 30m", "-5m"])
+def test_malformed_durations_are_refused(text: str) -> None:
+    with pytest.raises(TimeSpecError, match="not a duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("now", NOW),
+        ("+30d", NOW + datetime.timedelta(days=30)),
+        ("now+1h", NOW + datetime.timedelta(hours=1)),
+        ("-2h", NOW - datetime.timedelta(hours=2)),
+        ("2026-12-30T10:00:00Z", datetime.datetime(2026, 12, 30, 10, tzinfo=datetime.UTC)),
+        ("2026-12-30T10:00:00", datetime.datetime(2026, 12, 30, 10, tzinfo=datetime.UTC)),
+        ("2026-12-30T12:00:00+02:00", datetime.datetime(2026, 12, 30, 10, tzinfo=datetime.UTC)),
+    ],
+)
+def test_times_resolve_to_utc(text: str, expected: datetime.datetime) -> None:
+    assert parse_time(text, NOW) == expected
+
+
+def test_unparseable_time_names_the_accepted_forms() -> None:
+    with pytest.raises(TimeSpecError, match=r"try now, \+30d"):
+        parse_time("tomorrow", NOW)
