@@ -1,0 +1,258 @@
+"""Reading a service's frozen Settings from `JOBS_*` environment variables, failing fast.
+
+Each service builds its own Settings with an `EnvReader`: every accessor records what is
+wrong instead of raising, and `finish()` raises one `SettingsError` naming every missing or
+invalid key, so a misconfigured deployment is fixed in one round, not one key at a time.
+
+    env = EnvReader(os.environ)
+    common = CommonSettings.read(env)
+    batch = env.int("JOBS_SCAN_BATCH", default=200, min=1, max=500)
+    env.finish()
+
+The keys both services share live in `CommonSettings`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import math
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
+
+PREFIX = "JOBS_"
+
+
+class SettingsError(Exception):
+    """The service settings are invalid."""
+
+    def __init__(self, problems: Iterable[builtins.str] = ()) -> None:
+        self.problems = tuple(problems)
+        detail = "".join(f"\n  - {problem}" for problem in self.problems)
+        super().__init__(f"{self.__doc__}{detail}")
+
+
+class _Required:
+    def __repr__(self) -> builtins.str:
+        return "REQUIRED"
+
+
+REQUIRED: Final = _Required()
+
+T = TypeVar("T")
+N = TypeVar("N", int, float)
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class EnvReader:
+    """Typed accessors over an environment mapping that collect every problem.
+
+    An empty value counts as unset. An accessor whose key is bad returns its default (or a
+    zero value when required) so building can continue; `finish()` then raises.
+    """
+
+    def __init__(self, environ: Mapping[builtins.str, builtins.str]) -> None:
+        self._environ = environ
+        self._problems: list[builtins.str] = []
+
+    @property
+    def problems(self) -> tuple[builtins.str, ...]:
+        return tuple(self._problems)
+
+    def finish(self) -> None:
+        """Raise SettingsError listing every problem recorded so far, if any."""
+        if self._problems:
+            raise SettingsError(self._problems)
+
+    def problem(self, key: builtins.str, message: builtins.str) -> None:
+        """Record a problem found by a check the accessors do not cover (e.g. two keys)."""
+        self._problems.append(f"{key}: {message}")
+
+    def str(self, key: builtins.str, default: builtins.str | _Required = REQUIRED) -> builtins.str:
+        raw = self._raw(key)
+        if raw is not None:
+            return raw
+        return self._missing(key, default, "")
+
+    def choice(
+        self,
+        key: builtins.str,
+        choices: Iterable[builtins.str],
+        default: builtins.str | _Required = REQUIRED,
+    ) -> builtins.str:
+        """One of `choices`, matched case-insensitively and returned as spelled in `choices`."""
+        options = tuple(choices)
+        raw = self._raw(key)
+        if raw is None:
+            return self._missing(key, default, options[0])
+        for option in options:
+            if raw.lower() == option.lower():
+                return option
+        self.problem(key, f"must be one of {', '.join(options)}; got {raw!r}")
+        return options[0] if isinstance(default, _Required) else default
+
+    def int(
+        self,
+        key: builtins.str,
+        default: builtins.int | _Required = REQUIRED,
+        *,
+        min: builtins.int | None = None,
+        max: builtins.int | None = None,
+    ) -> builtins.int:
+        raw = self._raw(key)
+        if raw is None:
+            return self._missing(key, default, 0)
+        try:
+            value = builtins.int(raw)
+        except ValueError:
+            self.problem(key, f"must be an integer; got {raw!r}")
+            return 0 if isinstance(default, _Required) else default
+        return self._bounded(key, value, default, 0, min, max)
+
+    def float(
+        self,
+        key: builtins.str,
+        default: builtins.float | _Required = REQUIRED,
+        *,
+        min: builtins.float | None = None,
+        max: builtins.float | None = None,
+    ) -> builtins.float:
+        raw = self._raw(key)
+        if raw is None:
+            return self._missing(key, default, 0.0)
+        try:
+            value = builtins.float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            self.problem(key, f"must be a finite number; got {raw!r}")
+            return 0.0 if isinstance(default, _Required) else default
+        return self._bounded(key, value, default, 0.0, min, max)
+
+    def duration_s(
+        self,
+        key: builtins.str,
+        default: builtins.float | _Required = REQUIRED,
+        *,
+        min: builtins.float | None = None,
+        max: builtins.float | None = None,
+    ) -> builtins.float:
+        """Seconds, from `90`, `90s`, `1.5m`, `2h`, `1d` or `500ms`."""
+        raw = self._raw(key)
+        if raw is None:
+            return self._missing(key, default, 0.0)
+        match = _DURATION_RE.match(raw.lower())
+        if match is None:
+            self.problem(key, f"must be a duration like 90s, 5m, 1h or 500ms; got {raw!r}")
+            return 0.0 if isinstance(default, _Required) else default
+        number, unit = match.groups()
+        value = builtins.float(number) * _DURATION_UNITS[unit]
+        return self._bounded(key, value, default, 0.0, min, max)
+
+    def bool(
+        self, key: builtins.str, default: builtins.bool | _Required = REQUIRED
+    ) -> builtins.bool:
+        raw = self._raw(key)
+        if raw is None:
+            return self._missing(key, default, False)
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        self.problem(key, f"must be true/false (or 1/0, yes/no, on/off); got {raw!r}")
+        return False if isinstance(default, _Required) else default
+
+    def csv(
+        self,
+        key: builtins.str,
+        default: tuple[builtins.str, ...] | _Required = REQUIRED,
+    ) -> tuple[builtins.str, ...]:
+        """Comma-separated values, stripped, blanks dropped; a value of only commas is unset."""
+        raw = self._raw(key)
+        items = tuple(part.strip() for part in (raw or "").split(",") if part.strip())
+        if items:
+            return items
+        return self._missing(key, default, ())
+
+    def url(
+        self,
+        key: builtins.str,
+        default: builtins.str | _Required = REQUIRED,
+        *,
+        schemes: tuple[builtins.str, ...] = ("https", "http"),
+    ) -> builtins.str:
+        raw = self._raw(key)
+        if raw is None:
+            return self._missing(key, default, "")
+        parts = urllib.parse.urlsplit(raw)
+        if parts.scheme not in schemes or not parts.netloc:
+            wanted = " or ".join(f"{scheme}://" for scheme in schemes)
+            self.problem(key, f"must be an absolute {wanted} URL; got {raw!r}")
+            return "" if isinstance(default, _Required) else default
+        return raw
+
+    def _raw(self, key: builtins.str) -> builtins.str | None:
+        value = self._environ.get(key, "").strip()
+        return value or None
+
+    def _missing(self, key: builtins.str, default: T | _Required, zero: T) -> T:
+        if isinstance(default, _Required):
+            self.problem(key, "is required")
+            return zero
+        return default
+
+    def _bounded(
+        self,
+        key: builtins.str,
+        value: N,
+        default: N | _Required,
+        zero: N,
+        low: N | None,
+        high: N | None,
+    ) -> N:
+        if (low is not None and value < low) or (high is not None and value > high):
+            self.problem(key, f"must be {_range(low, high)}; got {value}")
+            return zero if isinstance(default, _Required) else default
+        return value
+
+
+def _range(low: object, high: object) -> builtins.str:
+    if low is not None and high is not None:
+        return f"between {low} and {high}"
+    return f"at least {low}" if low is not None else f"at most {high}"
+
+
+@dataclass(frozen=True)
+class CommonSettings:
+    """Keys both services read: project, log level, OIDC verification."""
+
+    project: builtins.str
+    log_level: builtins.str = "INFO"
+    oidc_certs_url: builtins.str = GOOGLE_CERTS_URL
+    auth_clock_skew_s: builtins.int = DEFAULT_CLOCK_SKEW_S
+
+    @classmethod
+    def read(cls, env: EnvReader) -> CommonSettings:
+        """Read the shared keys; problems are recorded on `env` for its `finish()`."""
+        return cls(
+            project=env.str("JOBS_PROJECT"),
+            log_level=env.choice("JOBS_LOG_LEVEL", LOG_LEVELS, default="INFO"),
+            oidc_certs_url=env.url("JOBS_OIDC_CERTS_URL", default=GOOGLE_CERTS_URL),
+            auth_clock_skew_s=env.int(
+                "JOBS_AUTH_CLOCK_SKEW_S", default=DEFAULT_CLOCK_SKEW_S, min=0, max=300
+            ),
+        )
+
+    @property
+    def log_level_number(self) -> builtins.int:
+        return logging.getLevelNamesMapping()[self.log_level]
