@@ -1,0 +1,1 @@
+"""The worker service: the Pub/Sub push endpoint that runs each job's side effect once."""

@@ -1,0 +1,109 @@
+"""The action registry: a job's `action` name → the callable that performs the side effect.
+
+Each action comes with its `RetryPolicy`: how long to wait when its dependency stays down
+(the founding case: 30 days), after how many Pub/Sub deliveries a transient failure stops being
+retried soon and becomes a retry much later (below the dead-letter limit, so the message is
+acknowledged before Pub/Sub dead-letters it), and how many long retries a job gets at most.
+
+An action receives an `ActionRequest` (never the raw job record) and returns an `ActionResult`,
+or raises `TransientError` / `DependencyDown` / `PermanentError`. It must be safe to run again
+after a crash: the worker records its result only after it returns.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_LONG_RETRY_DELAY = datetime.timedelta(days=30)
+# Pub/Sub's smallest dead-letter limit is 5 deliveries: decide on the 4th, before it is lost.
+DEFAULT_RETRY_LATER_AFTER_ATTEMPTS = 4
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How an action's failures are retried."""
+
+    long_retry_delay: datetime.timedelta = DEFAULT_LONG_RETRY_DELAY
+    retry_later_after_attempts: int = DEFAULT_RETRY_LATER_AFTER_ATTEMPTS
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+
+    def __post_init__(self) -> None:
+        if self.long_retry_delay <= datetime.timedelta(0):
+            raise ValueError("long_retry_delay must be positive")
+        if self.retry_later_after_attempts < 1:
+            raise ValueError("retry_later_after_attempts must be at least 1")
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+
+
+@dataclass(frozen=True)
+class ActionRequest:
+    """What an action may know about its job."""
+
+    job_id: str
+    action: str
+    subject: str
+    params: Mapping[str, Any]
+    attempt: int
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What the side effect did: a short `outcome` code and small JSON-safe details."""
+
+    outcome: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "detail": dict(self.detail)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> ActionResult:
+        detail = record.get("detail")
+        return cls(
+            outcome=str(record.get("outcome", "completed")),
+            detail=dict(detail) if isinstance(detail, Mapping) else {},
+        )
+
+
+ActionFn = Callable[[ActionRequest], ActionResult]
+
+
+@dataclass(frozen=True)
+class Action:
+    """A named side effect and its retry policy."""
+
+    name: str
+    run: ActionFn
+    policy: RetryPolicy = RetryPolicy()
+
+
+class ActionRegistry:
+    """The actions one worker can run, by name."""
+
+    def __init__(self, actions: Iterable[Action] = ()) -> None:
+        self._actions: dict[str, Action] = {}
+        for action in actions:
+            self.register(action)
+
+    def register(self, action: Action) -> None:
+        if action.name in self._actions:
+            raise ValueError(f"action {action.name!r} is registered twice")
+        self._actions[action.name] = action
+
+    def get(self, name: str) -> Action | None:
+        return self._actions.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._actions
+
+    def __iter__(self) -> Iterator[Action]:
+        return iter(self._actions.values())
+
+    def names(self) -> list[str]:
+        return sorted(self._actions)

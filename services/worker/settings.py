@@ -1,0 +1,138 @@
+"""The worker's configuration: one frozen `WorkerSettings`, read from JOBS_* variables once.
+
+The variable names are module constants so the Pulumi program sets exactly what this reads.
+`from_env` names every missing or invalid key in one `SettingsError`, so a bad deploy fails at
+start with the whole list, not one key per restart.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
+from services.jobs.settings import CommonSettings, EnvReader, SettingsError
+from services.worker.actions import (
+    DEFAULT_LONG_RETRY_DELAY,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETRY_LATER_AFTER_ATTEMPTS,
+    RetryPolicy,
+)
+from services.worker.media import is_valid_bucket_name
+
+# Shared with the scan and read through CommonSettings.
+PROJECT = "JOBS_PROJECT"
+OIDC_CERTS_URL = "JOBS_OIDC_CERTS_URL"
+LOG_LEVEL = "JOBS_LOG_LEVEL"
+AUTH_CLOCK_SKEW_S = "JOBS_AUTH_CLOCK_SKEW_S"
+# The worker's own.
+WORKER_AUDIENCE = "JOBS_WORKER_AUDIENCE"
+WORKER_ALLOWED_INVOKERS = "JOBS_WORKER_ALLOWED_INVOKERS"
+WORKER_LEASE_S = "JOBS_WORKER_LEASE_S"
+RETRY_LATER_DELAY_S = "JOBS_RETRY_LATER_DELAY_S"
+WORKER_RETRY_LATER_AFTER_ATTEMPTS = "JOBS_WORKER_RETRY_LATER_AFTER_ATTEMPTS"
+MEDIA_BUCKET = "JOBS_MEDIA_BUCKET"
+MAX_BODY_BYTES = "JOBS_MAX_BODY_BYTES"
+
+ALL_KEYS = (
+    PROJECT,
+    OIDC_CERTS_URL,
+    LOG_LEVEL,
+    AUTH_CLOCK_SKEW_S,
+    WORKER_AUDIENCE,
+    WORKER_ALLOWED_INVOKERS,
+    WORKER_LEASE_S,
+    RETRY_LATER_DELAY_S,
+    WORKER_RETRY_LATER_AFTER_ATTEMPTS,
+    MEDIA_BUCKET,
+    MAX_BODY_BYTES,
+)
+
+# The lease must end before Pub/Sub's push deadline (at most 600 s) hands the message to
+# another delivery; the infra sets the ack deadline above the lease.
+DEFAULT_LEASE_S = 60
+MIN_LEASE_S, MAX_LEASE_S = 5, 600
+DEFAULT_MAX_BODY_BYTES = 64 * 1024
+MIN_MAX_BODY_BYTES, MAX_MAX_BODY_BYTES = 1024, 10 * 1024 * 1024
+# Pub/Sub's dead-letter limit is 5 to 100 deliveries; the threshold must sit below it.
+MAX_RETRY_LATER_AFTER_ATTEMPTS = 99
+MIN_RETRY_LATER_DELAY_S = 60
+MAX_RETRY_LATER_DELAY_S = 10 * 365 * 86400
+
+__all__ = ["ALL_KEYS", "SettingsError", "WorkerSettings"]
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything the worker reads from its environment."""
+
+    project: str
+    audience: str
+    allowed_invokers: frozenset[str]
+    certs_url: str = GOOGLE_CERTS_URL
+    lease_s: int = DEFAULT_LEASE_S
+    retry_later_delay_s: int = int(DEFAULT_LONG_RETRY_DELAY.total_seconds())
+    retry_later_after_attempts: int = DEFAULT_RETRY_LATER_AFTER_ATTEMPTS
+    media_bucket: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    log_level: str = "INFO"
+    auth_clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
+
+    @property
+    def lease(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.lease_s)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The retry policy the built-in actions get."""
+        return RetryPolicy(
+            long_retry_delay=datetime.timedelta(seconds=self.retry_later_delay_s),
+            retry_later_after_attempts=self.retry_later_after_attempts,
+            max_attempts=DEFAULT_MAX_ATTEMPTS,
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> WorkerSettings:
+        """Settings from `environ` (pass `os.environ`); SettingsError names every bad key."""
+        env = EnvReader(environ)
+        common = CommonSettings.read(env)
+        invokers = env.csv(WORKER_ALLOWED_INVOKERS)
+        bad_emails = sorted(e for e in invokers if "@" not in e or " " in e)
+        if bad_emails:
+            env.problem(WORKER_ALLOWED_INVOKERS, f"not email addresses: {', '.join(bad_emails)}")
+        bucket = env.str(MEDIA_BUCKET, default="") or None
+        if bucket is not None and not is_valid_bucket_name(bucket):
+            env.problem(MEDIA_BUCKET, f"not a valid bucket name: {bucket!r}")
+        settings = cls(
+            project=common.project,
+            audience=env.url(WORKER_AUDIENCE),
+            allowed_invokers=frozenset(invokers),
+            certs_url=common.oidc_certs_url,
+            lease_s=env.int(
+                WORKER_LEASE_S, default=DEFAULT_LEASE_S, min=MIN_LEASE_S, max=MAX_LEASE_S
+            ),
+            retry_later_delay_s=env.int(
+                RETRY_LATER_DELAY_S,
+                default=int(DEFAULT_LONG_RETRY_DELAY.total_seconds()),
+                min=MIN_RETRY_LATER_DELAY_S,
+                max=MAX_RETRY_LATER_DELAY_S,
+            ),
+            retry_later_after_attempts=env.int(
+                WORKER_RETRY_LATER_AFTER_ATTEMPTS,
+                default=DEFAULT_RETRY_LATER_AFTER_ATTEMPTS,
+                min=1,
+                max=MAX_RETRY_LATER_AFTER_ATTEMPTS,
+            ),
+            media_bucket=bucket,
+            max_body_bytes=env.int(
+                MAX_BODY_BYTES,
+                default=DEFAULT_MAX_BODY_BYTES,
+                min=MIN_MAX_BODY_BYTES,
+                max=MAX_MAX_BODY_BYTES,
+            ),
+            log_level=common.log_level,
+            auth_clock_skew_s=common.auth_clock_skew_s,
+        )
+        env.finish()
+        return settings

@@ -1,0 +1,88 @@
+"""Worker settings: defaults, parsing, and one error naming every bad key."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from services.worker import settings as s
+from services.worker.settings import SettingsError, WorkerSettings
+
+MINIMAL = {
+    s.PROJECT: "demo",
+    s.WORKER_AUDIENCE: "https://worker.example.run.app",
+    s.WORKER_ALLOWED_INVOKERS: "push@demo.iam.gserviceaccount.com",
+}
+
+
+def test_minimal_environment_gets_documented_defaults() -> None:
+    settings = WorkerSettings.from_env(MINIMAL)
+    assert settings.allowed_invokers == frozenset({"push@demo.iam.gserviceaccount.com"})
+    assert settings.lease_s == 60
+    assert settings.retry_later_delay_s == 30 * 86400
+    assert settings.retry_later_after_attempts == 4
+    assert settings.max_body_bytes == 64 * 1024
+    assert settings.media_bucket is None
+    assert settings.certs_url == "https://www.googleapis.com/oauth2/v1/certs"
+    assert settings.retry_policy.long_retry_delay == datetime.timedelta(days=30)
+
+
+def test_every_key_is_read() -> None:
+    settings = WorkerSettings.from_env(
+        {
+            **MINIMAL,
+            s.WORKER_ALLOWED_INVOKERS: "a@x.com, b@x.com",
+            s.OIDC_CERTS_URL: "http://127.0.0.1:9/oauth2/v1/certs",
+            s.WORKER_LEASE_S: "30",
+            s.RETRY_LATER_DELAY_S: "3600",
+            s.WORKER_RETRY_LATER_AFTER_ATTEMPTS: "9",
+            s.MEDIA_BUCKET: "media-src",
+            s.MAX_BODY_BYTES: "2048",
+            s.LOG_LEVEL: "debug",
+        }
+    )
+    assert settings.allowed_invokers == frozenset({"a@x.com", "b@x.com"})
+    assert (settings.lease_s, settings.retry_later_delay_s) == (30, 3600)
+    assert settings.retry_policy.retry_later_after_attempts == 9
+    assert (settings.media_bucket, settings.max_body_bytes, settings.log_level) == (
+        "media-src",
+        2048,
+        "DEBUG",
+    )
+
+
+def test_one_error_names_every_missing_and_invalid_key() -> None:
+    with pytest.raises(SettingsError) as caught:
+        WorkerSettings.from_env(
+            {
+                s.WORKER_ALLOWED_INVOKERS: "not-an-email",
+                s.WORKER_LEASE_S: "0",
+                s.RETRY_LATER_DELAY_S: "soon",
+                s.WORKER_RETRY_LATER_AFTER_ATTEMPTS: "100",
+                s.MEDIA_BUCKET: "Bad_Bucket!",
+                s.MAX_BODY_BYTES: "1",
+                s.LOG_LEVEL: "LOUD",
+                s.OIDC_CERTS_URL: "ftp://x",
+            }
+        )
+    message = str(caught.value)
+    for key in (
+        s.PROJECT,
+        s.WORKER_AUDIENCE,
+        s.WORKER_ALLOWED_INVOKERS,
+        s.WORKER_LEASE_S,
+        s.RETRY_LATER_DELAY_S,
+        s.WORKER_RETRY_LATER_AFTER_ATTEMPTS,
+        s.MEDIA_BUCKET,
+        s.MAX_BODY_BYTES,
+        s.LOG_LEVEL,
+        s.OIDC_CERTS_URL,
+    ):
+        assert key in message
+    assert len(caught.value.problems) == 10
+
+
+def test_key_constants_carry_the_jobs_prefix() -> None:
+    assert all(key.startswith("JOBS_") for key in s.ALL_KEYS)
+    assert len(set(s.ALL_KEYS)) == len(s.ALL_KEYS)
