@@ -1,0 +1,121 @@
+"""Run `gcp-storage-emulator` in-process, in memory, with errors surfaced at start.
+
+The package's own `create_server(...).start()` binds inside its thread: a port already in use
+kills that thread and `start()` then waits forever. Binding here, in the caller's thread,
+turns that into an `OSError` the launcher can report. Requests are served by the package's
+handler and storage unchanged, so `google.cloud.storage.Client` talks to it over HTTP through
+`STORAGE_EMULATOR_HOST=http://HOST:PORT`. One gap is filled: see `_PreconditionHandler`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.parse
+from functools import partial
+from http import HTTPStatus
+from http.server import HTTPServer
+from types import TracebackType
+
+from gcp_storage_emulator.exceptions import NotFound
+from gcp_storage_emulator.handlers import buckets
+from gcp_storage_emulator.server import RequestHandler
+from gcp_storage_emulator.storage import Storage
+
+ENV_VAR = "STORAGE_EMULATOR_HOST"
+
+_OBJECT_PATH = re.compile(r"^(?:/storage/v1)?/b/(?P<bucket>[-.\w]+)/o/(?P<object>.*[^/]+)$")
+
+
+class _PreconditionHandler(RequestHandler):
+    """The package's handler, plus `ifGenerationMatch` on object DELETE (412 on mismatch).
+
+    The package ignores that precondition, and a delete guarded by a generation is exactly
+    what a deferred "delete the source files" job sends; without the check a test would pass
+    where Cloud Storage refuses.
+    """
+
+    def do_DELETE(self) -> None:
+        if self._generation_mismatch():
+            body = json.dumps(
+                {"error": {"code": 412, "message": "Precondition Failed: ifGenerationMatch"}}
+            ).encode()
+            self.send_response(HTTPStatus.PRECONDITION_FAILED)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_DELETE()
+
+    def _generation_mismatch(self) -> bool:
+        url = urllib.parse.urlsplit(self.path)
+        match = _OBJECT_PATH.match(url.path)
+        wanted = urllib.parse.parse_qs(url.query).get("ifGenerationMatch")
+        if match is None or not wanted:
+            return False
+        bucket, name = match["bucket"], urllib.parse.unquote(match["object"])
+        try:
+            current = str(self.storage.get_file_obj(bucket, name).get("generation"))
+        except NotFound:
+            return False  # the package answers 404, as Cloud Storage does
+        return current != wanted[0]
+
+
+class StorageEmulator:
+    """A running emulator: `url` is the value for STORAGE_EMULATOR_HOST."""
+
+    def __init__(self, httpd: HTTPServer, storage: Storage) -> None:
+        self._httpd = httpd
+        self._storage = storage
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, name="storage-emulator", daemon=True
+        )
+
+    @property
+    def host(self) -> str:
+        return str(self._httpd.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> StorageEmulator:
+        self._thread.start()
+        return self
+
+    def wipe(self, keep_buckets: bool = False) -> None:
+        """Delete every object (and every bucket unless `keep_buckets`)."""
+        self._storage.wipe(keep_buckets=keep_buckets)
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> StorageEmulator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start(
+    host: str = "127.0.0.1", port: int = 0, *, default_bucket: str | None = None
+) -> StorageEmulator:
+    """Serve an empty in-memory store on host:port (0 picks a free port); raises OSError."""
+    storage = Storage(use_memory_fs=True)
+    if default_bucket:
+        buckets.create_bucket(default_bucket, storage)
+    httpd = HTTPServer((host, port), partial(_PreconditionHandler, storage))
+    return StorageEmulator(httpd, storage).start()

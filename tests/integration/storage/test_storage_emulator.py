@@ -1,0 +1,110 @@
+"""google-cloud-storage against the local emulator: the calls the worker's actions make."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import requests
+from google.api_core import exceptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
+from emulators.storage.server import ENV_VAR, StorageEmulator, start
+
+
+def test_fixture_points_the_environment_at_the_emulator(
+    storage_emulator: StorageEmulator,
+) -> None:
+    assert os.environ[ENV_VAR] == storage_emulator.url
+    assert storage_emulator.url == f"http://127.0.0.1:{storage_emulator.port}"
+
+
+def test_upload_then_download_returns_the_same_bytes(storage_bucket: storage.Bucket) -> None:
+    storage_bucket.blob("media/42/source.mp4").upload_from_string(b"\x00frames\xff")
+    assert storage_bucket.blob("media/42/source.mp4").download_as_bytes() == b"\x00frames\xff"
+
+
+def test_large_upload_uses_the_resumable_path_and_round_trips(
+    storage_bucket: storage.Bucket,
+) -> None:
+    data = os.urandom(9 * 1024 * 1024)  # above the client's 8 MiB multipart threshold
+    storage_bucket.blob("big.bin").upload_from_string(data)
+    assert storage_bucket.blob("big.bin").download_as_bytes() == data
+
+
+def test_list_by_prefix_returns_only_matching_objects(
+    storage_client: storage.Client, storage_bucket: storage.Bucket
+) -> None:
+    for name in ("media/1/a", "media/1/b", "media/2/a"):
+        storage_bucket.blob(name).upload_from_string(b"x")
+    names = [b.name for b in storage_client.list_blobs(storage_bucket, prefix="media/1/")]
+    assert names == ["media/1/a", "media/1/b"]
+
+
+def test_delete_removes_the_object(storage_bucket: storage.Bucket) -> None:
+    storage_bucket.blob("gone").upload_from_string(b"x")
+    storage_bucket.blob("gone").delete()
+    assert not storage_bucket.blob("gone").exists()
+
+
+def test_delete_of_a_missing_object_raises_not_found(storage_bucket: storage.Bucket) -> None:
+    with pytest.raises(exceptions.NotFound):
+        storage_bucket.blob("never-existed").delete()
+
+
+def test_delete_in_a_missing_bucket_raises_not_found(storage_client: storage.Client) -> None:
+    with pytest.raises(exceptions.NotFound):
+        storage_client.bucket("no-such-bucket-here").blob("x").delete()
+
+
+def test_delete_with_a_stale_generation_is_refused_and_keeps_the_object(
+    storage_bucket: storage.Bucket,
+) -> None:
+    blob = storage_bucket.blob("guarded")
+    blob.upload_from_string(b"v1")
+    blob.reload()
+    assert blob.generation is not None
+    with pytest.raises(exceptions.PreconditionFailed):
+        storage_bucket.blob("guarded").delete(if_generation_match=blob.generation + 1)
+    assert storage_bucket.blob("guarded").exists()
+    storage_bucket.blob("guarded").delete(if_generation_match=blob.generation)
+    assert not storage_bucket.blob("guarded").exists()
+
+
+def test_wipe_keeping_buckets_deletes_every_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    with start(default_bucket="kept") as emulator:
+        monkeypatch.setenv(ENV_VAR, emulator.url)
+        client = storage.Client(project="p", credentials=AnonymousCredentials())
+        client.bucket("kept").blob("x").upload_from_string(b"x")
+        assert [b.name for b in client.list_blobs("kept")] == ["x"]
+        emulator.wipe(keep_buckets=True)
+        assert list(client.list_blobs("kept")) == []
+
+
+def test_port_in_use_raises_os_error(storage_emulator: StorageEmulator) -> None:
+    with pytest.raises(OSError):
+        start(port=storage_emulator.port)
+
+
+def test_stopped_emulator_refuses_connections() -> None:
+    emulator = start()
+    url = emulator.url
+    emulator.stop()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(url, timeout=5)
+
+
+def test_module_cli_reports_a_port_in_use_with_exit_code_2(
+    storage_emulator: StorageEmulator,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "emulators.storage", "--port", str(storage_emulator.port)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"storage: cannot listen on 127.0.0.1:{storage_emulator.port}" in result.stderr
