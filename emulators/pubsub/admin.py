@@ -1,0 +1,115 @@
+"""The admin HTTP endpoint: reset, stats, fault injection, and the issuer's signing certs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+from emulators.pubsub.exceptions import PubsubEmulatorError
+
+logger = logging.getLogger(__name__)
+
+
+class AdminTarget(Protocol):
+    def stats(self) -> dict[str, Any]: ...
+    def clear_stats(self) -> None: ...
+    def reset(self) -> None: ...
+    def inject_fault(
+        self, method: str, status: str | None = None, count: int = 1, delay_s: float = 0.0
+    ) -> None: ...
+    def clear_faults(self) -> None: ...
+    def faults(self) -> list[dict[str, object]]: ...
+    def certs(self) -> dict[str, str]: ...
+
+
+class AdminServer:
+    """A small threaded HTTP server on its own port, serving one `AdminTarget`."""
+
+    def __init__(self, host: str, port: int, target: AdminTarget) -> None:
+        handler = type("_BoundAdminHandler", (_AdminHandler,), {"target": target})
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="pubsub-admin", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class _AdminHandler(BaseHTTPRequestHandler):
+    target: AdminTarget
+
+    def do_GET(self) -> None:
+        if self.path == "/stats":
+            self._send(200, self.target.stats())
+        elif self.path == "/faults":
+            self._send(200, {"faults": self.target.faults()})
+        elif self.path == "/oauth2/v1/certs":
+            self._send(200, self.target.certs())
+        elif self.path in ("/", "/healthz"):
+            self._send(200, {"status": "ok"})
+        else:
+            self._send(404, {"error": f"no such admin path: {self.path}"})
+
+    def do_POST(self) -> None:
+        if self.path == "/reset":
+            self.target.reset()
+            self._send(200, {"reset": True})
+        elif self.path == "/faults":
+            self._add_fault()
+        else:
+            self._send(404, {"error": f"no such admin path: {self.path}"})
+
+    def do_DELETE(self) -> None:
+        if self.path == "/reset":
+            self.target.reset()
+            self._send(200, {"reset": True})
+        elif self.path == "/stats":
+            self.target.clear_stats()
+            self._send(200, {"cleared": True})
+        elif self.path == "/faults":
+            self.target.clear_faults()
+            self._send(200, {"cleared": True})
+        else:
+            self._send(404, {"error": f"no such admin path: {self.path}"})
+
+    def _add_fault(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            self.target.inject_fault(
+                method=str(body.get("method", "")),
+                status=body.get("status"),
+                count=int(body.get("count", 1)),
+                delay_s=float(body.get("delay_s", 0.0)),
+            )
+        except (ValueError, TypeError, PubsubEmulatorError) as exc:
+            self._send(400, {"error": str(exc)})
+            return
+        self._send(200, {"faults": self.target.faults()})
+
+    def _send(self, status: int, payload: object) -> None:
+        body = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("admin: " + format, *args)

@@ -1,0 +1,627 @@
+"""The in-memory heart of the emulator: topics, subscriptions, leases, redelivery, dead letters.
+
+Every message published to a topic becomes one entry in each subscription attached to it. An
+entry is READY (waiting for a puller or the pusher), LEASED (delivered; its ack ID is live until
+the lease ends) or WAITING (nacked, sitting out its retry backoff). One timer thread turns
+expired leases into failures and finished backoffs into READY entries; pullers, streams and the
+pusher wait on a condition variable, so nothing polls.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from emulators.pubsub import limits, names, protos
+from emulators.pubsub.exceptions import AlreadyExists, InvalidArgument, NotFound
+from emulators.pubsub.stats import Stats
+
+logger = logging.getLogger(__name__)
+
+# Push requests time out at the ack deadline; the lease lasts a little longer so that the HTTP
+# outcome, not a race with the timer, decides whether the attempt failed.
+PUSH_LEASE_GRACE_S = 5.0
+
+
+class _State(enum.Enum):
+    READY = "ready"
+    LEASED = "leased"
+    WAITING = "waiting"
+
+
+@dataclass(eq=False)
+class _Entry:
+    """One message inside one subscription."""
+
+    message: Any
+    published_at: float
+    attempts: int = 0
+    # +1 on every lease; an ack ID names one generation, so a stale modify is ignored.
+    generation: int = 0
+    state: _State = _State.READY
+    due: float = 0.0
+    owner: object | None = None
+
+
+@dataclass(eq=False)
+class _Subscription:
+    config: Any
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    ready: deque[str] = field(default_factory=deque)
+    push_in_flight: int = 0
+
+    @property
+    def name(self) -> str:
+        return str(self.config.name)
+
+    @property
+    def is_push(self) -> bool:
+        return bool(self.config.push_config.push_endpoint)
+
+
+@dataclass(frozen=True)
+class PushDelivery:
+    """One leased message on its way to a push endpoint."""
+
+    subscription: str
+    push_config: Any
+    message: Any
+    ack_id: str
+    delivery_attempt: int | None
+    timeout_s: float
+    _state: _Subscription
+
+
+def _ack_id(message_id: str, generation: int) -> str:
+    return f"{message_id}-{generation}"
+
+
+def _parse_ack_id(ack_id: str) -> tuple[str, int]:
+    message_id, _, generation = ack_id.rpartition("-")
+    if not message_id or not generation.isdigit():
+        raise InvalidArgument(
+            f"You have passed an invalid ack ID to the service (ack_id={ack_id})."
+        )
+    return message_id, int(generation)
+
+
+class Broker:
+    """All Pub/Sub state of one emulator; thread-safe, every public method takes the lock."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._ready_cv = threading.Condition(self._lock)
+        self._timer_cv = threading.Condition(self._lock)
+        self._topics: dict[str, Any] = {}
+        self._topic_subs: dict[str, set[str]] = {}
+        self._subs: dict[str, _Subscription] = {}
+        self._timers: list[tuple[float, int, str, str, int]] = []
+        self._timer_seq = itertools.count()
+        self._message_ids = itertools.count(1)
+        self._owners: Counter[object] = Counter()
+        self._push_total = 0
+        self._closed = False
+        self.stats = Stats()
+        self._timer_thread = threading.Thread(
+            target=self._run_timers, name="pubsub-broker-timers", daemon=True
+        )
+        self._timer_thread.start()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._ready_cv.notify_all()
+            self._timer_cv.notify_all()
+        self._timer_thread.join(timeout=5)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def reset(self) -> None:
+        """Forget every topic, subscription, message and counter."""
+        with self._lock:
+            self._topics.clear()
+            self._topic_subs.clear()
+            self._subs.clear()
+            self._timers.clear()
+            self._owners.clear()
+            self.stats = Stats()
+            self._ready_cv.notify_all()
+
+    def stats_snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return self.stats.snapshot()
+
+    def clear_stats(self) -> None:
+        with self._lock:
+            self.stats = Stats()
+
+    def wake(self) -> None:
+        """Make every waiter re-check its condition (a stream closed, say)."""
+        with self._lock:
+            self._ready_cv.notify_all()
+
+    # -- topics ---------------------------------------------------------------------------
+
+    def create_topic(self, topic: Any) -> Any:
+        names.topic(topic.name)
+        with self._lock:
+            if topic.name in self._topics:
+                raise AlreadyExists("Topic already exists")
+            stored = protos.Topic()
+            stored.CopyFrom(topic)
+            self._topics[topic.name] = stored
+            self._topic_subs[topic.name] = set()
+            return stored
+
+    def get_topic(self, name: str) -> Any:
+        names.topic(name)
+        with self._lock:
+            return self._require_topic(name)
+
+    def list_topics(self, project: str) -> list[Any]:
+        prefix = f"projects/{project}/topics/"
+        with self._lock:
+            return [t for n, t in sorted(self._topics.items()) if n.startswith(prefix)]
+
+    def list_topic_subscriptions(self, name: str) -> list[str]:
+        names.topic(name)
+        with self._lock:
+            self._require_topic(name)
+            return sorted(self._topic_subs[name])
+
+    def delete_topic(self, name: str) -> None:
+        names.topic(name)
+        with self._lock:
+            self._require_topic(name)
+            del self._topics[name]
+            for sub_name in self._topic_subs.pop(name):
+                self._subs[sub_name].config.topic = protos.DELETED_TOPIC
+
+    def publish(self, topic: str, messages: Iterable[Any]) -> list[str]:
+        names.topic(topic)
+        batch = list(messages)
+        limits.check_publish(batch)
+        with self._lock:
+            self._require_topic(topic)
+            return self._publish_locked(topic, batch)
+
+    # -- subscriptions --------------------------------------------------------------------
+
+    def create_subscription(self, subscription: Any) -> Any:
+        names.subscription(subscription.name)
+        names.topic(subscription.topic)
+        config = protos.Subscription()
+        config.CopyFrom(subscription)
+        with self._lock:
+            if config.name in self._subs:
+                raise AlreadyExists("Subscription already exists")
+            self._require_topic(config.topic)
+            self._normalize(config)
+            self._subs[config.name] = _Subscription(config)
+            self._topic_subs[config.topic].add(config.name)
+            return config
+
+    def get_subscription(self, name: str) -> Any:
+        names.subscription(name)
+        with self._lock:
+            return self._require_sub(name).config
+
+    def update_subscription(self, subscription: Any, paths: list[str]) -> Any:
+        names.subscription(subscription.name)
+        if not paths:
+            raise InvalidArgument("The update_mask in the UpdateSubscriptionRequest is empty.")
+        with self._lock:
+            state = self._require_sub(subscription.name)
+            updated = protos.Subscription()
+            updated.CopyFrom(state.config)
+            for path in paths:
+                top = path.split(".")[0]
+                if top in ("name", "topic") or top not in updated.DESCRIPTOR.fields_by_name:
+                    raise InvalidArgument(f"Invalid update_mask provided: {path}")
+                descriptor = updated.DESCRIPTOR.fields_by_name[top]
+                if descriptor.message_type is not None and not descriptor.is_repeated:
+                    if subscription.HasField(top):
+                        getattr(updated, top).CopyFrom(getattr(subscription, top))
+                    else:
+                        updated.ClearField(top)
+                elif descriptor.is_repeated:
+                    updated.ClearField(top)
+                    field_value = getattr(subscription, top)
+                    target = getattr(updated, top)
+                    if hasattr(field_value, "items"):
+                        target.update(field_value)
+                    else:
+                        target.extend(field_value)
+                else:
+                    setattr(updated, top, getattr(subscription, top))
+            self._normalize(updated)
+            state.config = updated
+            self._ready_cv.notify_all()
+            return updated
+
+    def list_subscriptions(self, project: str) -> list[Any]:
+        prefix = f"projects/{project}/subscriptions/"
+        with self._lock:
+            return [s.config for n, s in sorted(self._subs.items()) if n.startswith(prefix)]
+
+    def delete_subscription(self, name: str) -> None:
+        names.subscription(name)
+        with self._lock:
+            state = self._require_sub(name)
+            for entry in state.entries.values():
+                self._end_lease(entry)
+            del self._subs[name]
+            self._topic_subs.get(state.config.topic, set()).discard(name)
+            self._ready_cv.notify_all()
+
+    def modify_push_config(self, name: str, push_config: Any) -> None:
+        names.subscription(name)
+        with self._lock:
+            state = self._require_sub(name)
+            updated = protos.Subscription()
+            updated.CopyFrom(state.config)
+            updated.push_config.CopyFrom(push_config)
+            self._normalize(updated)
+            state.config = updated
+            self._ready_cv.notify_all()
+
+    # -- delivery -------------------------------------------------------------------------
+
+    def pull(self, name: str, max_messages: int, wait_s: float) -> list[Any]:
+        """Lease up to `max_messages`, waiting up to `wait_s` for the first one."""
+        names.subscription(name)
+        if max_messages <= 0:
+            raise InvalidArgument("max_messages must be greater than 0.")
+        end = self._clock() + wait_s
+        with self._lock:
+            while True:
+                state = self._require_sub(name)
+                got = self._lease_ready(state, max_messages, state.config.ack_deadline_seconds)
+                remaining = end - self._clock()
+                if got or remaining <= 0 or self._closed:
+                    return got
+                self._ready_cv.wait(remaining)
+
+    def lease_for_stream(
+        self,
+        name: str,
+        owner: object,
+        deadline_s: int,
+        max_outstanding: int,
+        wait_s: float,
+        is_done: Callable[[], bool],
+    ) -> list[Any] | None:
+        """Messages for one StreamingPull; [] after `wait_s` idle, None once the stream is over."""
+        end = self._clock() + wait_s
+        with self._lock:
+            while True:
+                if self._closed or is_done():
+                    return None
+                state = self._require_sub(name)
+                room = limits.MAX_PUBLISH_MESSAGES
+                if max_outstanding > 0:
+                    room = min(room, max_outstanding - self._owners[owner])
+                if room > 0:
+                    got = self._lease_ready(state, room, deadline_s, owner)
+                    if got:
+                        return got
+                remaining = end - self._clock()
+                if remaining <= 0:
+                    return []
+                self._ready_cv.wait(remaining)
+
+    def release_owner(self, owner: object) -> None:
+        """A stream ended: its leases stay (they expire as production's do) but stop counting."""
+        with self._lock:
+            for state in self._subs.values():
+                for entry in state.entries.values():
+                    if entry.owner is owner:
+                        entry.owner = None
+            self._owners.pop(owner, None)
+
+    def acknowledge(self, name: str, ack_ids: Iterable[str]) -> None:
+        names.subscription(name)
+        parsed = [_parse_ack_id(a) for a in ack_ids]
+        with self._lock:
+            state = self._require_sub(name)
+            for message_id, _generation in parsed:
+                # Best effort, like production: a late ack of an expired lease still removes it.
+                entry = state.entries.pop(message_id, None)
+                if entry is not None:
+                    self._end_lease(entry)
+                    self.stats.acknowledged += 1
+            self._ready_cv.notify_all()
+
+    def modify_ack_deadline(self, name: str, ack_ids: Iterable[str], seconds: int) -> None:
+        names.subscription(name)
+        limits.check_modify_deadline(seconds)
+        parsed = [_parse_ack_id(a) for a in ack_ids]
+        with self._lock:
+            state = self._require_sub(name)
+            now = self._clock()
+            for message_id, generation in parsed:
+                entry = state.entries.get(message_id)
+                if entry is None or entry.generation != generation:
+                    continue
+                if entry.state is not _State.LEASED:
+                    continue
+                if seconds == 0:
+                    self.stats.nacked += 1
+                    self._fail(state, entry, now)
+                else:
+                    entry.due = now + seconds
+                    self._add_timer(entry.due, state.name, message_id, generation)
+            self._ready_cv.notify_all()
+
+    def take_push_work(
+        self, max_per_subscription: int, max_total: int, wait_s: float
+    ) -> list[PushDelivery] | None:
+        """Lease messages of push subscriptions within the concurrency limits; None once closed."""
+        with self._lock:
+            while not self._closed:
+                work: list[PushDelivery] = []
+                for state in list(self._subs.values()):
+                    if state.is_push:
+                        self._take_push_for(state, max_per_subscription, max_total, work)
+                if work:
+                    return work
+                self._ready_cv.wait(wait_s)
+            return None
+
+    def finish_push(self, delivery: PushDelivery, acked: bool, outcome: str) -> None:
+        with self._lock:
+            self.stats.push_attempts_by_status[outcome] += 1
+            delivery._state.push_in_flight -= 1
+            self._push_total -= 1
+            state = self._subs.get(delivery.subscription)
+            if state is delivery._state:
+                message_id, generation = _parse_ack_id(delivery.ack_id)
+                entry = state.entries.get(message_id)
+                if entry is not None and entry.generation == generation:
+                    if acked:
+                        del state.entries[message_id]
+                        self._end_lease(entry)
+                        self.stats.acknowledged += 1
+                    elif entry.state is _State.LEASED:
+                        self.stats.nacked += 1
+                        self._fail(state, entry, self._clock())
+            self._ready_cv.notify_all()
+
+    # -- internals (lock held) ------------------------------------------------------------
+
+    def _require_topic(self, name: str) -> Any:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise NotFound(f"Resource not found (resource={name.rsplit('/', 1)[-1]}).")
+        return topic
+
+    def _require_sub(self, name: str) -> _Subscription:
+        state = self._subs.get(name)
+        if state is None:
+            raise NotFound(f"Resource not found (resource={name.rsplit('/', 1)[-1]}).")
+        return state
+
+    def _normalize(self, config: Any) -> None:
+        """Apply production defaults and refuse what production refuses."""
+        if config.ack_deadline_seconds == 0:
+            config.ack_deadline_seconds = limits.DEFAULT_ACK_DEADLINE_S
+        limits.check_ack_deadline(config.ack_deadline_seconds)
+        if not config.HasField("message_retention_duration"):
+            config.message_retention_duration.seconds = limits.DEFAULT_RETENTION_S
+        limits.check_retention(limits.seconds(config.message_retention_duration))
+        if not config.HasField("expiration_policy"):
+            config.expiration_policy.ttl.seconds = limits.DEFAULT_EXPIRATION_TTL_S
+        if config.HasField("retry_policy"):
+            policy = config.retry_policy
+            if not policy.HasField("minimum_backoff"):
+                policy.minimum_backoff.seconds = int(limits.DEFAULT_MIN_BACKOFF_S)
+            if not policy.HasField("maximum_backoff"):
+                policy.maximum_backoff.seconds = int(limits.DEFAULT_MAX_BACKOFF_S)
+            limits.check_backoff(
+                limits.seconds(policy.minimum_backoff), limits.seconds(policy.maximum_backoff)
+            )
+        if config.HasField("dead_letter_policy"):
+            policy = config.dead_letter_policy
+            names.topic(policy.dead_letter_topic)
+            if policy.dead_letter_topic not in self._topics:
+                raise InvalidArgument(
+                    f"Dead letter topic does not exist (topic={policy.dead_letter_topic})."
+                )
+            if policy.max_delivery_attempts == 0:
+                policy.max_delivery_attempts = limits.DEFAULT_DELIVERY_ATTEMPTS
+            limits.check_delivery_attempts(policy.max_delivery_attempts)
+        push = config.push_config
+        if push.push_endpoint:
+            limits.check_push_endpoint(push.push_endpoint)
+            if push.HasField("oidc_token") and not push.oidc_token.service_account_email:
+                raise InvalidArgument("oidc_token.service_account_email is required.")
+        elif push.HasField("oidc_token") or push.HasField("no_wrapper"):
+            raise InvalidArgument("A push_endpoint is required with oidc_token or no_wrapper.")
+        if config.filter:
+            raise InvalidArgument("Subscription filters are not supported by this emulator.")
+        config.state = protos.SUBSCRIPTION_ACTIVE
+
+    def _publish_locked(self, topic: str, messages: list[Any]) -> list[str]:
+        wall = time.time()
+        now = self._clock()
+        ids: list[str] = []
+        subs = [self._subs[n] for n in sorted(self._topic_subs.get(topic, ()))]
+        for message in messages:
+            stored = protos.PubsubMessage()
+            stored.CopyFrom(message)
+            stored.message_id = str(next(self._message_ids))
+            stored.publish_time.FromNanoseconds(int(wall * 1e9))
+            ids.append(stored.message_id)
+            # Stored messages are never mutated, so every subscription shares one object.
+            for state in subs:
+                state.entries[stored.message_id] = _Entry(stored, now)
+                state.ready.append(stored.message_id)
+        self.stats.published += len(messages)
+        if subs:
+            self._ready_cv.notify_all()
+        return ids
+
+    def _lease_ready(
+        self, state: _Subscription, count: int, deadline_s: float, owner: object | None = None
+    ) -> list[Any]:
+        now = self._clock()
+        retention = limits.seconds(state.config.message_retention_duration)
+        with_attempts = state.config.HasField("dead_letter_policy")
+        leased: list[Any] = []
+        while state.ready and len(leased) < count:
+            message_id = state.ready.popleft()
+            entry = state.entries.get(message_id)
+            if entry is None or entry.state is not _State.READY:
+                continue
+            if now - entry.published_at > retention:
+                del state.entries[message_id]
+                continue
+            leased.append(self._lease(state, message_id, entry, now + deadline_s, owner))
+            if with_attempts:
+                leased[-1].delivery_attempt = entry.attempts
+        return leased
+
+    def _lease(
+        self, state: _Subscription, message_id: str, entry: _Entry, due: float, owner: object
+    ) -> Any:
+        entry.attempts += 1
+        entry.generation += 1
+        entry.state = _State.LEASED
+        entry.due = due
+        if owner is not None:
+            entry.owner = owner
+            self._owners[owner] += 1
+        self._add_timer(due, state.name, message_id, entry.generation)
+        self.stats.delivered += 1
+        if entry.attempts > 1:
+            self.stats.redelivered += 1
+        received = protos.ReceivedMessage()
+        received.ack_id = _ack_id(message_id, entry.generation)
+        received.message.CopyFrom(entry.message)
+        return received
+
+    def _take_push_for(
+        self, state: _Subscription, max_per_sub: int, max_total: int, work: list[PushDelivery]
+    ) -> None:
+        config = state.config
+        timeout = float(config.ack_deadline_seconds)
+        while state.ready and state.push_in_flight < max_per_sub and self._push_total < max_total:
+            leased = self._lease_ready(state, 1, timeout + PUSH_LEASE_GRACE_S)
+            if not leased:
+                return
+            received = leased[0]
+            state.push_in_flight += 1
+            self._push_total += 1
+            attempt = received.delivery_attempt if config.HasField("dead_letter_policy") else None
+            work.append(
+                PushDelivery(
+                    subscription=state.name,
+                    push_config=config.push_config,
+                    message=received.message,
+                    ack_id=received.ack_id,
+                    delivery_attempt=attempt,
+                    timeout_s=timeout,
+                    _state=state,
+                )
+            )
+
+    def _end_lease(self, entry: _Entry) -> None:
+        if entry.owner is not None:
+            self._owners[entry.owner] -= 1
+            entry.owner = None
+
+    def _fail(self, state: _Subscription, entry: _Entry, now: float) -> None:
+        """A delivery attempt failed (nack or expired lease): back off, or dead-letter."""
+        self._end_lease(entry)
+        message_id = entry.message.message_id
+        config = state.config
+        if (
+            config.HasField("dead_letter_policy")
+            and entry.attempts >= config.dead_letter_policy.max_delivery_attempts
+            and self._dead_letter(state, entry)
+        ):
+            return
+        wait = 0.0
+        if config.HasField("retry_policy"):
+            policy = config.retry_policy
+            wait = limits.backoff_s(
+                entry.attempts,
+                limits.seconds(policy.minimum_backoff),
+                limits.seconds(policy.maximum_backoff),
+            )
+        if wait <= 0:
+            entry.state = _State.READY
+            state.ready.append(message_id)
+            self._ready_cv.notify_all()
+        else:
+            entry.state = _State.WAITING
+            entry.due = now + wait
+            self._add_timer(entry.due, state.name, message_id, entry.generation)
+
+    def _dead_letter(self, state: _Subscription, entry: _Entry) -> bool:
+        topic = state.config.dead_letter_policy.dead_letter_topic
+        if topic not in self._topics:
+            # Production keeps retrying when it cannot forward; so do we.
+            return False
+        source = names.subscription(state.name)
+        forwarded = protos.PubsubMessage()
+        forwarded.data = entry.message.data
+        forwarded.attributes.update(entry.message.attributes)
+        forwarded.ordering_key = entry.message.ordering_key
+        forwarded.attributes.update(
+            {
+                "CloudPubSubDeadLetterSourceDeliveryCount": str(entry.attempts),
+                "CloudPubSubDeadLetterSourceSubscription": source.resource_id,
+                "CloudPubSubDeadLetterSourceSubscriptionProject": source.project,
+                "CloudPubSubDeadLetterSourceTopicPublishTime": (
+                    entry.message.publish_time.ToJsonString()
+                ),
+            }
+        )
+        del state.entries[entry.message.message_id]
+        self.stats.dead_lettered += 1
+        self._publish_locked(topic, [forwarded])
+        logger.debug("dead-lettered %s from %s", entry.message.message_id, state.name)
+        return True
+
+    def _add_timer(self, due: float, sub_name: str, message_id: str, generation: int) -> None:
+        earliest = self._timers[0][0] if self._timers else None
+        heapq.heappush(self._timers, (due, next(self._timer_seq), sub_name, message_id, generation))
+        if earliest is None or due < earliest:
+            self._timer_cv.notify()
+
+    def _run_timers(self) -> None:
+        with self._lock:
+            while not self._closed:
+                now = self._clock()
+                while self._timers and self._timers[0][0] <= now:
+                    _due, _seq, sub_name, message_id, generation = heapq.heappop(self._timers)
+                    self._fire(sub_name, message_id, generation, now)
+                timeout = self._timers[0][0] - now if self._timers else None
+                self._timer_cv.wait(timeout)
+
+    def _fire(self, sub_name: str, message_id: str, generation: int, now: float) -> None:
+        state = self._subs.get(sub_name)
+        entry = state.entries.get(message_id) if state is not None else None
+        if state is None or entry is None or entry.generation != generation or entry.due > now:
+            return
+        if entry.state is _State.LEASED:
+            self.stats.expired += 1
+            self._fail(state, entry, now)
+        elif entry.state is _State.WAITING:
+            entry.state = _State.READY
+            state.ready.append(message_id)
+            self._ready_cv.notify_all()

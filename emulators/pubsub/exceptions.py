@@ -1,0 +1,36 @@
+"""Errors the emulator answers with; each carries the gRPC status production uses for it."""
+
+from __future__ import annotations
+
+import grpc
+
+
+class PubsubEmulatorError(Exception):
+    """The Pub/Sub emulator could not serve the request."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class InvalidArgument(PubsubEmulatorError):
+    """The request is malformed or breaks a Pub/Sub limit."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(PubsubEmulatorError):
+    """Resource not found."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(PubsubEmulatorError):
+    """Resource already exists in the project."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class PortInUse(PubsubEmulatorError):
+    """A port the emulator was asked to listen on is already in use."""

@@ -1,0 +1,181 @@
+"""Start and stop one Pub/Sub emulator: gRPC services, push delivery and the admin endpoint."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from emulators.pubsub.admin import AdminServer
+from emulators.pubsub.broker import Broker
+from emulators.pubsub.exceptions import PortInUse
+from emulators.pubsub.faults import FaultPlan
+from emulators.pubsub.publisher import PublisherService
+from emulators.pubsub.pusher import Pusher
+from emulators.pubsub.rpc import generic_handler
+from emulators.pubsub.subscriber import SubscriberService
+
+if TYPE_CHECKING:
+    from emulators.oidc.issuer import Issuer
+
+logger = logging.getLogger(__name__)
+
+# Above production's 10 MB request limit, so an oversize publish reaches us and we answer
+# INVALID_ARGUMENT as production does, instead of gRPC's RESOURCE_EXHAUSTED.
+_MAX_GRPC_MESSAGE_BYTES = 32 * 1024 * 1024
+# Each StreamingPull holds a worker for its lifetime; leave plenty for unary calls.
+_GRPC_WORKERS = 64
+
+
+class PubsubEmulator:
+    """A running emulator. Build it with `start()`; stop it with `.stop()` or a `with` block."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        admin_port: int,
+        issuer: Issuer | None,
+        max_push_concurrency: int,
+        pull_wait_s: float,
+    ) -> None:
+        if issuer is None:
+            from emulators.oidc.issuer import Issuer
+
+            issuer = Issuer()
+        self.host = host
+        self.issuer = issuer
+        self._faults = FaultPlan()
+        self._broker = Broker()
+        self._pusher = Pusher(self._broker, issuer, max_per_subscription=max_push_concurrency)
+        self._grpc = grpc.server(
+            ThreadPoolExecutor(_GRPC_WORKERS, thread_name_prefix="pubsub-grpc"),
+            options=[
+                ("grpc.max_receive_message_length", _MAX_GRPC_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", _MAX_GRPC_MESSAGE_BYTES),
+            ],
+        )
+        for service in (
+            PublisherService(self._broker),
+            SubscriberService(self._broker, pull_wait_s),
+        ):
+            self._grpc.add_generic_rpc_handlers(
+                (generic_handler(service.service_name, service.methods(), self._faults),)
+            )
+        self._admin: AdminServer | None = None
+        try:
+            self.port = self._bind_grpc(host, port)
+            self._admin = self._bind_admin(host, admin_port)
+        except PortInUse:
+            self._broker.close()
+            raise
+        self.admin_port = self._admin.port
+
+    @staticmethod
+    def _format_host(host: str) -> str:
+        return f"[{host}]" if ":" in host else host
+
+    def _bind_grpc(self, host: str, port: int) -> int:
+        try:
+            bound = self._grpc.add_insecure_port(f"{self._format_host(host)}:{port}")
+        except RuntimeError as exc:
+            raise PortInUse(f"cannot listen for gRPC on {host}:{port}: {exc}") from exc
+        if bound == 0:
+            raise PortInUse(f"cannot listen for gRPC on {host}:{port}: address in use")
+        return int(bound)
+
+    def _bind_admin(self, host: str, port: int) -> AdminServer:
+        try:
+            return AdminServer(host, port, self)
+        except OSError as exc:
+            raise PortInUse(f"cannot listen for admin HTTP on {host}:{port}: {exc}") from exc
+
+    def _start(self) -> None:
+        self._grpc.start()
+        assert self._admin is not None
+        self._admin.start()
+        self._pusher.start()
+        logger.info("pubsub emulator on %s, admin on %s", self.address, self.admin_url)
+
+    @property
+    def address(self) -> str:
+        """`host:port` of the gRPC endpoint: the value for PUBSUB_EMULATOR_HOST."""
+        return f"{self._format_host(self.host)}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self._format_host(self.host)}:{self.admin_port}"
+
+    @property
+    def certs_url(self) -> str:
+        """Where the issuer's certificates are served, for `id_token.verify_token`."""
+        return f"{self.admin_url}/oauth2/v1/certs"
+
+    # -- test and admin controls ----------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        return self._broker.stats_snapshot()
+
+    def clear_stats(self) -> None:
+        self._broker.clear_stats()
+
+    def reset(self) -> None:
+        """Forget all topics, subscriptions, messages, counters and faults."""
+        self._faults.clear()
+        self._broker.reset()
+
+    def inject_fault(
+        self,
+        method: str = "Publish",
+        status: str | grpc.StatusCode | None = None,
+        count: int = 1,
+        delay_s: float = 0.0,
+    ) -> None:
+        """Make the next `count` calls of `method` wait `delay_s` and/or fail with `status`."""
+        self._faults.add(method, status=status, delay_s=delay_s, count=count)
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+
+    def faults(self) -> list[dict[str, object]]:
+        return self._faults.describe()
+
+    def certs(self) -> dict[str, str]:
+        return self.issuer.certs()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def stop(self, grace_s: float = 0.5) -> None:
+        self._broker.close()
+        self._grpc.stop(grace_s).wait()
+        if self._admin is not None:
+            self._admin.stop()
+        self._pusher.stop()
+
+    def __enter__(self) -> PubsubEmulator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    admin_port: int = 0,
+    issuer: Issuer | None = None,
+    max_push_concurrency: int = 16,
+    pull_wait_s: float = 1.0,
+) -> PubsubEmulator:
+    """Start an emulator in this process; port 0 picks a free port. Raises PortInUse."""
+    emulator = PubsubEmulator(host, port, admin_port, issuer, max_push_concurrency, pull_wait_s)
+    emulator._start()
+    return emulator
