@@ -1,0 +1,142 @@
+"""The operator's control document (`control/scan`): pause, budgets, catch-up rate, timeouts.
+
+The scan reads it at the start of every run; the CLI changes it through
+`FirestoreJobStore.update_control`, which validates the change and records who and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from services.jobs.errors import ValidationError
+
+CONTROL_HISTORY_LIMIT = 20
+MAX_CLAIM_BUDGET = 100_000
+SETTINGS = frozenset({"paused", "claim_budget", "catch_up_rate", "claim_timeout"})
+
+
+@dataclass(frozen=True)
+class ControlChange:
+    """One audited change of the control document."""
+
+    at: datetime
+    by: str
+    reason: str
+    changes: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Control:
+    """The scan's operator settings; the defaults apply while the document does not exist."""
+
+    paused: bool = False
+    reason: str = ""  # why it was last changed (e.g. why it is paused)
+    claim_budget: int = 1000  # at most this many claims per scan run
+    catch_up_rate: float = 20.0  # jobs per second the operator allows the backlog to drain at
+    claim_timeout: timedelta = timedelta(minutes=10)  # a claim older than this is reclaimed
+    changed_by: str | None = None
+    changed_at: datetime | None = None
+    history: tuple[ControlChange, ...] = ()
+
+    def changed(self, *, by: str, reason: str, at: datetime, **changes: Any) -> Control:
+        """A validated copy with `changes` applied and the change audited; ValidationError
+        lists every problem."""
+        problems = []
+        unknown = sorted(set(changes) - SETTINGS)
+        if unknown:
+            problems.append(f"unknown control setting(s): {', '.join(unknown)}")
+        if not by or not by.strip():
+            problems.append("by (who changes the control) must be non-empty")
+        if not reason or not reason.strip():
+            problems.append("reason must be non-empty")
+        if "paused" in changes and not isinstance(changes["paused"], bool):
+            problems.append("paused must be true or false")
+        if "claim_budget" in changes:
+            budget = changes["claim_budget"]
+            if (
+                not isinstance(budget, int)
+                or isinstance(budget, bool)
+                or not 0 < budget <= MAX_CLAIM_BUDGET
+            ):
+                problems.append(f"claim_budget must be an integer from 1 to {MAX_CLAIM_BUDGET}")
+        if "catch_up_rate" in changes:
+            rate = changes["catch_up_rate"]
+            if not isinstance(rate, int | float) or isinstance(rate, bool) or not rate > 0:
+                problems.append("catch_up_rate must be a number of jobs per second above 0")
+            elif rate == float("inf"):
+                problems.append("catch_up_rate must be finite")
+        if "claim_timeout" in changes:
+            timeout = changes["claim_timeout"]
+            if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
+                problems.append("claim_timeout must be a positive duration")
+        if problems:
+            raise ValidationError(problems)
+        if "catch_up_rate" in changes:
+            changes["catch_up_rate"] = float(changes["catch_up_rate"])
+        entry = ControlChange(at=at, by=by, reason=reason, changes=dict(changes))
+        return dataclasses.replace(
+            self,
+            **changes,
+            reason=reason,
+            changed_by=by,
+            changed_at=at,
+            history=(*self.history, entry)[-CONTROL_HISTORY_LIMIT:],
+        )
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "paused": self.paused,
+            "reason": self.reason,
+            "claim_budget": self.claim_budget,
+            "catch_up_rate": self.catch_up_rate,
+            "claim_timeout_s": self.claim_timeout.total_seconds(),
+            "changed_by": self.changed_by,
+            "changed_at": self.changed_at,
+            "history": [
+                {
+                    "at": c.at,
+                    "by": c.by,
+                    "reason": c.reason,
+                    "changes": {k: _plain(v) for k, v in c.changes.items()},
+                }
+                for c in self.history
+            ],
+        }
+
+    @classmethod
+    def from_document(cls, data: Mapping[str, Any] | None) -> Control:
+        """Parse the document; missing fields (or a missing document) take the defaults."""
+        if not data:
+            return cls()
+        default = cls()
+        timeout_s = data.get("claim_timeout_s")
+        changed_at = data.get("changed_at")
+        return cls(
+            paused=bool(data.get("paused", default.paused)),
+            reason=str(data.get("reason") or ""),
+            claim_budget=int(data.get("claim_budget") or default.claim_budget),
+            catch_up_rate=float(data.get("catch_up_rate") or default.catch_up_rate),
+            claim_timeout=(
+                timedelta(seconds=float(timeout_s)) if timeout_s else default.claim_timeout
+            ),
+            changed_by=data.get("changed_by"),
+            changed_at=changed_at.astimezone(UTC) if changed_at else None,
+            history=tuple(
+                ControlChange(
+                    at=c["at"].astimezone(UTC),
+                    by=str(c.get("by", "")),
+                    reason=str(c.get("reason", "")),
+                    changes=dict(c.get("changes") or {}),
+                )
+                for c in data.get("history") or ()
+            ),
+        )
+
+
+def _plain(value: Any) -> Any:
+    """Control history values as Firestore can store them (durations in seconds)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value

@@ -1,0 +1,127 @@
+"""The jobs package's exceptions: one base, one subclass per way an operation can be refused.
+
+The store raises these and never speaks HTTP; the scan, the worker and the CLI map them to
+status codes, acknowledgements or exit codes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.jobs.state import State
+
+
+class JobsError(Exception):
+    """The jobs store refused or could not complete the operation."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ValidationError(JobsError, ValueError):
+    """The job or setting is invalid; nothing was written."""
+
+    def __init__(self, problems: list[str] | str | None = None) -> None:
+        if isinstance(problems, str):
+            problems = [problems]
+        self.problems: tuple[str, ...] = tuple(problems or ())
+        super().__init__("; ".join(self.problems) if self.problems else None)
+
+
+class JobNotFound(JobsError, LookupError):
+    """No job has this ID."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id!r} not found")
+
+
+class InvalidTransition(JobsError):
+    """The state machine does not allow this transition."""
+
+    def __init__(self, job_id: str, current: State, requested: State, detail: str = "") -> None:
+        self.job_id = job_id
+        self.current = current
+        self.requested = requested
+        message = f"job {job_id!r}: cannot move from {current.value!r} to {requested.value!r}"
+        super().__init__(f"{message}: {detail}" if detail else message)
+
+
+class AlreadyTerminal(InvalidTransition):
+    """The job already reached a terminal state; nothing was changed."""
+
+    def __init__(self, job_id: str, current: State, requested: State) -> None:
+        super().__init__(
+            job_id, current, requested, f"it is already {current.value} (terminal); unchanged"
+        )
+
+
+class ScheduleConflict(JobsError):
+    """A job with this ID already exists with different content."""
+
+    def __init__(self, job_id: str, fields: list[str]) -> None:
+        self.job_id = job_id
+        self.fields = tuple(fields)
+        super().__init__(
+            f"job {job_id!r} already exists with a different {', '.join(fields)}; "
+            "schedule a new decision under a new job ID"
+        )
+
+
+class AttemptsExhausted(JobsError):
+    """The job has used all its attempts; fail it instead."""
+
+    def __init__(self, job_id: str, attempt: int, max_attempts: int) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        super().__init__(f"job {job_id!r} used attempt {attempt} of {max_attempts}; no retry left")
+
+
+class LostRace(JobsError):
+    """Another writer changed the job first; nothing was overwritten."""
+
+
+# The name the design uses for the same failure.
+ConcurrentModification = LostRace
+
+
+class StaleGeneration(LostRace):
+    """The caller's generation is not the job's current one: a newer claim owns the job."""
+
+    def __init__(self, job_id: str, expected: int, actual: int) -> None:
+        self.job_id = job_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"job {job_id!r}: generation {expected} is stale; the job is at generation {actual}"
+        )
+
+
+class LeaseHeld(LostRace):
+    """Another worker holds a live lease on the job."""
+
+    def __init__(self, job_id: str, owner: str | None, until: datetime | None) -> None:
+        self.job_id = job_id
+        self.owner = owner
+        self.until = until
+        when = until.isoformat() if until else "unknown"
+        super().__init__(f"job {job_id!r} is leased by {owner!r} until {when}")
+
+
+class LeaseLost(LostRace):
+    """The caller no longer holds the job's lease (it expired and was taken or reclaimed)."""
+
+    def __init__(self, job_id: str, worker_id: str, owner: str | None) -> None:
+        self.job_id = job_id
+        self.worker_id = worker_id
+        self.owner = owner
+        super().__init__(
+            f"job {job_id!r}: worker {worker_id!r} no longer holds the lease (owner: {owner!r})"
+        )
+
+
+class StoreUnavailable(JobsError):
+    """Firestore could not be reached or refused the request; retry later."""

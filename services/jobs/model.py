@@ -1,0 +1,472 @@
+"""The job record: what an application asks for (`NewJob`), what Firestore holds (`Job`), and
+the small values the store returns. `docs/job-record.md` documents the same schema for writers
+in other languages; `to_document` / `from_document` are its one implementation here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from services.jobs.errors import ValidationError
+from services.jobs.state import HistoryEntry, State
+
+SCHEMA_VERSION = 1
+MAX_ID_BYTES = 1500  # Firestore's document ID limit
+MAX_SUBJECT_BYTES = 1024
+MAX_PARAMS_BYTES = 16 * 1024  # JSON-encoded, compact, UTF-8
+MAX_ATTEMPTS_LIMIT = 100
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_ACTIONS: frozenset[str] = frozenset({"media.delete_source"})
+
+_RESERVED_NAME = re.compile(r"^__.*__$", re.DOTALL)
+_READABLE = re.compile(r"[^A-Za-z0-9._-]+")
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _as_utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+def document_id_problems(value: object, what: str = "job ID") -> list[str]:
+    """Why `value` cannot be a Firestore document ID (empty when it can)."""
+    if not isinstance(value, str) or not value:
+        return [f"{what} must be a non-empty string"]
+    problems = []
+    if "/" in value:
+        problems.append(f"{what} {value[:80]!r} contains '/', which Firestore forbids")
+    if value in {".", ".."}:
+        problems.append(f"{what} cannot be {value!r}")
+    if _RESERVED_NAME.match(value):
+        problems.append(f"{what} {value[:80]!r} matches __.*__, which Firestore reserves")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return [*problems, f"{what} is not valid UTF-8"]
+    if size > MAX_ID_BYTES:
+        problems.append(f"{what} is {size} bytes; Firestore allows at most {MAX_ID_BYTES}")
+    return problems
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()
+
+
+def derive_job_id(action: str, subject: str, decision_id: str) -> str:
+    """A deterministic, readable job ID for one logical operation.
+
+    Same (action, subject, decision) → same ID, so scheduling a decision twice is a no-op.
+    Shape: `<action>:<subject>:<decision>:<sha256 prefix>`, the readable parts sanitised and
+    shortened; the hash covers the exact inputs, so different inputs never collide.
+    """
+    readable = ":".join(_READABLE.sub("_", part)[:100] for part in (action, subject, decision_id))
+    return f"{readable}:{_digest(action, subject, decision_id)[:24]}"
+
+
+def derive_idempotency_key(action: str, job_id: str) -> str:
+    """The key of the logical side effect, used as the `idempotency` document's ID."""
+    return f"{_READABLE.sub('_', action)[:100]}:{_digest(action, job_id)}"
+
+
+def _params_problems(params: object) -> list[str]:
+    if not isinstance(params, Mapping):
+        return ["params must be a map of string keys to JSON values"]
+    problems: list[str] = []
+
+    def walk(value: object, path: str) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str) or not key:
+                    problems.append(f"params{path} key {key!r} is not a non-empty string")
+                elif _RESERVED_NAME.match(key):
+                    problems.append(f"params{path} key {key!r} matches __.*__ (reserved)")
+                else:
+                    walk(item, f"{path}.{key}")
+        elif isinstance(value, list | tuple):
+            for index, item in enumerate(value):
+                if isinstance(item, list | tuple):
+                    problems.append(f"params{path}[{index}]: Firestore forbids nested arrays")
+                walk(item, f"{path}[{index}]")
+        elif isinstance(value, bool) or value is None or isinstance(value, str):
+            return
+        elif isinstance(value, int):
+            if not _INT64[0] <= value <= _INT64[1]:
+                problems.append(f"params{path} = {value} does not fit a 64-bit integer")
+        elif isinstance(value, float):
+            if value != value or value in (float("inf"), float("-inf")):
+                problems.append(f"params{path} is {value}, which JSON cannot encode")
+        else:
+            problems.append(f"params{path} is a {type(value).__name__}, not a JSON value")
+
+    walk(params, "")
+    if problems:
+        return problems
+    size = len(json.dumps(params, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+    if size > MAX_PARAMS_BYTES:
+        return [f"params are {size} bytes as JSON; the limit is {MAX_PARAMS_BYTES}"]
+    return []
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What an application supplies to schedule a job. `validated()` checks it."""
+
+    job_id: str
+    action: str
+    subject: str
+    due_at: datetime
+    params: Mapping[str, Any] = field(default_factory=dict)
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    idempotency_key: str | None = None  # default: derived from action + job_id
+
+    def validated(self, known_actions: Collection[str] = DEFAULT_ACTIONS) -> NewJob:
+        """This job with due_at in UTC and the idempotency key filled in, or ValidationError
+        listing every problem."""
+        problems = document_id_problems(self.job_id)
+        if not isinstance(self.action, str) or self.action not in known_actions:
+            known = ", ".join(sorted(known_actions)) or "none"
+            problems.append(f"unknown action {self.action!r} (known: {known})")
+        if not isinstance(self.subject, str) or not self.subject.strip():
+            problems.append("subject must be a non-empty string")
+        elif len(self.subject.encode("utf-8")) > MAX_SUBJECT_BYTES:
+            problems.append(f"subject is longer than {MAX_SUBJECT_BYTES} bytes")
+        if not isinstance(self.due_at, datetime):
+            problems.append("due_at must be a datetime")
+        elif self.due_at.tzinfo is None or self.due_at.utcoffset() is None:
+            problems.append(f"due_at {self.due_at.isoformat()} has no timezone")
+        problems.extend(_params_problems(self.params))
+        if (
+            not isinstance(self.max_attempts, int)
+            or isinstance(self.max_attempts, bool)
+            or not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT
+        ):
+            problems.append(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
+        if self.idempotency_key is not None:
+            problems.extend(document_id_problems(self.idempotency_key, "idempotency key"))
+        if problems:
+            raise ValidationError(problems)
+        return NewJob(
+            job_id=self.job_id,
+            action=self.action,
+            subject=self.subject,
+            due_at=_as_utc(self.due_at),
+            params=dict(self.params),
+            max_attempts=self.max_attempts,
+            idempotency_key=self.idempotency_key
+            or derive_idempotency_key(self.action, self.job_id),
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The latest claim. Kept after the job leaves `claimed` so `generation` keeps counting."""
+
+    run_id: str
+    claimed_at: datetime
+    generation: int
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """An operator's request to cancel a running job; the worker honours it."""
+
+    reason: str
+    by: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An error as recorded in `last_error`; `at` is filled in by the store."""
+
+    code: str
+    message: str
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of the side effect; `completed_at` is filled in by the store."""
+
+    outcome: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    completed_at: datetime | None = None
+
+
+def _opt(data: Mapping[str, Any], key: str) -> Any:
+    return data.get(key)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One `jobs` document, immutable. The store returns new copies after each transition."""
+
+    job_id: str
+    action: str
+    subject: str
+    params: Mapping[str, Any]
+    due_at: datetime
+    scheduled_due_at: datetime  # the due_at first requested; never changes
+    state: State
+    attempt: int  # attempts started (a worker's start counts one)
+    max_attempts: int
+    idempotency_key: str
+    created_at: datetime
+    updated_at: datetime
+    claim: Claim | None = None
+    enqueued_at: datetime | None = None
+    message_id: str | None = None
+    lease_until: datetime | None = None
+    lease_owner: str | None = None
+    cancel_requested: CancelRequest | None = None
+    result: Result | None = None
+    last_error: ErrorInfo | None = None
+    history: tuple[HistoryEntry, ...] = ()
+    expire_at: datetime | None = None
+
+    @property
+    def generation(self) -> int:
+        """The fencing number: +1 on every claim; 0 before the first claim."""
+        return self.claim.generation if self.claim else 0
+
+    def lease_live(self, now: datetime) -> bool:
+        return self.lease_until is not None and self.lease_until > now
+
+    @classmethod
+    def create(cls, new: NewJob, now: datetime, history: tuple[HistoryEntry, ...] = ()) -> Job:
+        """A fresh deferred job from a validated NewJob."""
+        return cls(
+            job_id=new.job_id,
+            action=new.action,
+            subject=new.subject,
+            params=dict(new.params),
+            due_at=new.due_at,
+            scheduled_due_at=new.due_at,
+            state=State.DEFERRED,
+            attempt=0,
+            max_attempts=new.max_attempts,
+            idempotency_key=new.idempotency_key or derive_idempotency_key(new.action, new.job_id),
+            created_at=now,
+            updated_at=now,
+            history=history,
+        )
+
+    def to_document(self) -> dict[str, Any]:
+        """The Firestore document (the job ID is the document ID, not a field)."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "action": self.action,
+            "subject": self.subject,
+            "params": dict(self.params),
+            "due_at": self.due_at,
+            "scheduled_due_at": self.scheduled_due_at,
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "idempotency_key": self.idempotency_key,
+            "claim": (
+                {
+                    "run_id": self.claim.run_id,
+                    "claimed_at": self.claim.claimed_at,
+                    "generation": self.claim.generation,
+                }
+                if self.claim
+                else None
+            ),
+            "enqueued_at": self.enqueued_at,
+            "message_id": self.message_id,
+            "lease_until": self.lease_until,
+            "lease_owner": self.lease_owner,
+            "cancel_requested": (
+                {
+                    "reason": self.cancel_requested.reason,
+                    "by": self.cancel_requested.by,
+                    "at": self.cancel_requested.at,
+                }
+                if self.cancel_requested
+                else None
+            ),
+            "result": (
+                {
+                    "outcome": self.result.outcome,
+                    "completed_at": self.result.completed_at,
+                    "details": dict(self.result.details),
+                }
+                if self.result
+                else None
+            ),
+            "last_error": (
+                {
+                    "code": self.last_error.code,
+                    "message": self.last_error.message,
+                    "at": self.last_error.at,
+                }
+                if self.last_error
+                else None
+            ),
+            "history": [entry.to_document() for entry in self.history],
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "expire_at": self.expire_at,
+        }
+
+    @classmethod
+    def from_document(cls, job_id: str, data: Mapping[str, Any]) -> Job:
+        """Parse a stored document; optional fields may be absent or null."""
+        claim = _opt(data, "claim")
+        cancel = _opt(data, "cancel_requested")
+        result = _opt(data, "result")
+        error = _opt(data, "last_error")
+        action = str(data["action"])
+        due_at = _as_utc(data["due_at"])
+        created_at = _as_utc(data["created_at"])
+        return cls(
+            job_id=job_id,
+            action=action,
+            subject=str(data["subject"]),
+            params=dict(_opt(data, "params") or {}),
+            due_at=due_at,
+            scheduled_due_at=_as_utc(_opt(data, "scheduled_due_at") or due_at),
+            state=State(data["state"]),
+            attempt=int(_opt(data, "attempt") or 0),
+            max_attempts=int(_opt(data, "max_attempts") or DEFAULT_MAX_ATTEMPTS),
+            idempotency_key=str(
+                _opt(data, "idempotency_key") or derive_idempotency_key(action, job_id)
+            ),
+            created_at=created_at,
+            updated_at=_as_utc(_opt(data, "updated_at") or created_at),
+            claim=(
+                Claim(
+                    run_id=str(claim.get("run_id", "")),
+                    claimed_at=_as_utc(claim["claimed_at"]),
+                    generation=int(claim.get("generation", 0)),
+                )
+                if claim
+                else None
+            ),
+            enqueued_at=_maybe_utc(_opt(data, "enqueued_at")),
+            message_id=_opt(data, "message_id"),
+            lease_until=_maybe_utc(_opt(data, "lease_until")),
+            lease_owner=_opt(data, "lease_owner"),
+            cancel_requested=(
+                CancelRequest(
+                    reason=str(cancel.get("reason", "")),
+                    by=str(cancel.get("by", "")),
+                    at=_as_utc(cancel["at"]),
+                )
+                if cancel
+                else None
+            ),
+            result=(
+                Result(
+                    outcome=str(result["outcome"]),
+                    details=dict(result.get("details") or {}),
+                    completed_at=_maybe_utc(result.get("completed_at")),
+                )
+                if result
+                else None
+            ),
+            last_error=(
+                ErrorInfo(
+                    code=str(error.get("code", "")),
+                    message=str(error.get("message", "")),
+                    at=_maybe_utc(error.get("at")),
+                )
+                if error
+                else None
+            ),
+            history=tuple(HistoryEntry.from_document(e) for e in _opt(data, "history") or ()),
+            expire_at=_maybe_utc(_opt(data, "expire_at")),
+        )
+
+
+def _maybe_utc(value: datetime | None) -> datetime | None:
+    return _as_utc(value) if value is not None else None
+
+
+# --- values the store returns -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    job: Job
+    created: bool  # False: the same job already existed (idempotent no-op)
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """One job a scan run claimed: publish `job_id` with `generation`."""
+
+    job_id: str
+    generation: int
+    due_at: datetime
+    claimed_at: datetime
+    action: str
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """A claim or lease the reclaimer took back (to deferred, or failed when out of attempts)."""
+
+    job_id: str
+    from_state: State
+    to_state: State
+    generation: int
+
+
+@dataclass(frozen=True)
+class Page:
+    jobs: tuple[Job, ...]
+    next_cursor: str | None  # pass back as `cursor` for the next page; None: no more
+
+
+@dataclass(frozen=True)
+class Stats:
+    oldest_overdue_age_s: float | None  # None: nothing overdue
+    due_count: int
+    stuck_claims: int
+    expired_leases: int
+    per_state: Mapping[State, int]
+
+
+@dataclass(frozen=True)
+class IdempotencyRecord:
+    """The durable result of one logical side effect (collection `idempotency`)."""
+
+    key: str
+    job_id: str
+    action: str
+    subject: str
+    outcome: str
+    details: Mapping[str, Any]
+    completed_at: datetime
+    expire_at: datetime | None
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "action": self.action,
+            "subject": self.subject,
+            "outcome": self.outcome,
+            "details": dict(self.details),
+            "completed_at": self.completed_at,
+            "expire_at": self.expire_at,
+        }
+
+    @classmethod
+    def from_document(cls, key: str, data: Mapping[str, Any]) -> IdempotencyRecord:
+        return cls(
+            key=key,
+            job_id=str(data["job_id"]),
+            action=str(data.get("action", "")),
+            subject=str(data.get("subject", "")),
+            outcome=str(data["outcome"]),
+            details=dict(data.get("details") or {}),
+            completed_at=_as_utc(data["completed_at"]),
+            expire_at=_maybe_utc(data.get("expire_at")),
+        )
