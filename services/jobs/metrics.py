@@ -7,8 +7,12 @@ descriptors, log-based metrics, alert policies and the dashboard.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 CUSTOM_PREFIX = "custom.googleapis.com/deferred_jobs/"
 
@@ -114,3 +118,191 @@ LOG_METRICS: tuple[LogMetric, ...] = (
     FAILED_JOBS,
     SCAN_RUNS,
 )
+
+
+# --- The metrics port: the scan reports one ScanReport per run to a MetricsSink. ---
+
+
+class MetricsError(Exception):
+    """Metrics could not be written."""
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    """The numbers one scan run reports: a value for each gauge in SCAN_GAUGES."""
+
+    run_id: str
+    oldest_overdue_age_s: float
+    due_count: int
+    stuck_claims: int
+    claimed: int
+    published: int
+    publish_failed: int
+    reclaimed: int
+    claim_to_enqueue_latency_s: float
+
+    def gauge_values(self) -> dict[GaugeMetric, int | float]:
+        """Each scan gauge with this run's value, in SCAN_GAUGES order."""
+        values: dict[GaugeMetric, int | float] = {
+            OLDEST_OVERDUE_AGE: float(self.oldest_overdue_age_s),
+            DUE_COUNT: int(self.due_count),
+            STUCK_CLAIMS: int(self.stuck_claims),
+            RUN_CLAIMED: int(self.claimed),
+            RUN_PUBLISHED: int(self.published),
+            RUN_PUBLISH_FAILED: int(self.publish_failed),
+            RUN_RECLAIMED: int(self.reclaimed),
+            CLAIM_TO_ENQUEUE_LATENCY: float(self.claim_to_enqueue_latency_s),
+        }
+        return {gauge: values[gauge] for gauge in SCAN_GAUGES}
+
+
+class MetricsSink(Protocol):
+    """Where a scan run's gauges go; called once per run, after the run."""
+
+    def record_scan(self, report: ScanReport) -> None: ...
+
+
+class InMemorySink:
+    """Keeps every report, for tests and for a process that wants to look back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reports: list[ScanReport] = []
+
+    def record_scan(self, report: ScanReport) -> None:
+        with self._lock:
+            self._reports.append(report)
+
+    @property
+    def reports(self) -> list[ScanReport]:
+        with self._lock:
+            return list(self._reports)
+
+
+class LogSink:
+    """Writes the gauges as one structured log line, for local runs without Cloud Monitoring."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self._logger = logger or logging.getLogger(__name__)
+
+    def record_scan(self, report: ScanReport) -> None:
+        gauges = {g.short_name: v for g, v in report.gauge_values().items()}
+        # A distinct event: EVENT_SCAN_RUN is reserved for the scan's own line per run, which
+        # the SCAN_RUNS log-based metric counts; this line must not count twice.
+        self._logger.info(
+            "scan gauges",
+            extra={"fields": {LOG_EVENT: EVENT_SCAN_GAUGES, "run_id": report.run_id, **gauges}},
+        )
+
+
+class NullSink:
+    """Discards reports (JOBS_METRICS=none)."""
+
+    def record_scan(self, report: ScanReport) -> None:
+        return None
+
+
+EVENT_SCAN_GAUGES = "scan_gauges"
+
+# Cloud Monitoring accepts at most 200 time series in one CreateTimeSeries request.
+MAX_SERIES_PER_REQUEST = 200
+
+MonitoredResource = Literal["global", "generic_task"]
+
+
+class CloudMonitoringSink:
+    """Writes one point per scan gauge with `MetricServiceClient.create_time_series`.
+
+    `client` is a `google.cloud.monitoring_v3.MetricServiceClient` (built by `build_sink`, never
+    at import). A failed write is logged and swallowed: the scan's work is done by then, and the
+    log line per run still carries the same numbers.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        project: str,
+        *,
+        resource: MonitoredResource = "global",
+        task_labels: dict[str, str] | None = None,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._project = project
+        self._resource = resource
+        self._task_labels = dict(task_labels or {})
+        self._now = now
+
+    def record_scan(self, report: ScanReport) -> None:
+        try:
+            self.write(self.time_series(report))
+        except Exception as exc:  # any client failure: report it, never fail the run
+            logging.getLogger(__name__).warning(
+                "writing scan gauges to Cloud Monitoring failed: %s",
+                exc,
+                extra={"fields": {"run_id": report.run_id}},
+            )
+
+    def write(self, series: list[Any]) -> None:
+        """CreateTimeSeries in requests of at most MAX_SERIES_PER_REQUEST series."""
+        for start in range(0, len(series), MAX_SERIES_PER_REQUEST):
+            self._client.create_time_series(
+                name=f"projects/{self._project}",
+                time_series=series[start : start + MAX_SERIES_PER_REQUEST],
+            )
+
+    def time_series(self, report: ScanReport) -> list[Any]:
+        """The TimeSeries messages for one report (one point each, all at the same instant)."""
+        from google.cloud import monitoring_v3
+
+        end = self._now()
+        seconds = int(end)
+        interval = monitoring_v3.TimeInterval(
+            {"end_time": {"seconds": seconds, "nanos": int((end - seconds) * 1e9)}}
+        )
+        resource = {"type": self._resource, "labels": self._resource_labels()}
+        out = []
+        for gauge, value in report.gauge_values().items():
+            typed = (
+                {"int64_value": int(value)}
+                if gauge.value_type == "INT64"
+                else {"double_value": float(value)}
+            )
+            out.append(
+                monitoring_v3.TimeSeries(
+                    {
+                        "metric": {"type": gauge.type},
+                        "resource": resource,
+                        "metric_kind": "GAUGE",
+                        "value_type": gauge.value_type,
+                        "unit": gauge.unit,
+                        "points": [{"interval": interval, "value": typed}],
+                    }
+                )
+            )
+        return out
+
+    def _resource_labels(self) -> dict[str, str]:
+        if self._resource == "global":
+            return {"project_id": self._project}
+        labels = {"project_id": self._project, "location": "global", "namespace": "deferred-jobs"}
+        labels.update({"job": "scan", "task_id": "scan"})
+        labels.update(self._task_labels)
+        return labels
+
+
+MetricsKind = Literal["cloud", "log", "none"]
+METRICS_KINDS: tuple[MetricsKind, ...] = ("cloud", "log", "none")
+
+
+def build_sink(kind: MetricsKind, project: str) -> MetricsSink:
+    """The sink for `kind`; `cloud` builds a MetricServiceClient here, at startup."""
+    if kind == "cloud":
+        from google.cloud import monitoring_v3
+
+        return CloudMonitoringSink(monitoring_v3.MetricServiceClient(), project)
+    if kind == "log":
+        return LogSink()
+    if kind == "none":
+        return NullSink()
+    raise MetricsError(f"unknown metrics sink {kind!r}; expected one of {METRICS_KINDS}")

@@ -1,0 +1,199 @@
+"""The scan's HTTP surface: authenticate the trigger, parse its body, run one scan, answer JSON.
+
+`create_app(settings, ...)` builds a Flask app (route `POST /`) around a `ScanHandler`; every
+dependency can be injected, and those that are not are built here, never at import. The
+functions-framework target in `main.py` hands its request to the same handler.
+
+Status codes: 200 with the run summary; 400 for a body that is not empty or a small JSON
+object of known options; 401 / 403 for a missing or invalid / disallowed token; 405 for a
+method other than POST; 503 when Firestore, Pub/Sub or the token certs cannot be reached
+(Cloud Scheduler retries per its retry config). The token never appears in a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from http import HTTPStatus
+from typing import Any, Protocol
+
+import flask
+
+from services.jobs import log
+from services.jobs.auth import (
+    AuthPolicy,
+    Caller,
+    CertsUnavailable,
+    Forbidden,
+    TokenVerifier,
+    Unauthenticated,
+    allowed_emails,
+)
+from services.jobs.clock import Clock, SystemClock
+from services.jobs.metrics import MetricsSink, build_sink
+from services.jobs.publisher import Publisher
+from services.jobs.runs import ScanRunLog
+from services.scan.scanner import (
+    JobPublisher,
+    QueueUnreachable,
+    RunRecorder,
+    Scanner,
+    ScanStore,
+    StoreUnreachable,
+)
+from services.scan.settings import ScanSettings
+from services.scan.summary import response_body
+from services.scan.trigger import MAX_BODY_BYTES, TriggerError, parse_trigger
+
+logger = logging.getLogger(__name__)
+
+EXTENSION_KEY = "deferred_jobs.scan"
+
+
+class Verifier(Protocol):
+    """Checks an Authorization header (auth.TokenVerifier)."""
+
+    def verify_header(self, authorization: str | None) -> Caller: ...
+
+
+class ScanHandler:
+    """Turns one HTTP request into at most one scan run and a JSON response."""
+
+    def __init__(self, scanner: Scanner, verifier: Verifier, clock: Clock, project: str):
+        self.scanner = scanner
+        self._verifier = verifier
+        self._clock = clock
+        self._project = project
+
+    def handle(self, request: flask.Request) -> flask.Response:
+        run_id = Scanner.new_run_id(self._clock.now())
+        with log.bind_request(request.headers.get(log.TRACE_HEADER), self._project, run_id=run_id):
+            return self._handle(request, run_id)
+
+    def _handle(self, request: flask.Request, run_id: str) -> flask.Response:
+        if request.method != "POST":
+            return _json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "use POST"}, {"Allow": "POST"})
+        refusal = self._authenticate(request)
+        if refusal is not None:
+            return refusal
+        body = request.stream.read(MAX_BODY_BYTES + 1)
+        try:
+            trigger = parse_trigger(body)
+        except TriggerError as exc:
+            logger.warning("bad scan request: %s", exc)
+            return _json(HTTPStatus.BAD_REQUEST, {"error": "bad request", "detail": str(exc)})
+        try:
+            run = self.scanner.run(dry_run=trigger.dry_run, run_id=run_id)
+        except StoreUnreachable as exc:
+            return _unavailable("firestore unavailable", exc)
+        except QueueUnreachable as exc:
+            return _unavailable("pubsub unavailable", exc)
+        return _json(HTTPStatus.OK, response_body(run))
+
+    def _authenticate(self, request: flask.Request) -> flask.Response | None:
+        try:
+            caller = self._verifier.verify_header(request.headers.get("Authorization"))
+        except Unauthenticated as exc:
+            logger.warning("scan request refused: %s", exc)
+            return _json(
+                HTTPStatus.UNAUTHORIZED,
+                {"error": "unauthenticated", "detail": str(exc)},
+                {"WWW-Authenticate": "Bearer"},
+            )
+        except Forbidden as exc:
+            logger.warning("scan request refused: %s", exc)
+            return _json(HTTPStatus.FORBIDDEN, {"error": "forbidden", "detail": str(exc)})
+        except CertsUnavailable as exc:
+            logger.error("cannot verify the scan trigger: %s", exc)
+            return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "token certs unavailable"})
+        logger.debug("scan triggered", extra={"fields": {"caller": caller.email}})
+        return None
+
+
+def _unavailable(error: str, exc: StoreUnreachable | QueueUnreachable) -> flask.Response:
+    logger.error("scan run failed: %s: %s", error, exc)
+    body: dict[str, Any] = {"error": error, "detail": str(exc)}
+    if exc.run is not None:
+        body.update(response_body(exc.run))
+    return _json(HTTPStatus.SERVICE_UNAVAILABLE, body)
+
+
+def _json(
+    status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> flask.Response:
+    # A plain Response, not jsonify: the functions-framework target runs outside our app.
+    return flask.Response(
+        json.dumps(body) + "\n",
+        status=int(status),
+        mimetype="application/json",
+        headers=headers,
+    )
+
+
+def create_app(
+    settings: ScanSettings,
+    *,
+    clock: Clock | None = None,
+    store: ScanStore | None = None,
+    publisher: JobPublisher | None = None,
+    metrics: MetricsSink | None = None,
+    verifier: Verifier | None = None,
+    runs: RunRecorder | None = None,
+    firestore_client: Any = None,
+) -> flask.Flask:
+    """The scan app; builds each dependency that is not injected (clients are built here)."""
+    clock = clock or SystemClock()
+    if store is None or runs is None:
+        firestore_client = firestore_client or _firestore_client(settings.project)
+    if store is None:
+        store = _store(firestore_client, clock)
+    if runs is None:
+        runs = ScanRunLog(firestore_client, retention=timedelta(seconds=settings.run_retention_s))
+    if publisher is None:
+        publisher = Publisher.create(
+            settings.project, settings.topic, timeout_s=settings.publish_timeout_s
+        )
+    verifier = verifier or TokenVerifier(
+        AuthPolicy(
+            audience=settings.audience,
+            allowed_emails=allowed_emails(settings.allowed_invokers),
+            certs_url=settings.certs_url,
+            clock_skew_s=settings.auth_clock_skew_s,
+        )
+    )
+    scanner = Scanner(
+        store,
+        publisher,
+        clock,
+        settings.limits(),
+        runs=runs,
+        metrics=metrics or build_sink(settings.metrics, settings.project),
+    )
+    handler = ScanHandler(scanner, verifier, clock, settings.project)
+    app = flask.Flask(__name__)
+    app.extensions[EXTENSION_KEY] = handler
+    app.add_url_rule(
+        "/", "scan", lambda: handler.handle(flask.request), methods=["POST", "GET", "PUT"]
+    )
+    return app
+
+
+def handler_of(app: flask.Flask) -> ScanHandler:
+    """The handler inside an app built by create_app."""
+    handler = app.extensions[EXTENSION_KEY]
+    assert isinstance(handler, ScanHandler)
+    return handler
+
+
+def _firestore_client(project: str) -> Any:
+    from google.cloud import firestore
+
+    return firestore.Client(project=project)
+
+
+def _store(client: Any, clock: Clock) -> ScanStore:
+    from services.jobs.store import FirestoreJobStore
+
+    store: ScanStore = FirestoreJobStore(client, clock)
+    return store

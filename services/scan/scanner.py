@@ -1,0 +1,355 @@
+"""The `Scanner`: one scan run, no HTTP. Reclaim, claim in pages, publish, record, report.
+
+A run reads the control document first. Paused or dry-run: it only measures. Otherwise it
+returns expired claims to `deferred` (bounded, audited by the store), then claims due jobs a
+page at a time until the enqueue budget, the time budget or the due jobs run out. Every
+claimed ID is published and the scan waits for every publish future before recording the
+outcome: `enqueued` with the message ID, or back to `deferred` with the error.
+
+Nothing here catches BaseException: if the process dies between claim and publish, the
+records stay `claimed` and the reclaimer of a later run returns them after the claim timeout.
+No ID is ever dropped silently.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import uuid
+from collections.abc import Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from services.jobs import errors
+from services.jobs.clock import Clock
+from services.jobs.control import Control
+from services.jobs.metrics import MetricsSink, NullSink
+from services.jobs.model import ClaimedJob, ErrorInfo, Stats
+from services.jobs.publisher import PublishError
+from services.jobs.runs import RunLogError, ScanRun
+from services.scan.budget import EnqueueBudget, TimeBudget, enqueue_budget
+from services.scan.summary import Backlog, RunTally, StopReason, log_fields, scan_report
+
+logger = logging.getLogger(__name__)
+
+# Pub/Sub error messages can be long; the job record keeps a readable prefix.
+_MAX_ERROR_CHARS = 500
+
+
+class ScanError(Exception):
+    """The scan run could not complete."""
+
+    def __init__(self, message: str | None = None, run: ScanRun | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+        self.run = run  # what the run did before it stopped, when known
+
+
+class StoreUnreachable(ScanError):
+    """Firestore could not be reached; the run stopped. Records it claimed stay claimed."""
+
+
+class QueueUnreachable(ScanError):
+    """Pub/Sub could not be reached: every publish of the run failed and was recorded."""
+
+
+class ScanStore(Protocol):
+    """The store operations a scan run uses (FirestoreJobStore provides them)."""
+
+    def get_control(self) -> Control: ...
+
+    def reclaim_expired(
+        self, now: datetime, claim_timeout: timedelta, limit: int, run_id: str
+    ) -> Sequence[Any]: ...
+
+    def claim_due(self, now: datetime, run_id: str, limit: int) -> Sequence[ClaimedJob]: ...
+
+    def mark_enqueued(self, job_id: str, generation: int, message_id: str, at: datetime) -> Any: ...
+
+    def mark_enqueue_failed(self, job_id: str, generation: int, error: ErrorInfo) -> Any: ...
+
+    def stats(self, now: datetime, claim_timeout: timedelta) -> Stats: ...
+
+
+class JobPublisher(Protocol):
+    """Publishes one job ID; the future resolves to the message ID."""
+
+    timeout_s: float
+
+    def publish(self, job_id: str, generation: int, run_id: str) -> futures.Future[str]: ...
+
+
+class RunRecorder(Protocol):
+    """Keeps the record of each run (runs.ScanRunLog writes `scan_runs`)."""
+
+    def record(self, run: ScanRun) -> None: ...
+
+
+@dataclass(frozen=True)
+class ScanLimits:
+    """The deployment's bounds on a run (from Settings); the control document works inside them.
+
+    `max_per_run` is a ceiling: the operator's claim budget and catch-up rate can only lower
+    the enqueue budget below it. `claim_timeout_s` is a floor for the same reason in reverse:
+    a shorter timeout would reclaim the claims of a run that may still be publishing.
+    """
+
+    time_budget_s: float = 60.0
+    max_per_run: int = 1000
+    page_size: int = 200
+    interval_s: float = 60.0
+    claim_timeout_s: float = 600.0
+    reclaim_limit: int = 500
+    mark_workers: int = 8
+
+
+class Scanner:
+    """Performs scan runs; thread-safe, so overlapping requests may share one."""
+
+    def __init__(
+        self,
+        store: ScanStore,
+        publisher: JobPublisher,
+        clock: Clock,
+        limits: ScanLimits,
+        *,
+        runs: RunRecorder | None = None,
+        metrics: MetricsSink | None = None,
+    ) -> None:
+        self._store = store
+        self._publisher = publisher
+        self._clock = clock
+        self._limits = limits
+        self._runs = runs
+        self._metrics = metrics or NullSink()
+        self._marker = futures.ThreadPoolExecutor(
+            max_workers=limits.mark_workers, thread_name_prefix="scan-mark"
+        )
+
+    def close(self) -> None:
+        self._marker.shutdown(wait=True)
+
+    @staticmethod
+    def new_run_id(at: datetime) -> str:
+        """A sortable, unique run ID: UTC time, then a random suffix."""
+        return f"{at.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+    def run(self, *, dry_run: bool = False, run_id: str | None = None) -> ScanRun:
+        """One scan run; raises StoreUnreachable or QueueUnreachable (with `.run`) on outage."""
+        started_at = self._clock.now()
+        run_id = run_id or self.new_run_id(started_at)
+        tally = RunTally()
+        try:
+            control = self._store.get_control()
+        except errors.StoreUnavailable as exc:
+            raise StoreUnreachable(f"cannot read the control document: {exc}") from exc
+        budget = self.budget_for(control)
+        claim_timeout = self.claim_timeout_for(control)
+
+        if control.paused:
+            stopped: StopReason = "paused"
+        elif dry_run:
+            stopped = "dry_run"
+        else:
+            stopped = self._work(run_id, started_at, budget, claim_timeout, tally)
+
+        def finish(backlog: Backlog, reason: StopReason) -> ScanRun:
+            return tally.finish(
+                run_id=run_id,
+                started_at=started_at,
+                finished_at=self._clock.now(),
+                stopped_because=reason,
+                paused=control.paused,
+                dry_run=dry_run,
+                budget=budget.limit,
+                backlog=backlog,
+            )
+
+        try:
+            backlog = self._measure(claim_timeout)
+        except errors.StoreUnavailable as exc:
+            run = finish(Backlog(), "unavailable")
+            raise StoreUnreachable(f"cannot measure the backlog: {exc}", run) from exc
+        run = finish(backlog, stopped)
+        self._report(run)
+        if run.publish_failed and not run.published:
+            raise QueueUnreachable(
+                f"all {run.publish_failed} publishes of run {run_id} failed; "
+                "the jobs are back in deferred",
+                run,
+            )
+        return run
+
+    def budget_for(self, control: Control) -> EnqueueBudget:
+        """This run's enqueue budget: the control's dials, under the deployment's ceiling."""
+        return enqueue_budget(
+            self._limits.max_per_run,
+            self._limits.interval_s,
+            rate_per_s=control.catch_up_rate,
+            cap_override=min(self._limits.max_per_run, control.claim_budget),
+        )
+
+    def claim_timeout_for(self, control: Control) -> timedelta:
+        return max(control.claim_timeout, timedelta(seconds=self._limits.claim_timeout_s))
+
+    # --- the work of a run ----------------------------------------------------------------
+
+    def _work(
+        self,
+        run_id: str,
+        started_at: datetime,
+        budget: EnqueueBudget,
+        claim_timeout: timedelta,
+        tally: RunTally,
+    ) -> StopReason:
+        tally.reclaimed = self._reclaim(run_id, claim_timeout)
+        time_budget = TimeBudget(started_at, self._limits.time_budget_s)
+        remaining = budget.limit
+        while True:
+            if remaining <= 0:
+                return "budget"
+            now = self._clock.now()
+            if time_budget.exhausted(now):
+                return "time"
+            want = min(self._limits.page_size, remaining)
+            try:
+                claims = list(self._store.claim_due(now, run_id, want))
+            except errors.StoreUnavailable as exc:
+                raise StoreUnreachable(f"cannot claim due jobs: {exc}") from exc
+            tally.add_claimed(len(claims))
+            remaining -= len(claims)
+            published_before = tally.published
+            self._publish_page(run_id, claims, tally)
+            if claims and tally.published == published_before:
+                # The whole page failed: Pub/Sub is most likely down. Claiming more would
+                # only cycle more records through claimed -> deferred.
+                return "unavailable"
+            if len(claims) < want:
+                return "drained"
+
+    def _reclaim(self, run_id: str, claim_timeout: timedelta) -> int:
+        try:
+            reclaimed = self._store.reclaim_expired(
+                self._clock.now(), claim_timeout, self._limits.reclaim_limit, run_id
+            )
+        except errors.StoreUnavailable as exc:
+            raise StoreUnreachable(f"cannot reclaim expired claims: {exc}") from exc
+        if reclaimed:
+            ids = [getattr(r, "job_id", str(r)) for r in reclaimed]
+            logger.warning(
+                "reclaimed %d expired claims or leases",
+                len(ids),
+                extra={"fields": {"reclaimed_ids": ids[:100], "reclaimed": len(ids)}},
+            )
+        return len(reclaimed)
+
+    def _publish_page(self, run_id: str, claims: Sequence[ClaimedJob], tally: RunTally) -> None:
+        pending: list[tuple[ClaimedJob, futures.Future[str] | None, Exception | None]] = []
+        for claim in claims:
+            try:
+                future = self._publisher.publish(claim.job_id, claim.generation, run_id)
+                pending.append((claim, future, None))
+            except PublishError as exc:
+                pending.append((claim, None, exc))
+        marks = []
+        for claim, maybe_future, early_error in pending:
+            message_id, error = self._outcome(maybe_future, early_error)
+            # Each mark runs in the request's context so its log lines keep trace and run_id.
+            context = contextvars.copy_context()
+            marks.append(
+                self._marker.submit(context.run, self._record, claim, message_id, error, tally)
+            )
+        for mark in marks:
+            mark.result()
+
+    def _outcome(
+        self, future: futures.Future[str] | None, early_error: Exception | None
+    ) -> tuple[str | None, Exception | None]:
+        if future is None:
+            return None, early_error
+        try:
+            # The publisher bounds its own retries by timeout_s; the slack covers batching.
+            return future.result(timeout=self._publisher.timeout_s + 5.0), None
+        except futures.TimeoutError as exc:
+            return None, exc
+        except Exception as exc:  # the publish failed; the error is recorded on the job
+            return None, exc
+
+    def _record(
+        self,
+        claim: ClaimedJob,
+        message_id: str | None,
+        error: Exception | None,
+        tally: RunTally,
+    ) -> None:
+        at = self._clock.now()
+        if message_id is not None:
+            tally.add_published((at - claim.claimed_at).total_seconds())
+            self._mark_enqueued(claim, message_id, at, tally)
+        else:
+            tally.add_failed(claim.job_id)
+            self._mark_failed(claim, error)
+
+    def _mark_enqueued(
+        self, claim: ClaimedJob, message_id: str, at: datetime, tally: RunTally
+    ) -> None:
+        fields = {"job_id": claim.job_id, "generation": claim.generation, "message_id": message_id}
+        try:
+            self._store.mark_enqueued(claim.job_id, claim.generation, message_id, at)
+        except errors.LostRace as exc:
+            # Published, but a newer claim owns the record: the worker drops this message
+            # as stale and the newer claim's message does the work.
+            tally.add_mark_lost()
+            logger.warning(
+                "published job moved on before marking: %s", exc, extra={"fields": fields}
+            )
+        except errors.JobsError as exc:
+            # The message is out but the record stays claimed: the reclaimer returns it and a
+            # later run publishes it again; the worker treats the duplicate as normal input.
+            logger.error("could not mark published job enqueued: %s", exc, extra={"fields": fields})
+
+    def _mark_failed(self, claim: ClaimedJob, error: Exception | None) -> None:
+        info = ErrorInfo(code=_error_code(error), message=_error_message(error))
+        fields = {"job_id": claim.job_id, "generation": claim.generation, "error": info.message}
+        logger.warning("publish failed; returning job to deferred", extra={"fields": fields})
+        try:
+            self._store.mark_enqueue_failed(claim.job_id, claim.generation, info)
+        except errors.JobsError as exc:
+            # Left claimed: the reclaimer returns it after the claim timeout.
+            logger.error("could not record publish failure: %s", exc, extra={"fields": fields})
+
+    # --- signals ---------------------------------------------------------------------------
+
+    def _measure(self, claim_timeout: timedelta) -> Backlog:
+        stats = self._store.stats(self._clock.now(), claim_timeout)
+        return Backlog(
+            due_count=stats.due_count,
+            oldest_overdue_age_s=stats.oldest_overdue_age_s or 0.0,
+            stuck_claims=stats.stuck_claims,
+        )
+
+    def _report(self, run: ScanRun) -> None:
+        logger.info("scan run finished", extra={"fields": log_fields(run)})
+        try:
+            self._metrics.record_scan(scan_report(run))
+        except Exception as exc:  # a metrics outage must not fail a run that did its work
+            logger.warning("metrics sink failed: %s", exc)
+        if self._runs is not None:
+            try:
+                self._runs.record(run)
+            except RunLogError as exc:
+                logger.warning("could not record the scan run: %s", exc)
+
+
+def _error_code(error: Exception | None) -> str:
+    if error is None:
+        return "unknown"
+    code = getattr(error, "grpc_status_code", None) or getattr(error, "code", None)
+    name = getattr(code, "name", None)
+    return str(name) if name else type(error).__name__
+
+
+def _error_message(error: Exception | None) -> str:
+    text = str(error) if error is not None else "publish failed"
+    return (text or type(error).__name__)[:_MAX_ERROR_CHARS]

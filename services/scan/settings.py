@@ -1,0 +1,153 @@
+"""The scan's configuration: one frozen `ScanSettings`, read from JOBS_* variables once.
+
+The variable names are module constants (and `ALL_KEYS`) so the Pulumi program sets exactly
+what this reads. `from_env` names every missing or invalid key in one `SettingsError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.jobs import metrics
+from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
+from services.jobs.publisher import DEFAULT_TIMEOUT_S as DEFAULT_PUBLISH_TIMEOUT_S
+from services.jobs.settings import CommonSettings, EnvReader, SettingsError
+from services.scan.scanner import ScanLimits
+
+__all__ = ["ALL_KEYS", "ScanSettings", "SettingsError"]
+
+PROJECT = "JOBS_PROJECT"
+TOPIC = "JOBS_TOPIC"
+SCAN_AUDIENCE = "JOBS_SCAN_AUDIENCE"
+SCAN_ALLOWED_INVOKERS = "JOBS_SCAN_ALLOWED_INVOKERS"
+OIDC_CERTS_URL = "JOBS_OIDC_CERTS_URL"
+AUTH_CLOCK_SKEW_S = "JOBS_AUTH_CLOCK_SKEW_S"
+SCAN_TIME_BUDGET_S = "JOBS_SCAN_TIME_BUDGET_S"
+SCAN_MAX_PER_RUN = "JOBS_SCAN_MAX_PER_RUN"
+SCAN_PAGE_SIZE = "JOBS_SCAN_PAGE_SIZE"
+SCAN_INTERVAL_S = "JOBS_SCAN_INTERVAL_S"
+SCAN_PUBLISH_TIMEOUT_S = "JOBS_SCAN_PUBLISH_TIMEOUT_S"
+CLAIM_TIMEOUT_S = "JOBS_CLAIM_TIMEOUT_S"
+RECLAIM_LIMIT = "JOBS_RECLAIM_LIMIT"
+METRICS = "JOBS_METRICS"
+SCAN_RUN_RETENTION_S = "JOBS_SCAN_RUN_RETENTION_S"
+LOG_LEVEL = "JOBS_LOG_LEVEL"
+
+ALL_KEYS = (
+    PROJECT,
+    TOPIC,
+    SCAN_AUDIENCE,
+    SCAN_ALLOWED_INVOKERS,
+    OIDC_CERTS_URL,
+    AUTH_CLOCK_SKEW_S,
+    SCAN_TIME_BUDGET_S,
+    SCAN_MAX_PER_RUN,
+    SCAN_PAGE_SIZE,
+    SCAN_INTERVAL_S,
+    SCAN_PUBLISH_TIMEOUT_S,
+    CLAIM_TIMEOUT_S,
+    RECLAIM_LIMIT,
+    METRICS,
+    SCAN_RUN_RETENTION_S,
+    LOG_LEVEL,
+)
+
+# Cloud Scheduler's attempt deadline is at most 30 min; a run should end well inside it.
+MAX_TIME_BUDGET_S = 1800.0
+DEFAULT_TIME_BUDGET_S = 60.0
+DEFAULT_MAX_PER_RUN = 1000
+MAX_PER_RUN_LIMIT = 100_000
+DEFAULT_PAGE_SIZE = 200
+# One claim transaction per page; Firestore transactions stay well under 10 MiB at 500 docs.
+MAX_PAGE_SIZE = 500
+DEFAULT_INTERVAL_S = 60.0  # Cloud Scheduler's finest schedule is every minute
+DEFAULT_CLAIM_TIMEOUT_S = 600.0
+DEFAULT_RECLAIM_LIMIT = 500
+DEFAULT_RUN_RETENTION_S = 30 * 86400.0
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    """Everything the scan reads from its environment."""
+
+    project: str
+    topic: str
+    audience: str
+    allowed_invokers: frozenset[str]
+    certs_url: str = GOOGLE_CERTS_URL
+    auth_clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S
+    max_per_run: int = DEFAULT_MAX_PER_RUN
+    page_size: int = DEFAULT_PAGE_SIZE
+    interval_s: float = DEFAULT_INTERVAL_S
+    publish_timeout_s: float = DEFAULT_PUBLISH_TIMEOUT_S
+    claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S
+    reclaim_limit: int = DEFAULT_RECLAIM_LIMIT
+    metrics: metrics.MetricsKind = "cloud"
+    run_retention_s: float = DEFAULT_RUN_RETENTION_S
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ScanSettings:
+        """Read and validate; raises SettingsError naming every bad key."""
+        env = EnvReader(os.environ if environ is None else environ)
+        common = CommonSettings.read(env)
+        settings = cls(
+            project=common.project,
+            topic=env.str(TOPIC),
+            audience=env.url(SCAN_AUDIENCE),
+            allowed_invokers=frozenset(env.csv(SCAN_ALLOWED_INVOKERS)),
+            certs_url=common.oidc_certs_url,
+            auth_clock_skew_s=common.auth_clock_skew_s,
+            time_budget_s=env.duration_s(
+                SCAN_TIME_BUDGET_S, DEFAULT_TIME_BUDGET_S, min=1.0, max=MAX_TIME_BUDGET_S
+            ),
+            max_per_run=env.int(
+                SCAN_MAX_PER_RUN, DEFAULT_MAX_PER_RUN, min=1, max=MAX_PER_RUN_LIMIT
+            ),
+            page_size=env.int(SCAN_PAGE_SIZE, DEFAULT_PAGE_SIZE, min=1, max=MAX_PAGE_SIZE),
+            interval_s=env.duration_s(SCAN_INTERVAL_S, DEFAULT_INTERVAL_S, min=1.0, max=86400.0),
+            publish_timeout_s=env.duration_s(
+                SCAN_PUBLISH_TIMEOUT_S, DEFAULT_PUBLISH_TIMEOUT_S, min=0.1, max=600.0
+            ),
+            claim_timeout_s=env.duration_s(
+                CLAIM_TIMEOUT_S, DEFAULT_CLAIM_TIMEOUT_S, min=1.0, max=7 * 86400.0
+            ),
+            reclaim_limit=env.int(RECLAIM_LIMIT, DEFAULT_RECLAIM_LIMIT, min=0, max=MAX_PAGE_SIZE),
+            metrics=_metrics_kind(env.choice(METRICS, metrics.METRICS_KINDS, default="cloud")),
+            run_retention_s=env.duration_s(
+                SCAN_RUN_RETENTION_S, DEFAULT_RUN_RETENTION_S, min=60.0, max=365 * 86400.0
+            ),
+            log_level=common.log_level,
+        )
+        if "/" in settings.topic:
+            env.problem(TOPIC, f"must be a topic ID, not a path; got {settings.topic!r}")
+        if settings.claim_timeout_s <= settings.time_budget_s + settings.publish_timeout_s:
+            # Shorter, and the next run would reclaim claims this run may still be publishing.
+            env.problem(
+                CLAIM_TIMEOUT_S,
+                f"must exceed {SCAN_TIME_BUDGET_S} + {SCAN_PUBLISH_TIMEOUT_S} "
+                f"({settings.time_budget_s + settings.publish_timeout_s:g}s); "
+                f"got {settings.claim_timeout_s:g}s",
+            )
+        env.finish()
+        return settings
+
+    def limits(self) -> ScanLimits:
+        return ScanLimits(
+            time_budget_s=self.time_budget_s,
+            max_per_run=self.max_per_run,
+            page_size=self.page_size,
+            interval_s=self.interval_s,
+            claim_timeout_s=self.claim_timeout_s,
+            reclaim_limit=self.reclaim_limit,
+        )
+
+
+def _metrics_kind(value: str) -> metrics.MetricsKind:
+    for kind in metrics.METRICS_KINDS:
+        if kind == value:
+            return kind
+    return "none"  # unreachable: EnvReader.choice returns one of the kinds

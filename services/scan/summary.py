@@ -1,0 +1,165 @@
+"""Summarising one scan run: the tally kept while it runs, and the shapes it is reported in.
+
+The same numbers go to four places: the HTTP response, the one log line per run (event
+`scan_run`, which the SCAN_RUNS log-based metric counts), the metrics sink, and the
+`scan_runs` document. They are all rendered from one `ScanRun` so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from services.jobs import metrics
+from services.jobs.runs import MAX_FAILED_IDS, ScanRun
+
+StopReason = Literal["budget", "time", "drained", "paused", "dry_run", "unavailable"]
+STOP_REASONS: tuple[StopReason, ...] = (
+    "budget",
+    "time",
+    "drained",
+    "paused",
+    "dry_run",
+    "unavailable",
+)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the store reported about due and stuck work at the end of the run."""
+
+    due_count: int = 0
+    oldest_overdue_age_s: float = 0.0
+    stuck_claims: int = 0
+
+
+@dataclass
+class RunTally:
+    """Counts a run accumulates; publish outcomes may be recorded from several threads."""
+
+    claimed: int = 0
+    published: int = 0
+    publish_failed: int = 0
+    reclaimed: int = 0
+    # Published, but the record had moved on (reclaimed and re-claimed) before we marked it:
+    # the worker will drop the message as stale. Counted so it is visible, never hidden.
+    mark_lost: int = 0
+    claim_to_enqueue_latency_s: float = 0.0
+    failed_ids: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_claimed(self, count: int) -> None:
+        with self._lock:
+            self.claimed += count
+
+    def add_published(self, latency_s: float) -> None:
+        with self._lock:
+            self.published += 1
+            self.claim_to_enqueue_latency_s = max(self.claim_to_enqueue_latency_s, latency_s)
+
+    def add_failed(self, job_id: str) -> None:
+        with self._lock:
+            self.publish_failed += 1
+            if len(self.failed_ids) < MAX_FAILED_IDS:
+                self.failed_ids.append(job_id)
+
+    def add_mark_lost(self) -> None:
+        with self._lock:
+            self.mark_lost += 1
+
+    def finish(
+        self,
+        *,
+        run_id: str,
+        started_at: datetime,
+        finished_at: datetime,
+        stopped_because: StopReason,
+        paused: bool,
+        dry_run: bool,
+        budget: int,
+        backlog: Backlog,
+    ) -> ScanRun:
+        with self._lock:
+            return ScanRun(
+                run_id=run_id,
+                started_at=started_at,
+                finished_at=finished_at,
+                stopped_because=stopped_because,
+                paused=paused,
+                dry_run=dry_run,
+                budget=budget,
+                claimed=self.claimed,
+                published=self.published,
+                publish_failed=self.publish_failed,
+                reclaimed=self.reclaimed,
+                due_count=backlog.due_count,
+                oldest_overdue_age_s=backlog.oldest_overdue_age_s,
+                stuck_claims=backlog.stuck_claims,
+                claim_to_enqueue_latency_s=self.claim_to_enqueue_latency_s,
+                failed_ids=tuple(self.failed_ids),
+            )
+
+
+# The response and the log line carry exactly these keys, in this order.
+SUMMARY_KEYS = (
+    "run_id",
+    "paused",
+    "dry_run",
+    "claimed",
+    "published",
+    "publish_failed",
+    "reclaimed",
+    "due_count",
+    "oldest_overdue_age_s",
+    "stuck_claims",
+    "budget",
+    "duration_s",
+    "stopped_because",
+)
+
+
+def response_body(run: ScanRun) -> dict[str, Any]:
+    """The 200 JSON body of a scan request."""
+    values: dict[str, Any] = {
+        "run_id": run.run_id,
+        "paused": run.paused,
+        "dry_run": run.dry_run,
+        "claimed": run.claimed,
+        "published": run.published,
+        "publish_failed": run.publish_failed,
+        "reclaimed": run.reclaimed,
+        "due_count": run.due_count,
+        "oldest_overdue_age_s": round(run.oldest_overdue_age_s, 3),
+        "stuck_claims": run.stuck_claims,
+        "budget": run.budget,
+        "duration_s": round(run.duration_s, 3),
+        "stopped_because": run.stopped_because,
+    }
+    return {key: values[key] for key in SUMMARY_KEYS}
+
+
+def log_fields(run: ScanRun) -> dict[str, Any]:
+    """The structured fields of the one log line per run (same numbers as the response)."""
+    fields = response_body(run)
+    fields[metrics.LOG_EVENT] = metrics.EVENT_SCAN_RUN
+    fields["claim_to_enqueue_latency_s"] = round(run.claim_to_enqueue_latency_s, 3)
+    if run.failed_ids:
+        fields["failed_ids"] = list(run.failed_ids)
+    return fields
+
+
+def scan_report(run: ScanRun) -> metrics.ScanReport:
+    """The gauges for the metrics sink."""
+    return metrics.ScanReport(
+        run_id=run.run_id,
+        oldest_overdue_age_s=run.oldest_overdue_age_s,
+        due_count=run.due_count,
+        stuck_claims=run.stuck_claims,
+        claimed=run.claimed,
+        published=run.published,
+        publish_failed=run.publish_failed,
+        reclaimed=run.reclaimed,
+        claim_to_enqueue_latency_s=run.claim_to_enqueue_latency_s,
+    )

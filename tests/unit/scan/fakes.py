@@ -1,0 +1,121 @@
+"""Hand-written fakes for unit tests of the scan's logic (integration tests use the emulators)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from services.jobs import errors
+from services.jobs.control import Control
+from services.jobs.model import ClaimedJob, ErrorInfo, Reclaimed, Stats
+from services.jobs.state import State
+
+T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
+
+
+@dataclass
+class FakeStore:
+    """An in-memory queue of due IDs with the store methods the scanner calls."""
+
+    due: list[str] = field(default_factory=list)
+    control: Control = field(default_factory=Control)
+    expired: list[str] = field(default_factory=list)
+    on_claim: Callable[[], None] | None = None
+    unavailable: set[str] = field(default_factory=set)
+    claimed: dict[str, int] = field(default_factory=dict)
+    enqueued: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, ErrorInfo] = field(default_factory=dict)
+    claim_calls: list[int] = field(default_factory=list)
+    lose_marks: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _check(self, op: str) -> None:
+        if op in self.unavailable:
+            raise errors.StoreUnavailable(f"{op}: firestore down")
+
+    def get_control(self) -> Control:
+        self._check("get_control")
+        return self.control
+
+    def reclaim_expired(
+        self, now: datetime, claim_timeout: timedelta, limit: int, run_id: str
+    ) -> Sequence[Reclaimed]:
+        self._check("reclaim_expired")
+        taken, self.expired = self.expired[:limit], self.expired[limit:]
+        self.due.extend(taken)
+        return [Reclaimed(i, State.CLAIMED, State.DEFERRED, 1) for i in taken]
+
+    def claim_due(self, now: datetime, run_id: str, limit: int) -> Sequence[ClaimedJob]:
+        self._check("claim_due")
+        self.claim_calls.append(limit)
+        if self.on_claim:
+            self.on_claim()
+        with self._lock:
+            batch, self.due = self.due[:limit], self.due[limit:]
+            out = []
+            for job_id in batch:
+                generation = self.claimed.get(job_id, 0) + 1
+                self.claimed[job_id] = generation
+                out.append(ClaimedJob(job_id, generation, T0, now, "media.delete_source"))
+            return out
+
+    def mark_enqueued(self, job_id: str, generation: int, message_id: str, at: datetime) -> None:
+        self._check("mark_enqueued")
+        if job_id in self.lose_marks:
+            raise errors.StaleGeneration(job_id, generation, generation + 1)
+        with self._lock:
+            self.enqueued[job_id] = message_id
+
+    def mark_enqueue_failed(self, job_id: str, generation: int, error: ErrorInfo) -> None:
+        self._check("mark_enqueue_failed")
+        with self._lock:
+            self.failed[job_id] = error
+            self.due.append(job_id)
+
+    def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
+        self._check("stats")
+        return Stats(
+            oldest_overdue_age_s=(now - T0).total_seconds() if self.due else None,
+            due_count=len(self.due),
+            stuck_claims=len(self.expired),
+            expired_leases=0,
+            per_state={},
+        )
+
+
+class PublishFailure(Exception):
+    """A publish the fake refused."""
+
+
+class FakePublisher:
+    """Resolves futures at once: message IDs, or PublishFailure for IDs in `fail`."""
+
+    timeout_s = 1.0
+
+    def __init__(self, fail: Callable[[str], bool] = lambda _id: False) -> None:
+        self.fail = fail
+        self.sent: list[tuple[str, int, str]] = []
+        self._lock = threading.Lock()
+
+    def publish(self, job_id: str, generation: int, run_id: str) -> futures.Future[str]:
+        future: futures.Future[str] = futures.Future()
+        with self._lock:
+            self.sent.append((job_id, generation, run_id))
+            count = len(self.sent)
+        if self.fail(job_id):
+            future.set_exception(PublishFailure(f"cannot publish {job_id}"))
+        else:
+            future.set_result(f"m{count}")
+        return future
+
+
+class Crash(BaseException):
+    """Stands in for the process dying (SIGKILL, OOM) in the middle of a run."""
+
+
+class CrashingPublisher(FakePublisher):
+    def publish(self, job_id: str, generation: int, run_id: str) -> futures.Future[str]:
+        raise Crash("process died after claiming")

@@ -1,0 +1,185 @@
+"""The HTTP mapping of the scan (Flask test client, fakes); the auth matrix with real tokens is
+in tests/integration/scan."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import flask
+import pytest
+
+from services.jobs.auth import Caller, CertsUnavailable, Forbidden, Unauthenticated
+from services.jobs.clock import FakeClock
+from services.jobs.log import JsonFormatter
+from services.jobs.metrics import InMemorySink
+from services.jobs.runs import ScanRun
+from services.scan.app import create_app
+from services.scan.settings import ScanSettings
+from services.scan.summary import SUMMARY_KEYS
+from tests.unit.scan.fakes import T0, FakePublisher, FakeStore
+
+SETTINGS = ScanSettings(
+    project="p1",
+    topic="jobs",
+    audience="https://scan.example",
+    allowed_invokers=frozenset({"scheduler@p1.iam.gserviceaccount.com"}),
+    max_per_run=50,
+    page_size=10,
+    metrics="none",
+)
+GOOD = "Bearer good.token.sig"
+
+
+class FakeVerifier:
+    def verify_header(self, authorization: str | None) -> Caller:
+        if authorization == GOOD:
+            return Caller("scheduler@p1.iam.gserviceaccount.com", "1", 0, 0)
+        if authorization == "Bearer other.token.sig":
+            raise Forbidden("caller 'x' is not allowed")
+        if authorization == "Bearer certs.down.now":
+            raise CertsUnavailable()
+        raise Unauthenticated("missing Authorization header")
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.runs: list[ScanRun] = []
+
+    def record(self, run: ScanRun) -> None:
+        self.runs.append(run)
+
+
+def build(
+    store: FakeStore | None = None, publisher: FakePublisher | None = None
+) -> tuple[flask.Flask, FakeStore, InMemorySink, Recorder]:
+    store = store or FakeStore(due=[f"j{i}" for i in range(30)])
+    sink, recorder = InMemorySink(), Recorder()
+    app = create_app(
+        SETTINGS,
+        clock=FakeClock(T0),
+        store=store,
+        publisher=publisher or FakePublisher(),
+        metrics=sink,
+        verifier=FakeVerifier(),
+        runs=recorder,
+    )
+    return app, store, sink, recorder
+
+
+def post(app: flask.Flask, body: Any = b"", auth: str | None = GOOD, **kw: Any) -> Any:
+    headers = {"Authorization": auth} if auth else {}
+    headers.update(kw.pop("headers", {}))
+    return app.test_client().post("/", data=body, headers=headers, **kw)
+
+
+def test_an_authenticated_empty_post_runs_a_scan_and_returns_the_summary() -> None:
+    app, store, sink, recorder = build()
+    response = post(app)
+    assert response.status_code == 200
+    body = response.get_json()
+    assert tuple(body) == SUMMARY_KEYS
+    assert (body["claimed"], body["published"], body["stopped_because"]) == (30, 30, "drained")
+    assert len(store.enqueued) == 30
+    assert [r.run_id for r in sink.reports] == [r.run_id for r in recorder.runs] == [body["run_id"]]
+
+
+def test_dry_run_body_measures_without_claiming() -> None:
+    app, store, _, _ = build()
+    body = post(app, b'{"dry_run": true}', content_type="application/json").get_json()
+    assert (body["dry_run"], body["claimed"], body["due_count"]) == (True, 0, 30)
+    assert store.claim_calls == []
+
+
+@pytest.mark.parametrize(
+    ("auth", "status", "error"),
+    [
+        (None, 401, "unauthenticated"),
+        ("Bearer garbage", 401, "unauthenticated"),
+        ("Bearer other.token.sig", 403, "forbidden"),
+        ("Bearer certs.down.now", 503, "token certs unavailable"),
+    ],
+)
+def test_refused_callers_never_start_a_run(auth: str | None, status: int, error: str) -> None:
+    app, store, sink, _ = build()
+    response = post(app, auth=auth)
+    assert response.status_code == status
+    assert response.get_json()["error"] == error
+    assert store.claim_calls == [] and sink.reports == []
+    if status == 401:
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(
+    "body", [b"{", b"[1]", b'{"dry_run": "yes"}', b'{"force": true}', b"x" * 5000]
+)
+def test_bad_bodies_are_refused_with_400_and_a_reason(body: bytes) -> None:
+    app, store, _, _ = build()
+    response = post(app, body)
+    assert response.status_code == 400
+    payload = response.get_json()
+    assert payload["error"] == "bad request" and payload["detail"]
+    assert store.claim_calls == []
+
+
+def test_methods_other_than_post_are_refused() -> None:
+    app, _, _, _ = build()
+    response = app.test_client().get("/", headers={"Authorization": GOOD})
+    assert response.status_code == 405
+
+
+def test_an_unreachable_store_answers_503_with_a_clear_error() -> None:
+    app, _, _, _ = build(store=FakeStore(unavailable={"get_control"}))
+    response = post(app)
+    assert response.status_code == 503
+    assert response.get_json()["error"] == "firestore unavailable"
+
+
+def test_an_unreachable_queue_answers_503_with_the_run_summary() -> None:
+    app, store, _, _ = build(publisher=FakePublisher(fail=lambda _id: True))
+    response = post(app)
+    body = response.get_json()
+    assert response.status_code == 503
+    assert body["error"] == "pubsub unavailable"
+    assert (body["published"], body["publish_failed"]) == (0, 10)
+    assert len(store.failed) == 10
+
+
+class JsonLines(logging.Handler):
+    """Formats at emit time, as the real handler does, so bound context fields are kept."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(JsonFormatter())
+        self.lines: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(json.loads(self.format(record)))
+
+
+def test_every_log_line_of_a_request_carries_trace_and_run_id_and_never_the_token() -> None:
+    # A failed publish makes the mark threads log too: their lines need the context as well.
+    publisher = FakePublisher(fail=lambda job_id: job_id == "b")
+    app, _, _, _ = build(store=FakeStore(due=["a", "b"]), publisher=publisher)
+    trace = "0123456789abcdef0123456789abcdef"
+    handler = JsonLines()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    level = root.level
+    root.setLevel(logging.DEBUG)
+    try:
+        response = post(app, headers={"X-Cloud-Trace-Context": f"{trace}/1;o=1"})
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    run_id = response.get_json()["run_id"]
+    ours = [line for line in handler.lines if line["logger"].startswith("services.")]
+    assert {line["logger"] for line in ours} >= {"services.scan.scanner", "services.scan.app"}
+    for line in ours:
+        assert line["logging.googleapis.com/trace"] == f"projects/p1/traces/{trace}"
+        assert line["run_id"] == run_id
+    assert all("good.token.sig" not in json.dumps(line) for line in handler.lines)
+    scan_lines = [line for line in ours if line.get("event") == "scan_run"]
+    assert len(scan_lines) == 1
+    assert (scan_lines[0]["published"], scan_lines[0]["publish_failed"]) == (1, 1)

@@ -1,0 +1,174 @@
+"""The scan run's logic over hand-written fakes; the emulator tests cover the real store."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from services.jobs.clock import FakeClock
+from services.jobs.control import Control
+from services.jobs.metrics import InMemorySink
+from services.scan.scanner import QueueUnreachable, ScanLimits, Scanner, StoreUnreachable
+from tests.unit.scan.fakes import T0, Crash, CrashingPublisher, FakePublisher, FakeStore
+
+LIMITS = ScanLimits(
+    time_budget_s=30, max_per_run=100, page_size=10, interval_s=60, claim_timeout_s=120
+)
+
+
+def ids(count: int, prefix: str = "job") -> list[str]:
+    return [f"{prefix}-{i:04d}" for i in range(count)]
+
+
+def make(
+    store: FakeStore,
+    publisher: FakePublisher | None = None,
+    limits: ScanLimits = LIMITS,
+    clock: FakeClock | None = None,
+) -> tuple[Scanner, FakePublisher, InMemorySink]:
+    publisher = publisher or FakePublisher()
+    sink = InMemorySink()
+    scanner = Scanner(store, publisher, clock or FakeClock(T0), limits, metrics=sink)
+    return scanner, publisher, sink
+
+
+def test_a_run_claims_publishes_and_marks_each_due_job_once() -> None:
+    store = FakeStore(due=ids(25))
+    scanner, publisher, sink = make(store)
+    run = scanner.run()
+    assert (run.claimed, run.published, run.publish_failed) == (25, 25, 0)
+    assert run.stopped_because == "drained"
+    assert sorted(j for j, _, _ in publisher.sent) == ids(25)
+    assert sorted(store.enqueued) == ids(25)
+    assert store.claim_calls == [10, 10, 10]
+    assert [r.claimed for r in sink.reports] == [25]
+
+
+def test_a_run_stops_at_the_per_run_cap_and_leaves_the_rest_due() -> None:
+    store = FakeStore(due=ids(250))
+    scanner, publisher, _ = make(store)
+    run = scanner.run()
+    assert (run.claimed, run.published, run.budget) == (100, 100, 100)
+    assert run.stopped_because == "budget"
+    assert run.due_count == 150
+    assert len(publisher.sent) == 100
+
+
+def test_the_catch_up_rate_lowers_the_budget_below_the_cap() -> None:
+    store = FakeStore(due=ids(250), control=Control(catch_up_rate=0.5))
+    run = make(store)[0].run()
+    assert (run.budget, run.claimed) == (30, 30)
+    assert store.claim_calls == [10, 10, 10]
+
+
+def test_the_control_claim_budget_lowers_the_cap_but_never_raises_it() -> None:
+    lowered = make(FakeStore(due=ids(250), control=Control(claim_budget=15)))[0].run()
+    raised = make(FakeStore(due=ids(250), control=Control(claim_budget=5000)))[0].run()
+    assert (lowered.budget, lowered.claimed) == (15, 15)
+    assert (raised.budget, raised.claimed) == (100, 100)
+
+
+def test_a_run_stops_claiming_when_its_time_budget_is_spent() -> None:
+    clock = FakeClock(T0)
+    store = FakeStore(due=ids(100), on_claim=lambda: clock.advance(timedelta(seconds=12)))
+    run = make(store, clock=clock)[0].run()
+    assert run.stopped_because == "time"
+    assert run.claimed == 30  # pages at t=0, 12, 24; at t=36 the 30 s budget is spent
+    assert run.duration_s == pytest.approx(36.0)
+
+
+def test_paused_measures_and_reports_but_claims_nothing() -> None:
+    store = FakeStore(due=ids(40), expired=["stuck"], control=Control(paused=True))
+    scanner, publisher, sink = make(store)
+    run = scanner.run()
+    assert run.paused and run.stopped_because == "paused"
+    assert (run.claimed, run.reclaimed, run.due_count, run.stuck_claims) == (0, 0, 40, 1)
+    assert store.claim_calls == [] and publisher.sent == []
+    assert [(r.due_count, r.claimed) for r in sink.reports] == [(40, 0)]
+
+
+def test_dry_run_measures_and_claims_nothing() -> None:
+    store = FakeStore(due=ids(40))
+    scanner, publisher, sink = make(store)
+    run = scanner.run(dry_run=True)
+    assert run.dry_run and run.stopped_because == "dry_run"
+    assert (run.claimed, run.due_count) == (0, 40)
+    assert store.claim_calls == [] and publisher.sent == []
+    assert len(sink.reports) == 1
+
+
+def test_expired_claims_are_reclaimed_then_published_in_the_same_run() -> None:
+    store = FakeStore(due=ids(3), expired=["stuck-1", "stuck-2"])
+    run = make(store)[0].run()
+    assert run.reclaimed == 2
+    assert sorted(store.enqueued) == sorted([*ids(3), "stuck-1", "stuck-2"])
+
+
+def test_failed_publishes_go_back_to_deferred_with_the_error() -> None:
+    store = FakeStore(due=ids(20))
+    publisher = FakePublisher(fail=lambda job_id: job_id.endswith("3"))
+    run = make(store, publisher, ScanLimits(max_per_run=20, page_size=10))[0].run()
+    failed = {"job-0003", "job-0013"}
+    assert (run.claimed, run.published, run.publish_failed) == (20, 18, 2)
+    assert run.stopped_because == "budget"
+    assert set(store.failed) == failed
+    assert all(
+        e.code == "PublishFailure" and "cannot publish" in e.message for e in store.failed.values()
+    )
+    assert set(run.failed_ids) == failed
+    assert set(store.due) == failed  # back in deferred for a later run
+
+
+def test_a_run_whose_every_publish_fails_reports_the_queue_unreachable() -> None:
+    store = FakeStore(due=ids(50))
+    scanner, _, sink = make(store, FakePublisher(fail=lambda _id: True))
+    with pytest.raises(QueueUnreachable) as raised:
+        scanner.run()
+    run = raised.value.run
+    assert run is not None
+    # The first page failed entirely, so the run stopped instead of cycling the backlog.
+    assert (run.claimed, run.publish_failed, run.stopped_because) == (10, 10, "unavailable")
+    assert len(store.failed) == 10
+    assert [r.publish_failed for r in sink.reports] == [10]
+
+
+@pytest.mark.parametrize("operation", ["get_control", "reclaim_expired", "claim_due", "stats"])
+def test_an_unreachable_store_stops_the_run(operation: str) -> None:
+    store = FakeStore(due=ids(5), unavailable={operation})
+    with pytest.raises(StoreUnreachable, match="firestore down"):
+        make(store)[0].run()
+
+
+def test_a_crash_after_claiming_leaves_the_claims_for_the_reclaimer() -> None:
+    store = FakeStore(due=ids(5))
+    scanner, _, sink = make(store, CrashingPublisher())
+    with pytest.raises(Crash):
+        scanner.run()
+    assert set(store.claimed) == set(ids(5))
+    assert store.enqueued == {} and store.failed == {}
+    assert sink.reports == []
+
+
+def test_a_published_job_whose_record_moved_on_is_counted_not_hidden() -> None:
+    store = FakeStore(due=ids(4), lose_marks={"job-0001"})
+    run = make(store)[0].run()
+    assert run.published == 4
+    assert sorted(store.enqueued) == ["job-0000", "job-0002", "job-0003"]
+
+
+def test_claim_timeout_is_the_longer_of_setting_and_control() -> None:
+    scanner = make(FakeStore())[0]
+    assert scanner.claim_timeout_for(Control(claim_timeout=timedelta(seconds=30))) == timedelta(
+        seconds=120
+    )
+    assert scanner.claim_timeout_for(Control(claim_timeout=timedelta(hours=1))) == timedelta(
+        hours=1
+    )
+
+
+def test_run_ids_are_unique_and_sort_by_time() -> None:
+    first = Scanner.new_run_id(T0)
+    later = Scanner.new_run_id(T0 + timedelta(seconds=1))
+    assert first != Scanner.new_run_id(T0)
+    assert first < later

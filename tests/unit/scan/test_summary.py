@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from services.jobs import metrics
+from services.jobs.runs import MAX_FAILED_IDS, ScanRun
+from services.scan.summary import (
+    SUMMARY_KEYS,
+    Backlog,
+    RunTally,
+    log_fields,
+    response_body,
+    scan_report,
+)
+from tests.unit.scan.fakes import T0
+
+
+def finished_run() -> ScanRun:
+    tally = RunTally(reclaimed=2)
+    tally.add_claimed(5)
+    for latency in (0.5, 2.0, 1.0):
+        tally.add_published(latency)
+    tally.add_failed("a")
+    tally.add_failed("b")
+    return tally.finish(
+        run_id="r1",
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=3.25),
+        stopped_because="drained",
+        paused=False,
+        dry_run=False,
+        budget=100,
+        backlog=Backlog(due_count=7, oldest_overdue_age_s=12.5, stuck_claims=1),
+    )
+
+
+def test_the_response_carries_exactly_the_documented_keys() -> None:
+    body = response_body(finished_run())
+    assert tuple(body) == SUMMARY_KEYS
+    assert body == {
+        "run_id": "r1",
+        "paused": False,
+        "dry_run": False,
+        "claimed": 5,
+        "published": 3,
+        "publish_failed": 2,
+        "reclaimed": 2,
+        "due_count": 7,
+        "oldest_overdue_age_s": 12.5,
+        "stuck_claims": 1,
+        "budget": 100,
+        "duration_s": 3.25,
+        "stopped_because": "drained",
+    }
+
+
+def test_the_log_line_has_the_same_numbers_and_the_scan_run_event() -> None:
+    run = finished_run()
+    fields = log_fields(run)
+    assert fields[metrics.LOG_EVENT] == metrics.EVENT_SCAN_RUN == metrics.SCAN_RUNS.event
+    assert {k: fields[k] for k in SUMMARY_KEYS} == response_body(run)
+    assert fields["failed_ids"] == ["a", "b"]
+    assert fields["claim_to_enqueue_latency_s"] == 2.0
+
+
+def test_the_metrics_report_has_a_value_for_every_scan_gauge() -> None:
+    values = scan_report(finished_run()).gauge_values()
+    assert tuple(values) == metrics.SCAN_GAUGES
+    assert values[metrics.RUN_PUBLISHED] == 3
+    assert values[metrics.CLAIM_TO_ENQUEUE_LATENCY] == 2.0
+    assert values[metrics.OLDEST_OVERDUE_AGE] == 12.5
+
+
+def test_the_tally_keeps_a_bounded_sample_of_failed_ids() -> None:
+    tally = RunTally()
+    for i in range(MAX_FAILED_IDS + 50):
+        tally.add_failed(f"j{i}")
+    assert tally.publish_failed == MAX_FAILED_IDS + 50
+    assert len(tally.failed_ids) == MAX_FAILED_IDS
+
+
+def test_a_run_document_round_trips_and_expires_after_the_retention() -> None:
+    run = finished_run()
+    document = run.to_document(timedelta(days=30))
+    assert document["expire_at"] == run.finished_at + timedelta(days=30)
+    assert document["duration_s"] == 3.25
+    assert ScanRun.from_document(document) == run
