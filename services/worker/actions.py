@@ -3,7 +3,8 @@
 Each action comes with its `RetryPolicy`: how long to wait when its dependency stays down
 (the founding case: 30 days), after how many Pub/Sub deliveries a transient failure stops being
 retried soon and becomes a retry much later (below the dead-letter limit, so the message is
-acknowledged before Pub/Sub dead-letters it), and how many long retries a job gets at most.
+acknowledged before Pub/Sub dead-letters it), and optionally a lower cap on attempts than the
+job's own `max_attempts` (every start of the job counts one attempt).
 
 An action receives an `ActionRequest` (never the raw job record) and returns an `ActionResult`,
 or raises `TransientError` / `DependencyDown` / `PermanentError`. It must be safe to run again
@@ -20,7 +21,6 @@ from typing import Any
 DEFAULT_LONG_RETRY_DELAY = datetime.timedelta(days=30)
 # Pub/Sub's smallest dead-letter limit is 5 deliveries: decide on the 4th, before it is lost.
 DEFAULT_RETRY_LATER_AFTER_ATTEMPTS = 4
-DEFAULT_MAX_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -29,14 +29,15 @@ class RetryPolicy:
 
     long_retry_delay: datetime.timedelta = DEFAULT_LONG_RETRY_DELAY
     retry_later_after_attempts: int = DEFAULT_RETRY_LATER_AFTER_ATTEMPTS
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    # None: the job's own max_attempts; a number caps it lower for this action.
+    max_attempts: int | None = None
 
     def __post_init__(self) -> None:
         if self.long_retry_delay <= datetime.timedelta(0):
             raise ValueError("long_retry_delay must be positive")
         if self.retry_later_after_attempts < 1:
             raise ValueError("retry_later_after_attempts must be at least 1")
-        if self.max_attempts < 1:
+        if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
 
 
@@ -57,18 +58,7 @@ class ActionResult:
     """What the side effect did: a short `outcome` code and small JSON-safe details."""
 
     outcome: str
-    detail: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_record(self) -> dict[str, Any]:
-        return {"outcome": self.outcome, "detail": dict(self.detail)}
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> ActionResult:
-        detail = record.get("detail")
-        return cls(
-            outcome=str(record.get("outcome", "completed")),
-            detail=dict(detail) if isinstance(detail, Mapping) else {},
-        )
+    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 ActionFn = Callable[[ActionRequest], ActionResult]

@@ -133,7 +133,7 @@ class SourceDeleter:
         )
         return ActionResult(
             outcome=outcome,
-            detail={"bucket": target.bucket, "deleted": deleted, "already_absent": absent},
+            details={"bucket": target.bucket, "deleted": deleted, "already_absent": absent},
         )
 
     def _delete(self, bucket: storage.Bucket, name: str) -> bool:

@@ -15,7 +15,6 @@ from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
 from services.jobs.settings import CommonSettings, EnvReader, SettingsError
 from services.worker.actions import (
     DEFAULT_LONG_RETRY_DELAY,
-    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_LATER_AFTER_ATTEMPTS,
     RetryPolicy,
 )
@@ -89,7 +88,6 @@ class WorkerSettings:
         return RetryPolicy(
             long_retry_delay=datetime.timedelta(seconds=self.retry_later_delay_s),
             retry_later_after_attempts=self.retry_later_after_attempts,
-            max_attempts=DEFAULT_MAX_ATTEMPTS,
         )
 
     @classmethod

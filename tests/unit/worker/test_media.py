@@ -118,7 +118,7 @@ def test_deleting_present_and_absent_objects_reports_both() -> None:
     bucket = _Bucket("bkt", {"a"})
     result = SourceDeleter(_Client(bucket))(_request({"bucket": "bkt", "objects": ["a", "b"]}))  # type: ignore[arg-type]
     assert result.outcome == DELETED
-    assert result.detail == {"bucket": "bkt", "deleted": ["a"], "already_absent": ["b"]}
+    assert result.details == {"bucket": "bkt", "deleted": ["a"], "already_absent": ["b"]}
     assert bucket.objects == set()
 
 

@@ -1,0 +1,287 @@
+"""The worker's HTTP layer: Pub/Sub push semantics around the `Processor`.
+
+The only place status codes are chosen. 2xx means "done, don't redeliver" — 204 for a
+completed job, 200 with a small JSON body for every other acknowledged outcome. 429 and 503
+are the only ways to ask for a redelivery: a live lease elsewhere (429), a transient failure
+or an unreachable Firestore (503). Bad input is never a 5xx: an oversize body, a malformed
+envelope or an unknown job ID is acknowledged, logged as `event=push_rejected` (the metric)
+and recorded in the `rejected` collection for an operator.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from http import HTTPStatus
+from typing import Any, Protocol
+
+import flask
+
+from services.jobs import log, metrics
+from services.jobs.auth import (
+    AuthPolicy,
+    CertsUnavailable,
+    Forbidden,
+    TokenVerifier,
+    Unauthenticated,
+)
+from services.jobs.clock import Clock, SystemClock
+from services.jobs.errors import StoreUnavailable
+from services.jobs.rejections import PAYLOAD_LIMIT, RejectionStore, rejection_of
+from services.worker import envelope
+from services.worker.actions import ActionRegistry
+from services.worker.errors import MalformedDelivery
+from services.worker.processor import Outcome, OutcomeKind, Processor, WorkerStore
+from services.worker.settings import WorkerSettings
+
+logger = logging.getLogger(__name__)
+
+EXTENSION = "deferred_jobs_worker"
+
+_STATUS: dict[OutcomeKind, HTTPStatus] = {
+    OutcomeKind.COMPLETED: HTTPStatus.NO_CONTENT,
+    OutcomeKind.LEASE_HELD: HTTPStatus.TOO_MANY_REQUESTS,
+    OutcomeKind.RETRY: HTTPStatus.SERVICE_UNAVAILABLE,
+    OutcomeKind.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+}
+
+
+class Verifier(Protocol):
+    def verify_header(self, authorization: str | None) -> Any: ...
+
+
+class Rejections(Protocol):
+    def record(self, rejection: Any) -> str: ...
+
+
+class PushHandler:
+    """One push request → one response."""
+
+    def __init__(
+        self,
+        *,
+        verifier: Verifier,
+        processor: Processor,
+        rejections: Rejections,
+        clock: Clock,
+        max_body_bytes: int,
+        project: str | None = None,
+    ) -> None:
+        self._verifier = verifier
+        self._processor = processor
+        self._rejections = rejections
+        self._clock = clock
+        self._max_body_bytes = max_body_bytes
+        self._project = project
+
+    def handle(self, request: flask.Request) -> flask.Response:
+        with log.bind_request(request.headers.get(log.TRACE_HEADER), self._project):
+            if request.method != "POST":
+                return _json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "POST only"})
+            refused = self._authenticate(request)
+            if refused is not None:
+                return refused
+            return self._handle_push(request)
+
+    def _authenticate(self, request: flask.Request) -> flask.Response | None:
+        try:
+            self._verifier.verify_header(request.headers.get("Authorization"))
+        except Unauthenticated as exc:
+            logger.warning("push refused: %s", exc)
+            return _json(HTTPStatus.UNAUTHORIZED, {"error": "unauthenticated"})
+        except Forbidden as exc:
+            logger.warning("push refused: %s", exc)
+            return _json(HTTPStatus.FORBIDDEN, {"error": "forbidden"})
+        except CertsUnavailable as exc:
+            logger.error("cannot verify push tokens: %s", exc)
+            return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "certs unavailable"})
+        return None
+
+    def _handle_push(self, request: flask.Request) -> flask.Response:
+        headers = dict(request.headers.items())
+        body, size, too_large = read_body(request, self._max_body_bytes)
+        if too_large:
+            detail = f"body of {size or 'more than ' + str(self._max_body_bytes)} bytes"
+            return self._reject("body_too_large", detail, body, headers, body_bytes=size)
+        try:
+            delivery = envelope.parse(body, headers)
+        except MalformedDelivery as exc:
+            return self._reject(exc.reason, str(exc), body, headers)
+        with log.bound(job_id=delivery.job_id, run_id=delivery.run_id):
+            outcome = self._processor.process(delivery)
+            if outcome.kind is OutcomeKind.UNKNOWN_JOB:
+                return self._reject(
+                    "unknown_job",
+                    outcome.detail,
+                    body,
+                    headers,
+                    job_id=delivery.job_id,
+                    message_id=delivery.message_id,
+                )
+            return response_for(outcome)
+
+    def _reject(
+        self,
+        reason: str,
+        detail: str,
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        body_bytes: int | None = None,
+        job_id: str | None = None,
+        message_id: str | None = None,
+    ) -> flask.Response:
+        rejection = rejection_of(
+            reason,
+            detail,
+            body,
+            headers,
+            received_at=self._clock.now(),
+            body_bytes=body_bytes,
+            job_id=job_id,
+            message_id=message_id,
+        )
+        logger.warning(
+            "push rejected: %s",
+            reason,
+            extra={
+                "fields": {
+                    metrics.LOG_EVENT: metrics.EVENT_REJECTED,
+                    "reason": reason,
+                    "detail": rejection.detail,
+                    "job_id": job_id,
+                    "message_id": message_id,
+                    "payload_bytes": rejection.payload_bytes,
+                }
+            },
+        )
+        rejection_id = None
+        try:
+            rejection_id = self._rejections.record(rejection)
+        except StoreUnavailable as exc:
+            # Still acknowledged: a redelivery could not be processed either, and the log
+            # line above keeps the reason for the operator.
+            logger.error("could not record the rejection: %s", exc)
+        return _json(
+            HTTPStatus.OK,
+            {"outcome": "rejected", "reason": reason, "rejection_id": rejection_id},
+        )
+
+
+def read_body(request: flask.Request, limit: int) -> tuple[bytes, int | None, bool]:
+    """At most `limit` bytes of the body: (bytes, declared size or None, too large)."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        # Keep only what the rejection record stores; never read the rest.
+        return request.stream.read(PAYLOAD_LIMIT), declared, True
+    data = request.stream.read(limit + 1)
+    if len(data) > limit:
+        return data[:limit], declared, True
+    return data, len(data), False
+
+
+def response_for(outcome: Outcome) -> flask.Response:
+    """The HTTP answer Pub/Sub gets for an outcome."""
+    status = _STATUS.get(outcome.kind, HTTPStatus.OK)
+    if status is HTTPStatus.NO_CONTENT:
+        return flask.Response(status=status)
+    response = _json(status, {"outcome": outcome.kind.value, "job_id": outcome.job_id})
+    if status is HTTPStatus.TOO_MANY_REQUESTS:
+        response.headers["Retry-After"] = "10"
+    return response
+
+
+def _json(status: HTTPStatus, body: dict[str, Any]) -> flask.Response:
+    return flask.Response(json.dumps(body), status=status, mimetype="application/json")
+
+
+def default_worker_id() -> str:
+    """Who holds a lease: the Cloud Run revision and instance, or host and pid locally."""
+    revision = os.environ.get("K_REVISION", "local")
+    return f"{revision}/{socket.gethostname()}/{os.getpid()}"
+
+
+def create_app(
+    settings: WorkerSettings,
+    *,
+    clock: Clock | None = None,
+    store: WorkerStore | None = None,
+    actions: ActionRegistry | None = None,
+    verifier: Verifier | None = None,
+    rejections: Rejections | None = None,
+    worker_id: str | None = None,
+) -> flask.Flask:
+    """The worker's Flask app; clients are built here (never at import) unless injected."""
+    clock = clock or SystemClock()
+    if store is None or rejections is None:
+        from google.cloud import firestore
+
+        from services.jobs.store import FirestoreJobStore
+
+        client = firestore.Client(project=settings.project)
+        store = store or FirestoreJobStore(client, clock)
+        rejections = rejections or RejectionStore(client)
+    if actions is None:
+        actions = default_actions(settings)
+    if verifier is None:
+        verifier = TokenVerifier(
+            AuthPolicy(
+                audience=settings.audience,
+                allowed_emails=settings.allowed_invokers,
+                certs_url=settings.certs_url,
+                clock_skew_s=settings.auth_clock_skew_s,
+            )
+        )
+    processor = Processor(
+        store,
+        actions,
+        clock,
+        lease=settings.lease,
+        worker_id=worker_id or default_worker_id(),
+    )
+    handler = PushHandler(
+        verifier=verifier,
+        processor=processor,
+        rejections=rejections,
+        clock=clock,
+        max_body_bytes=settings.max_body_bytes,
+        project=settings.project,
+    )
+    app = flask.Flask("deferred_jobs_worker")
+    app.extensions[EXTENSION] = handler
+
+    @app.route("/", methods=["POST", "GET", "PUT", "DELETE", "PATCH"])
+    def push() -> flask.Response:
+        return handler.handle(flask.request)
+
+    return app
+
+
+def handler_of(app: flask.Flask) -> PushHandler:
+    handler = app.extensions[EXTENSION]
+    assert isinstance(handler, PushHandler)
+    return handler
+
+
+def default_actions(settings: WorkerSettings) -> ActionRegistry:
+    """The built-in actions, with the settings' retry policy and a real storage client."""
+    import google.cloud.storage as storage
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    from services.worker import media
+
+    client = storage.Client(project=settings.project)
+    # The client's own retries stay well inside the lease; 503 + Pub/Sub backoff do the rest.
+    retry = DEFAULT_RETRY.with_timeout(min(20.0, settings.lease_s / 2))
+    return ActionRegistry(
+        [
+            media.delete_source_action(
+                client,
+                settings.retry_policy,
+                default_bucket=settings.media_bucket,
+                retry=retry,
+            )
+        ]
+    )

@@ -1,0 +1,314 @@
+"""The `Processor`: one delivery in, one `Outcome` out. No HTTP here.
+
+The order of checks is the whole safety argument:
+
+1. Read the record. Unknown → `unknown_job` (acknowledged and recorded as rejected).
+   Terminal → `duplicate`; another generation or back to `deferred` → `stale`.
+2. `start` takes the lease (a transaction that re-checks all of the above and refuses a live
+   lease held by anyone: `lease_held`, which asks Pub/Sub to come back later).
+3. A cancel request is honoured before anything happens.
+4. An idempotency document for the job's key means the side effect already happened under
+   another delivery or job: complete with its result, never act twice.
+5. Run the action; complete (result + idempotency document in one transaction).
+
+Failures: `PermanentError` fails the job at once. `TransientError` releases the lease and asks
+for a redelivery (`retry`), until Pub/Sub's delivery attempt reaches the action's threshold
+(below the dead-letter limit), the action says its dependency is down for long
+(`DependencyDown`), or only one attempt is left: then the job goes back to `deferred` with
+`due_at = now + long delay` (`deferred`) and the message is acknowledged. With no attempt
+left the job fails.
+
+Every outcome is logged once, as `event=worker_outcome`, with the fields the log-based
+metrics extract (`services.jobs.metrics`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol
+
+from services.jobs import metrics
+from services.jobs.clock import Clock
+from services.jobs.errors import (
+    AlreadyTerminal,
+    AttemptsExhausted,
+    InvalidTransition,
+    JobNotFound,
+    LeaseHeld,
+    LeaseLost,
+    LostRace,
+    StaleGeneration,
+    StoreUnavailable,
+)
+from services.jobs.model import ErrorInfo, IdempotencyRecord, Job, Result
+from services.jobs.state import State
+from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.envelope import Delivery
+from services.worker.errors import DependencyDown, PermanentError, TransientError
+
+logger = logging.getLogger(__name__)
+
+
+class OutcomeKind(StrEnum):
+    # The side effect is done and recorded (this delivery, or an earlier one's result reused).
+    COMPLETED = "completed"
+    # The job was already terminal (completed, failed or cancelled) when this delivery came.
+    DUPLICATE = "duplicate"
+    # The operator's cancel request was honoured; nothing was done.
+    CANCELLED = "cancelled"
+    # The message's generation is not the record's, or the job is no longer queued.
+    STALE = "stale"
+    # Transient failure past the threshold: the job waits until now + the long delay.
+    DEFERRED = "deferred"
+    # Permanent error or no attempt left: the job is terminal `failed`.
+    FAILED = "failed"
+    # No job has this ID: acknowledged and recorded as rejected.
+    UNKNOWN_JOB = "unknown_job"
+    # Attempts exhausted while another worker's lease lapsed: the reclaimer fails it.
+    EXHAUSTED = "attempts_exhausted"
+    # Another worker holds a live lease: come back later (429).
+    LEASE_HELD = "lease_held"
+    # Transient failure, lease released: redeliver soon (503).
+    RETRY = "retry"
+    # Firestore is unreachable or contended: redeliver (503).
+    UNAVAILABLE = "store_unavailable"
+
+
+_REDELIVER = frozenset({OutcomeKind.LEASE_HELD, OutcomeKind.RETRY, OutcomeKind.UNAVAILABLE})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one delivery."""
+
+    kind: OutcomeKind
+    job_id: str
+    detail: str = ""
+    result: Result | None = None
+
+    @property
+    def acknowledged(self) -> bool:
+        """True when Pub/Sub should consider the message done."""
+        return self.kind not in _REDELIVER
+
+
+class WorkerStore(Protocol):
+    """The part of `FirestoreJobStore` the worker uses."""
+
+    def get(self, job_id: str) -> Job | None: ...
+
+    def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job: ...
+
+    def cancel_running(self, job_id: str, generation: int, *, worker_id: str) -> Job: ...
+
+    def release(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job: ...
+
+    def complete(self, job_id: str, generation: int, result: Result, *, worker_id: str) -> Job: ...
+
+    def retry_later(
+        self, job_id: str, generation: int, due_at: datetime, error: ErrorInfo, *, worker_id: str
+    ) -> Job: ...
+
+    def fail(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job: ...
+
+    def get_idempotency(self, key: str) -> IdempotencyRecord | None: ...
+
+
+class Processor:
+    """Turns a `Delivery` into an `Outcome`, doing the job's side effect at most once."""
+
+    def __init__(
+        self,
+        store: WorkerStore,
+        actions: ActionRegistry,
+        clock: Clock,
+        *,
+        lease: timedelta,
+        worker_id: str,
+    ) -> None:
+        if lease <= timedelta(0):
+            raise ValueError("lease must be positive")
+        self._store = store
+        self._actions = actions
+        self._clock = clock
+        self._lease = lease
+        self._worker_id = worker_id
+
+    def process(self, delivery: Delivery) -> Outcome:
+        """Process one delivery; never raises for a store or action failure."""
+        job: Job | None = None
+        try:
+            job = self._store.get(delivery.job_id)
+            outcome, job = self._process(delivery, job)
+        except StoreUnavailable as exc:
+            outcome = Outcome(OutcomeKind.UNAVAILABLE, delivery.job_id, str(exc))
+        except LostRace as exc:
+            # Contention the store could not resolve: ask Pub/Sub to try again shortly.
+            outcome = Outcome(OutcomeKind.UNAVAILABLE, delivery.job_id, str(exc))
+        self._log(delivery, outcome, job)
+        return outcome
+
+    def _process(self, delivery: Delivery, job: Job | None) -> tuple[Outcome, Job | None]:
+        job_id = delivery.job_id
+        if job is None:
+            return Outcome(OutcomeKind.UNKNOWN_JOB, job_id, "no job has this ID"), None
+        early = self._before_start(delivery, job)
+        if early is not None:
+            return early, job
+        try:
+            job = self._store.start(job_id, delivery.generation, self._lease, self._worker_id)
+        except JobNotFound:
+            return Outcome(OutcomeKind.UNKNOWN_JOB, job_id, "the job disappeared"), None
+        except AlreadyTerminal as exc:
+            return Outcome(OutcomeKind.DUPLICATE, job_id, str(exc)), job
+        except StaleGeneration as exc:
+            return Outcome(OutcomeKind.STALE, job_id, str(exc)), job
+        except LeaseHeld as exc:
+            return Outcome(OutcomeKind.LEASE_HELD, job_id, str(exc)), job
+        except AttemptsExhausted as exc:
+            return Outcome(OutcomeKind.EXHAUSTED, job_id, str(exc)), job
+        except InvalidTransition as exc:
+            return Outcome(OutcomeKind.STALE, job_id, str(exc)), job
+        return self._run_started(delivery, job)
+
+    def _before_start(self, delivery: Delivery, job: Job) -> Outcome | None:
+        """Cheap refusals from the plain read; `start` re-checks them in its transaction."""
+        if job.state.terminal:
+            return Outcome(OutcomeKind.DUPLICATE, job.job_id, f"already {job.state.value}")
+        if delivery.generation != job.generation:
+            detail = f"generation {delivery.generation}; the job is at {job.generation}"
+            return Outcome(OutcomeKind.STALE, job.job_id, detail)
+        if job.state is State.DEFERRED:
+            return Outcome(OutcomeKind.STALE, job.job_id, "the job is deferred again")
+        return None
+
+    def _run_started(self, delivery: Delivery, job: Job) -> tuple[Outcome, Job]:
+        """The lease is ours: honour a cancel, reuse a recorded result, or act."""
+        generation = delivery.generation
+        try:
+            if job.cancel_requested is not None:
+                job = self._store.cancel_running(job.job_id, generation, worker_id=self._worker_id)
+                reason = job.cancel_requested.reason if job.cancel_requested else ""
+                return Outcome(OutcomeKind.CANCELLED, job.job_id, reason), job
+            record = self._store.get_idempotency(job.idempotency_key)
+            if record is not None:
+                result = Result(outcome=record.outcome, details=dict(record.details))
+                return self._complete(job, generation, result, "result reused from " + record.key)
+            action = self._actions.get(job.action)
+            if action is None:
+                error = ErrorInfo("unknown_action", f"this worker has no action {job.action!r}")
+                return self._fail(job, generation, error)
+            return self._act(delivery, job, action)
+        except (LeaseLost, StaleGeneration) as exc:
+            # Our lease lapsed and another delivery took the job over; it will finish it.
+            return Outcome(OutcomeKind.STALE, job.job_id, str(exc)), job
+
+    def _act(self, delivery: Delivery, job: Job, action: Action) -> tuple[Outcome, Job]:
+        request = ActionRequest(
+            job_id=job.job_id,
+            action=job.action,
+            subject=job.subject,
+            params=dict(job.params),
+            attempt=job.attempt,
+            idempotency_key=job.idempotency_key,
+        )
+        try:
+            result = action.run(request)
+        except PermanentError as exc:
+            return self._fail(job, delivery.generation, ErrorInfo("permanent", str(exc)))
+        except TransientError as exc:
+            return self._transient(delivery, job, action, exc)
+        except Exception as exc:
+            # An action bug: keep the traceback, and treat it as transient so a fix deployed
+            # within the retry window still gets the job done.
+            logger.exception("action %s raised unexpectedly", job.action)
+            return self._transient(delivery, job, action, TransientError(repr(exc)))
+        return self._complete(job, delivery.generation, _as_result(result), "")
+
+    def _transient(
+        self, delivery: Delivery, job: Job, action: Action, exc: TransientError
+    ) -> tuple[Outcome, Job]:
+        generation = delivery.generation
+        code = "dependency_down" if isinstance(exc, DependencyDown) else "transient"
+        error = ErrorInfo(code, str(exc))
+        if job.attempt >= _max_attempts(job, action):
+            return self._fail(job, generation, error)
+        threshold = action.policy.retry_later_after_attempts
+        reached = delivery.delivery_attempt is not None and delivery.delivery_attempt >= threshold
+        # The last attempt is spent after the long delay, not seconds after this one.
+        last_left = job.attempt + 1 >= _max_attempts(job, action)
+        try:
+            if isinstance(exc, DependencyDown) or reached or last_left:
+                due_at = self._clock.now() + action.policy.long_retry_delay
+                job = self._store.retry_later(
+                    job.job_id, generation, due_at, error, worker_id=self._worker_id
+                )
+                return Outcome(OutcomeKind.DEFERRED, job.job_id, f"due again {due_at}"), job
+            job = self._store.release(job.job_id, generation, error, worker_id=self._worker_id)
+        except AttemptsExhausted:
+            return self._fail(job, generation, error)
+        return Outcome(OutcomeKind.RETRY, job.job_id, str(exc)), job
+
+    def _complete(
+        self, job: Job, generation: int, result: Result, detail: str
+    ) -> tuple[Outcome, Job]:
+        job = self._store.complete(job.job_id, generation, result, worker_id=self._worker_id)
+        return Outcome(OutcomeKind.COMPLETED, job.job_id, detail, job.result or result), job
+
+    def _fail(self, job: Job, generation: int, error: ErrorInfo) -> tuple[Outcome, Job]:
+        job = self._store.fail(job.job_id, generation, error, worker_id=self._worker_id)
+        logger.error(
+            "job %s failed: %s",
+            job.job_id,
+            error.message,
+            extra={
+                "fields": {
+                    metrics.LOG_EVENT: metrics.EVENT_JOB_FAILED,
+                    "job_id": job.job_id,
+                    "action": job.action,
+                    metrics.LOG_ATTEMPT: job.attempt,
+                    "error_code": error.code,
+                }
+            },
+        )
+        return Outcome(OutcomeKind.FAILED, job.job_id, f"{error.code}: {error.message}"), job
+
+    def _log(self, delivery: Delivery, outcome: Outcome, job: Job | None) -> None:
+        fields: dict[str, Any] = {
+            metrics.LOG_EVENT: metrics.EVENT_WORKER_OUTCOME,
+            metrics.LOG_OUTCOME: outcome.kind.value,
+            "job_id": delivery.job_id,
+            "generation": delivery.generation,
+            "delivery_attempt": delivery.delivery_attempt,
+        }
+        if job is not None:
+            fields.update(action=job.action, **{metrics.LOG_ATTEMPT: job.attempt})
+        if outcome.kind is OutcomeKind.COMPLETED and job is not None:
+            # Latencies only for completions: the distributions measure time to done.
+            done = job.result.completed_at if job.result and job.result.completed_at else None
+            done = done or self._clock.now()
+            fields[metrics.LOG_DUE_TO_DONE_S] = (done - job.due_at).total_seconds()
+            fields["scheduled_to_done_s"] = (done - job.scheduled_due_at).total_seconds()
+            if job.enqueued_at is not None:
+                fields[metrics.LOG_ENQUEUE_TO_DONE_S] = (done - job.enqueued_at).total_seconds()
+        level = logging.INFO if outcome.acknowledged else logging.WARNING
+        logger.log(
+            level,
+            "job %s: %s %s",
+            delivery.job_id,
+            outcome.kind.value,
+            outcome.detail,
+            extra={"fields": fields},
+        )
+
+
+def _as_result(result: ActionResult) -> Result:
+    return Result(outcome=result.outcome, details=dict(result.details))
+
+
+def _max_attempts(job: Job, action: Action) -> int:
+    cap = action.policy.max_attempts
+    return job.max_attempts if cap is None else min(cap, job.max_attempts)

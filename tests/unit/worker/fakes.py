@@ -1,0 +1,148 @@
+"""Hand-written stand-ins for unit tests of the worker's logic (never used by integration tests).
+
+`MemoryStore` keeps jobs in a dict and moves them with the real `state.apply_transition`, with
+the same refusals as `FirestoreJobStore` for the calls the worker makes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+from typing import Any
+
+from services.jobs.clock import Clock
+from services.jobs.errors import (
+    AlreadyTerminal,
+    AttemptsExhausted,
+    LeaseHeld,
+    LeaseLost,
+    StaleGeneration,
+)
+from services.jobs.model import Claim, ErrorInfo, IdempotencyRecord, Job, NewJob, Result
+from services.jobs.state import Role, State, apply_transition
+
+
+class MemoryStore:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.jobs: dict[str, Job] = {}
+        self.idempotency: dict[str, IdempotencyRecord] = {}
+        self.calls: list[str] = []
+
+    def add(self, job_id: str, *, max_attempts: int = 5, params: Any = None) -> Job:
+        """A job claimed and enqueued at generation 1, as the scan leaves it."""
+        now = self.clock.now()
+        new = NewJob(
+            job_id, "media.delete_source", "media-1", now, params or {}, max_attempts
+        ).validated()
+        job = Job.create(new, now)
+        job = dataclasses.replace(
+            job,
+            state=State.ENQUEUED,
+            claim=Claim("run-1", now, 1),
+            enqueued_at=now,
+            message_id="m-1",
+        )
+        self.jobs[job_id] = job
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        self.calls.append("get")
+        return self.jobs.get(job_id)
+
+    def _move(self, job: Job, to: State, by: str, **changes: Any) -> Job:
+        new = apply_transition(
+            job, to, role=Role.WORKER, by=by, at=self.clock.now(), reason="test", **changes
+        )
+        self.jobs[job.job_id] = new
+        return new
+
+    def _leased(self, job_id: str, generation: int, worker_id: str) -> Job:
+        job = self.jobs[job_id]
+        if job.generation != generation:
+            raise StaleGeneration(job_id, generation, job.generation)
+        if job.lease_owner != worker_id:
+            raise LeaseLost(job_id, worker_id, job.lease_owner)
+        return job
+
+    def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job:
+        self.calls.append("start")
+        job = self.jobs[job_id]
+        now = self.clock.now()
+        if job.state.terminal:
+            raise AlreadyTerminal(job_id, job.state, State.RUNNING)
+        if job.generation != generation:
+            raise StaleGeneration(job_id, generation, job.generation)
+        if job.state is State.RUNNING and job.lease_live(now):
+            raise LeaseHeld(job_id, job.lease_owner, job.lease_until)
+        if job.attempt >= job.max_attempts:
+            raise AttemptsExhausted(job_id, job.attempt, job.max_attempts)
+        return self._move(
+            job,
+            State.RUNNING,
+            worker_id,
+            attempt=job.attempt + 1,
+            lease_until=now + lease,
+            lease_owner=worker_id,
+        )
+
+    def cancel_running(self, job_id: str, generation: int, *, worker_id: str) -> Job:
+        self.calls.append("cancel_running")
+        job = self._leased(job_id, generation, worker_id)
+        return self._move(job, State.CANCELLED, worker_id, lease_until=None, lease_owner=None)
+
+    def release(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job:
+        self.calls.append("release")
+        job = self._leased(job_id, generation, worker_id)
+        if job.attempt >= job.max_attempts:
+            raise AttemptsExhausted(job_id, job.attempt, job.max_attempts)
+        return self._move(
+            job, State.ENQUEUED, worker_id, last_error=error, lease_until=None, lease_owner=None
+        )
+
+    def complete(self, job_id: str, generation: int, result: Result, *, worker_id: str) -> Job:
+        self.calls.append("complete")
+        job = self._leased(job_id, generation, worker_id)
+        now = self.clock.now()
+        stamped = dataclasses.replace(result, completed_at=now)
+        self.idempotency[job.idempotency_key] = IdempotencyRecord(
+            job.idempotency_key,
+            job_id,
+            job.action,
+            job.subject,
+            result.outcome,
+            dict(result.details),
+            now,
+            None,
+        )
+        return self._move(
+            job, State.COMPLETED, worker_id, result=stamped, lease_until=None, lease_owner=None
+        )
+
+    def retry_later(
+        self, job_id: str, generation: int, due_at: datetime, error: ErrorInfo, *, worker_id: str
+    ) -> Job:
+        self.calls.append("retry_later")
+        job = self._leased(job_id, generation, worker_id)
+        if job.attempt >= job.max_attempts:
+            raise AttemptsExhausted(job_id, job.attempt, job.max_attempts)
+        return self._move(
+            job,
+            State.DEFERRED,
+            worker_id,
+            due_at=due_at,
+            last_error=error,
+            lease_until=None,
+            lease_owner=None,
+        )
+
+    def fail(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job:
+        self.calls.append("fail")
+        job = self._leased(job_id, generation, worker_id)
+        return self._move(
+            job, State.FAILED, worker_id, last_error=error, lease_until=None, lease_owner=None
+        )
+
+    def get_idempotency(self, key: str) -> IdempotencyRecord | None:
+        self.calls.append("get_idempotency")
+        return self.idempotency.get(key)

@@ -1,0 +1,200 @@
+"""The HTTP layer: push semantics, auth mapping, and bad input acknowledged and recorded."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import flask
+import pytest
+from flask.testing import FlaskClient
+
+from services.jobs import metrics
+from services.jobs.auth import CertsUnavailable, Forbidden, Unauthenticated
+from services.jobs.clock import FakeClock
+from services.jobs.errors import StoreUnavailable
+from services.jobs.rejections import Rejection
+from services.jobs.state import State
+from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.app import create_app
+from services.worker.errors import TransientError
+from services.worker.settings import WorkerSettings
+from tests.unit.worker.fakes import MemoryStore
+
+SETTINGS = WorkerSettings(
+    project="demo",
+    audience="https://worker.example",
+    allowed_invokers=frozenset({"push@demo.iam.gserviceaccount.com"}),
+    max_body_bytes=2048,
+)
+
+
+class Verifier:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+
+    def verify_header(self, authorization: str | None) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+class Recorder:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.rejections: list[Rejection] = []
+        self.error = error
+
+    def record(self, rejection: Rejection) -> str:
+        if self.error is not None:
+            raise self.error
+        self.rejections.append(rejection)
+        return f"r-{len(self.rejections)}"
+
+
+class Env:
+    def __init__(self, verifier_error: Exception | None = None) -> None:
+        self.clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+        self.store = MemoryStore(self.clock)
+        self.recorder = Recorder()
+        self.failures: list[Exception] = []
+        self.app = create_app(
+            SETTINGS,
+            clock=self.clock,
+            store=self.store,
+            actions=ActionRegistry([Action("media.delete_source", self._run)]),
+            verifier=Verifier(verifier_error),
+            rejections=self.recorder,
+            worker_id="w-1",
+        )
+        self.client: FlaskClient = self.app.test_client()
+
+    def _run(self, request: ActionRequest) -> ActionResult:
+        if self.failures:
+            raise self.failures.pop(0)
+        return ActionResult("deleted")
+
+    def post(self, body: bytes, headers: dict[str, str] | None = None) -> Any:
+        return self.client.post(
+            "/", data=body, headers={"Authorization": "Bearer t", **(headers or {})}
+        )
+
+
+def envelope(job_id: str = "job-1", generation: str = "1", attempt: int = 1) -> bytes:
+    return json.dumps(
+        {
+            "message": {
+                "data": base64.b64encode(job_id.encode()).decode(),
+                "attributes": {"generation": generation, "run_id": "run-1"},
+                "messageId": "m-1",
+            },
+            "subscription": "projects/demo/subscriptions/jobs",
+            "deliveryAttempt": attempt,
+        }
+    ).encode()
+
+
+def test_completed_job_answers_204() -> None:
+    env = Env()
+    env.store.add("job-1")
+    response = env.post(envelope())
+    assert response.status_code == 204
+    assert env.store.jobs["job-1"].state is State.COMPLETED
+
+
+def test_duplicate_answers_200_with_the_outcome() -> None:
+    env = Env()
+    env.store.add("job-1")
+    env.post(envelope())
+    response = env.post(envelope())
+    assert response.status_code == 200
+    assert response.get_json() == {"outcome": "duplicate", "job_id": "job-1"}
+
+
+def test_unwrapped_push_is_processed_too() -> None:
+    env = Env()
+    env.store.add("job-1")
+    response = env.post(b"job-1", {"generation": "1", "x-goog-pubsub-message-id": "m-1"})
+    assert response.status_code == 204
+
+
+def test_transient_failure_answers_503_and_a_live_lease_429() -> None:
+    env = Env()
+    env.store.add("job-1")
+    env.failures.append(TransientError("storage 503"))
+    assert env.post(envelope()).status_code == 503
+    env.store.start("job-1", 1, SETTINGS.lease, "other")
+    response = env.post(envelope())
+    assert response.status_code == 429 and "Retry-After" in response.headers
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (Unauthenticated("no token"), 401),
+        (Forbidden("wrong caller"), 403),
+        (CertsUnavailable(), 503),
+    ],
+)
+def test_auth_failures_map_to_401_403_503_and_nothing_is_processed(
+    error: Exception, status: int
+) -> None:
+    env = Env(verifier_error=error)
+    env.store.add("job-1")
+    assert env.post(envelope()).status_code == status
+    assert env.store.calls == []
+    assert env.recorder.rejections == []
+
+
+def test_malformed_envelope_is_acknowledged_recorded_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = Env()
+    with caplog.at_level(logging.INFO):
+        response = env.post(b'{"message": {"data": "%%%"}}')
+    assert response.status_code == 200
+    assert response.get_json()["reason"] == "bad_base64"
+    [rejection] = env.recorder.rejections
+    assert rejection.payload == '{"message": {"data": "%%%"}}'
+    assert "authorization" not in rejection.headers
+    events = [getattr(r, "fields", {}).get(metrics.LOG_EVENT) for r in caplog.records]
+    assert events.count(metrics.EVENT_REJECTED) == 1
+
+
+def test_unknown_job_is_acknowledged_and_recorded_with_its_id() -> None:
+    env = Env()
+    response = env.post(envelope("ghost"))
+    assert response.status_code == 200
+    [rejection] = env.recorder.rejections
+    assert (rejection.reason, rejection.job_id, rejection.message_id) == (
+        "unknown_job",
+        "ghost",
+        "m-1",
+    )
+
+
+def test_oversize_body_is_refused_without_reading_it_all() -> None:
+    env = Env()
+    body = b"x" * 100_000
+    response = env.post(body)
+    assert response.status_code == 200
+    [rejection] = env.recorder.rejections
+    assert rejection.reason == "body_too_large"
+    assert (rejection.payload_bytes, rejection.truncated) == (100_000, True)
+    assert len(rejection.payload) == 4096
+
+
+def test_rejection_is_still_acknowledged_when_firestore_is_down() -> None:
+    env = Env()
+    env.recorder.error = StoreUnavailable()
+    assert env.post(b"\xff\xfe").status_code == 200
+
+
+def test_only_post_is_accepted() -> None:
+    env = Env()
+    assert env.client.get("/").status_code == 405
+
+
+def test_app_is_a_flask_app_with_the_handler_registered() -> None:
+    assert isinstance(Env().app, flask.Flask)

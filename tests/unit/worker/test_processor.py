@@ -1,0 +1,246 @@
+"""The Processor's decisions, over an in-memory store: one delivery → one outcome."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.jobs import metrics
+from services.jobs.clock import FakeClock
+from services.jobs.model import CancelRequest, IdempotencyRecord
+from services.jobs.state import State
+from services.worker.actions import (
+    Action,
+    ActionRegistry,
+    ActionRequest,
+    ActionResult,
+    RetryPolicy,
+)
+from services.worker.envelope import Delivery
+from services.worker.errors import DependencyDown, PermanentError, TransientError
+from services.worker.processor import OutcomeKind, Processor
+from tests.unit.worker.fakes import MemoryStore
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=60)
+
+
+class Script:
+    """An action that plays back a list of results or errors, counting its runs."""
+
+    def __init__(self, *steps: ActionResult | Exception) -> None:
+        self.steps = list(steps)
+        self.runs = 0
+
+    def __call__(self, request: ActionRequest) -> ActionResult:
+        self.runs += 1
+        step = self.steps.pop(0) if self.steps else ActionResult("deleted")
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> MemoryStore:
+    return MemoryStore(clock)
+
+
+def processor_for(
+    store: MemoryStore, clock: FakeClock, script: Script, policy: RetryPolicy | None = None
+) -> Processor:
+    registry = ActionRegistry([Action("media.delete_source", script, policy or RetryPolicy())])
+    return Processor(store, registry, clock, lease=LEASE, worker_id="w-1")
+
+
+def delivery(job_id: str = "job-1", generation: int = 1, attempt: int | None = 1) -> Delivery:
+    return Delivery(job_id=job_id, generation=generation, run_id="run-1", delivery_attempt=attempt)
+
+
+def test_enqueued_job_runs_once_and_completes(store: MemoryStore, clock: FakeClock) -> None:
+    store.add("job-1")
+    script = Script(ActionResult("deleted", {"n": 1}))
+    outcome = processor_for(store, clock, script).process(delivery())
+    assert outcome.kind is OutcomeKind.COMPLETED and outcome.acknowledged
+    assert script.runs == 1
+    job = store.jobs["job-1"]
+    assert job.state is State.COMPLETED and job.result is not None
+    assert (job.result.outcome, dict(job.result.details)) == ("deleted", {"n": 1})
+    assert store.idempotency[job.idempotency_key].outcome == "deleted"
+
+
+def test_second_delivery_of_a_completed_job_is_a_duplicate_without_action(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.add("job-1")
+    script = Script()
+    processor = processor_for(store, clock, script)
+    processor.process(delivery())
+    outcome = processor.process(delivery())
+    assert outcome.kind is OutcomeKind.DUPLICATE and outcome.acknowledged
+    assert script.runs == 1
+
+
+def test_unknown_job_is_reported_as_such(store: MemoryStore, clock: FakeClock) -> None:
+    outcome = processor_for(store, clock, Script()).process(delivery("nope"))
+    assert outcome.kind is OutcomeKind.UNKNOWN_JOB and outcome.acknowledged
+
+
+def test_older_generation_is_stale_and_acknowledged(store: MemoryStore, clock: FakeClock) -> None:
+    store.add("job-1")
+    script = Script()
+    outcome = processor_for(store, clock, script).process(delivery(generation=0))
+    assert outcome.kind is OutcomeKind.STALE and outcome.acknowledged
+    assert script.runs == 0
+
+
+def test_live_lease_of_another_worker_asks_for_redelivery(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.add("job-1")
+    store.start("job-1", 1, LEASE, "other-worker")
+    script = Script()
+    outcome = processor_for(store, clock, script).process(delivery())
+    assert outcome.kind is OutcomeKind.LEASE_HELD and not outcome.acknowledged
+    assert script.runs == 0
+
+
+def test_expired_lease_is_taken_over_and_the_job_completes(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.add("job-1")
+    store.start("job-1", 1, LEASE, "crashed-worker")
+    clock.advance(LEASE + timedelta(seconds=1))
+    outcome = processor_for(store, clock, Script()).process(delivery())
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert store.jobs["job-1"].attempt == 2
+
+
+def test_cancel_request_is_honoured_before_acting(store: MemoryStore, clock: FakeClock) -> None:
+    job = store.add("job-1")
+    store.jobs["job-1"] = dataclasses.replace(
+        job, cancel_requested=CancelRequest("retention revoked", "operator:ann", START)
+    )
+    script = Script()
+    outcome = processor_for(store, clock, script).process(delivery())
+    assert outcome.kind is OutcomeKind.CANCELLED and outcome.acknowledged
+    assert script.runs == 0
+    assert store.jobs["job-1"].state is State.CANCELLED
+
+
+def test_recorded_side_effect_completes_without_acting_again(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    job = store.add("job-1")
+    store.idempotency[job.idempotency_key] = IdempotencyRecord(
+        job.idempotency_key, "job-0", job.action, job.subject, "deleted", {"n": 1}, START, None
+    )
+    script = Script()
+    outcome = processor_for(store, clock, script).process(delivery())
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert script.runs == 0
+    assert store.jobs["job-1"].result is not None
+    assert store.jobs["job-1"].result.outcome == "deleted"
+
+
+def test_transient_error_releases_the_lease_and_asks_for_redelivery(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.add("job-1")
+    outcome = processor_for(store, clock, Script(TransientError("503"))).process(delivery())
+    assert outcome.kind is OutcomeKind.RETRY and not outcome.acknowledged
+    job = store.jobs["job-1"]
+    assert job.state is State.ENQUEUED and job.lease_owner is None
+    assert job.last_error is not None and job.last_error.code == "transient"
+
+
+def test_transient_error_at_the_delivery_threshold_defers_by_the_long_delay(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.add("job-1")
+    policy = RetryPolicy(long_retry_delay=timedelta(days=30), retry_later_after_attempts=4)
+    processor = processor_for(store, clock, Script(*[TransientError("down")] * 4), policy)
+    kinds = [processor.process(delivery(attempt=n)).kind for n in (1, 2, 3, 4)]
+    assert kinds == [OutcomeKind.RETRY] * 3 + [OutcomeKind.DEFERRED]
+    job = store.jobs["job-1"]
+    assert job.state is State.DEFERRED
+    assert job.due_at == START + timedelta(days=30)
+    assert job.attempt == 4
+
+
+def test_dependency_down_defers_at_once(store: MemoryStore, clock: FakeClock) -> None:
+    store.add("job-1")
+    outcome = processor_for(store, clock, Script(DependencyDown("storage outage"))).process(
+        delivery(attempt=1)
+    )
+    assert outcome.kind is OutcomeKind.DEFERRED and outcome.acknowledged
+    assert store.jobs["job-1"].due_at == START + timedelta(days=30)
+
+
+def test_last_attempt_is_spent_after_the_long_delay(store: MemoryStore, clock: FakeClock) -> None:
+    store.add("job-1", max_attempts=2)
+    outcome = processor_for(store, clock, Script(TransientError("down"))).process(delivery())
+    assert outcome.kind is OutcomeKind.DEFERRED
+
+
+def test_transient_error_with_no_attempt_left_fails_the_job(
+    store: MemoryStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.add("job-1", max_attempts=1)
+    with caplog.at_level(logging.INFO):
+        outcome = processor_for(store, clock, Script(TransientError("down"))).process(delivery())
+    assert outcome.kind is OutcomeKind.FAILED and outcome.acknowledged
+    assert store.jobs["job-1"].state is State.FAILED
+    failed = [r for r in caplog.records if _fields(r).get("event") == metrics.EVENT_JOB_FAILED]
+    assert len(failed) == 1 and failed[0].levelno == logging.ERROR
+
+
+def test_permanent_error_fails_at_once(store: MemoryStore, clock: FakeClock) -> None:
+    store.add("job-1")
+    outcome = processor_for(store, clock, Script(PermanentError("403"))).process(delivery())
+    assert outcome.kind is OutcomeKind.FAILED
+    assert store.jobs["job-1"].attempt == 1
+
+
+def test_unexpected_action_exception_is_treated_as_transient(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.add("job-1")
+    outcome = processor_for(store, clock, Script(KeyError("bug"))).process(delivery())
+    assert outcome.kind is OutcomeKind.RETRY
+
+
+def test_unknown_action_fails_the_job(store: MemoryStore, clock: FakeClock) -> None:
+    store.add("job-1")
+    processor = Processor(store, ActionRegistry(), clock, lease=LEASE, worker_id="w-1")
+    assert processor.process(delivery()).kind is OutcomeKind.FAILED
+    assert store.jobs["job-1"].last_error is not None
+    assert store.jobs["job-1"].last_error.code == "unknown_action"
+
+
+def test_every_outcome_logs_one_worker_outcome_line_with_latencies_on_completion(
+    store: MemoryStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.add("job-1")
+    clock.advance(timedelta(seconds=90))
+    with caplog.at_level(logging.INFO):
+        processor_for(store, clock, Script()).process(delivery())
+    lines = [r for r in caplog.records if _fields(r).get("event") == metrics.EVENT_WORKER_OUTCOME]
+    assert len(lines) == 1
+    fields = _fields(lines[0])
+    assert fields[metrics.LOG_OUTCOME] == "completed"
+    assert fields[metrics.LOG_ATTEMPT] == 1
+    assert fields[metrics.LOG_DUE_TO_DONE_S] == 90.0
+    assert fields[metrics.LOG_ENQUEUE_TO_DONE_S] == 90.0
+    assert (fields["job_id"], fields["action"]) == ("job-1", "media.delete_source")
+
+
+def _fields(record: logging.LogRecord) -> dict[str, object]:
+    return dict(getattr(record, "fields", {}) or {})
