@@ -1,0 +1,60 @@
+"""``python -m emulators.firestore --host 127.0.0.1 --port 8080 [--admin-port 8081]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+from emulators.firestore.server import PortInUse, start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m emulators.firestore",
+        description="Built-in Firestore emulator (gRPC google.firestore.v1.Firestore).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--admin-port", type=int, default=None, help="default: port + 1")
+    parser.add_argument("--transaction-timeout", type=float, default=270.0)
+    parser.add_argument("--transaction-idle-timeout", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    admin_port = (
+        args.admin_port if args.admin_port is not None else (args.port + 1 if args.port else 0)
+    )
+    try:
+        emulator = start(
+            args.host,
+            args.port,
+            admin_port,
+            transaction_timeout_s=args.transaction_timeout,
+            transaction_idle_timeout_s=args.transaction_idle_timeout,
+        )
+    except PortInUse as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    print(
+        f"Firestore emulator listening on {emulator.address}; admin on {emulator.admin_url}\n"
+        f"export FIRESTORE_EMULATOR_HOST={emulator.address}",
+        flush=True,
+    )
+    stopping.wait()
+    emulator.stop()
+    print("Firestore emulator stopped.", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""One Firestore database held in memory: current documents, their history, and indexes.
+
+Not thread-safe by itself: the :class:`~emulators.firestore.engine.Engine` serialises access.
+Indexes: an equality index and an array-contains index per (collection id, field path), kept
+up to date on every write, and a sorted index per (collection id, field path) built the first
+time a range filter or an ordering needs it and maintained from then on.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from google.cloud.firestore_v1.types import document as document_types
+
+from emulators.firestore.names import DatabaseKey, documents_root
+from emulators.firestore.values import FieldPath, SortKey, get_field, kind, sort_key, walk
+
+Document = document_types.Document.pb()
+
+IndexKey = tuple[str, FieldPath]
+
+
+class Stored:
+    """A committed document version plus cached sort keys of its fields."""
+
+    __slots__ = ("cache", "collection_id", "doc", "name", "name_key", "update_us")
+
+    def __init__(self, doc: Any, update_us: int) -> None:
+        self.doc = doc
+        self.name: str = doc.name
+        self.name_key: SortKey = (6, tuple(doc.name.split("/")))
+        segments = doc.name.split("/")
+        self.collection_id = segments[-2]
+        self.update_us = update_us
+        self.cache: dict[FieldPath, SortKey | None] = {}
+
+    def key(self, path: FieldPath) -> SortKey | None:
+        """Sort key of the field at ``path`` (None when absent); ``__name__`` is the doc key."""
+        if path == ("__name__",):
+            return self.name_key
+        try:
+            return self.cache[path]
+        except KeyError:
+            value = get_field(self.doc.fields, path)
+            key = None if value is None else sort_key(value)
+            self.cache[path] = key
+            return key
+
+    def value(self, path: FieldPath) -> Any | None:
+        return get_field(self.doc.fields, path)
+
+
+class SortedIndex:
+    """(sort key, name) pairs in order, for range filters and ordering."""
+
+    def __init__(self, entries: Iterable[tuple[SortKey, str]]) -> None:
+        self.entries = sorted(entries)
+
+    def add(self, key: SortKey, name: str) -> None:
+        bisect.insort(self.entries, (key, name))
+
+    def remove(self, key: SortKey, name: str) -> None:
+        i = bisect.bisect_left(self.entries, (key, name))
+        if i < len(self.entries) and self.entries[i] == (key, name):
+            del self.entries[i]
+
+    def between(
+        self, low: SortKey, low_inclusive: bool, high: SortKey, high_inclusive: bool
+    ) -> list[str]:
+        entries = self.entries
+        # A name sorts after every real key prefix tuple of the same key: use sentinels.
+        lo = bisect.bisect_left(entries, (low,)) if low_inclusive else _after(entries, low)
+        hi = _after(entries, high) if high_inclusive else bisect.bisect_left(entries, (high,))
+        return [name for _, name in entries[lo:hi]] if hi > lo else []
+
+    def count_between(
+        self, low: SortKey, low_inclusive: bool, high: SortKey, high_inclusive: bool
+    ) -> int:
+        entries = self.entries
+        lo = bisect.bisect_left(entries, (low,)) if low_inclusive else _after(entries, low)
+        hi = _after(entries, high) if high_inclusive else bisect.bisect_left(entries, (high,))
+        return max(0, hi - lo)
+
+
+def _after(entries: list[tuple[SortKey, str]], key: SortKey) -> int:
+    """Index of the first entry whose key is greater than ``key``."""
+    return bisect.bisect_left(entries, (key, _MAX_NAME))
+
+
+class _MaxName(str):
+    """Sorts after every document name."""
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __gt__(self, other: object) -> bool:
+        return True
+
+    def __le__(self, other: object) -> bool:
+        return self == other
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+
+_MAX_NAME = _MaxName("\U0010ffff")
+
+
+class Database:
+    """Documents of one (project, database)."""
+
+    def __init__(self, key: DatabaseKey) -> None:
+        self.key = key
+        self.root = documents_root(key)
+        self.docs: dict[str, Stored] = {}
+        self.history: dict[str, list[tuple[int, Stored | None]]] = {}
+        self.by_collection: dict[str, set[str]] = defaultdict(set)
+        self.by_group: dict[str, set[str]] = defaultdict(set)
+        self.ever_by_group: dict[str, set[str]] = defaultdict(set)
+        self.eq_index: dict[IndexKey, dict[SortKey, set[str]]] = defaultdict(
+            lambda: defaultdict(set)
+        )
+        self.contains_index: dict[IndexKey, dict[SortKey, set[str]]] = defaultdict(
+            lambda: defaultdict(set)
+        )
+        self.sorted_indexes: dict[IndexKey, SortedIndex] = {}
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(self, name: str, read_us: int | None = None) -> Stored | None:
+        if read_us is None:
+            return self.docs.get(name)
+        versions = self.history.get(name)
+        if not versions:
+            return None
+        i = bisect.bisect_right(versions, read_us, key=lambda v: v[0])
+        return versions[i - 1][1] if i else None
+
+    def group_names(self, collection_id: str, read_us: int | None) -> set[str]:
+        if read_us is None:
+            return self.by_group.get(collection_id, set())
+        return self.ever_by_group.get(collection_id, set())
+
+    def all_names(self, read_us: int | None) -> Iterable[str]:
+        if read_us is None:
+            return self.docs.keys()
+        return self.history.keys()
+
+    def sorted_index(self, collection_id: str, path: FieldPath) -> SortedIndex:
+        index = self.sorted_indexes.get((collection_id, path))
+        if index is None:
+            entries = []
+            for name in self.by_group.get(collection_id, ()):
+                key = self.docs[name].key(path)
+                if key is not None:
+                    entries.append((key, name))
+            index = SortedIndex(entries)
+            self.sorted_indexes[(collection_id, path)] = index
+        return index
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def put(self, name: str, doc: Any | None, time_us: int) -> None:
+        """Make ``doc`` (or a deletion when None) the current version of ``name``."""
+        old = self.docs.get(name)
+        if old is not None:
+            self._unindex(old)
+        stored = Stored(doc, time_us) if doc is not None else None
+        segments = name.split("/")
+        collection_path = "/".join(segments[:-1])
+        collection_id = segments[-2]
+        if stored is None:
+            self.docs.pop(name, None)
+            self.by_collection[collection_path].discard(name)
+            self.by_group[collection_id].discard(name)
+        else:
+            self.docs[name] = stored
+            self.by_collection[collection_path].add(name)
+            self.by_group[collection_id].add(name)
+            self._index(stored)
+        self.ever_by_group[collection_id].add(name)
+        self.history.setdefault(name, []).append((time_us, stored))
+
+    def _index(self, stored: Stored) -> None:
+        cid = stored.collection_id
+        for path, value in walk(stored.doc.fields):
+            key = stored.key(path)
+            assert key is not None
+            self.eq_index[(cid, path)][key].add(stored.name)
+            if kind(value) == "array_value":
+                bucket = self.contains_index[(cid, path)]
+                for item in value.array_value.values:
+                    bucket[sort_key(item)].add(stored.name)
+            index = self.sorted_indexes.get((cid, path))
+            if index is not None:
+                index.add(key, stored.name)
+
+    def _unindex(self, stored: Stored) -> None:
+        cid = stored.collection_id
+        for path, value in walk(stored.doc.fields):
+            key = stored.key(path)
+            assert key is not None
+            by_value = self.eq_index.get((cid, path))
+            if by_value is not None:
+                names = by_value.get(key)
+                if names is not None:
+                    names.discard(stored.name)
+                    if not names:
+                        del by_value[key]
+            if kind(value) == "array_value":
+                bucket = self.contains_index.get((cid, path))
+                if bucket is not None:
+                    for item in value.array_value.values:
+                        names = bucket.get(sort_key(item))
+                        if names is not None:
+                            names.discard(stored.name)
+                            if not names:
+                                del bucket[sort_key(item)]
+            index = self.sorted_indexes.get((cid, path))
+            if index is not None:
+                index.remove(key, stored.name)

@@ -1,0 +1,420 @@
+"""The emulator's state and its consistency rules: databases, transactions, document locks.
+
+Concurrency model (see docs/firestore-emulator.md): one condition variable guards all state
+and is held only for short, non-blocking work; a transaction that must wait for a document
+lock waits on the condition, which releases it. Reads and queries inside a read-write
+transaction take an exclusive lock on every document they return (or name, for a missing
+document). A waiter whose wait would close a cycle makes the youngest transaction in the cycle
+lose: its locks are released and its commit answers ABORTED. A transaction keeps the age of
+the one it retries (``retry_transaction``), so it eventually becomes the oldest and wins.
+Non-transactional writes do not wait: they take precedence and abort the holders. At commit,
+every document read and every query's result set is checked to be unchanged (a safety net
+that also catches phantoms); any change answers ABORTED.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from emulators.firestore.database import Database, Stored
+from emulators.firestore.errors import Aborted, InvalidArgument
+from emulators.firestore.mutation import Outcome, apply, micros, written_name
+from emulators.firestore.names import DatabaseKey
+from emulators.firestore.query import Query, Result, run
+
+LockKey = tuple[DatabaseKey, str]
+T = TypeVar("T")
+_EXPIRED = "The referenced transaction has expired or is no longer valid."
+_FINISHED_KEPT = 10_000
+
+
+@dataclass(eq=False)
+class Transaction:
+    id: bytes
+    database: DatabaseKey
+    read_only: bool
+    read_us: int | None  # snapshot time of a read-only transaction
+    priority: tuple[int, int]  # smaller = older; kept across retries
+    started: float
+    last_used: float
+    active: int = 0
+    wounded: bool = False
+    waiting_on: LockKey | None = None
+    locks: set[LockKey] = field(default_factory=set)
+    reads: dict[str, int] = field(default_factory=dict)  # name -> update micros (0 = missing)
+    queries: list[tuple[Query, list[tuple[str, int]]]] = field(default_factory=list)
+
+
+@dataclass
+class Consistency:
+    """How a read is to be served: in a transaction, starting one, at a time, or latest."""
+
+    transaction: bytes | None = None
+    new_transaction: Any | None = None  # TransactionOptions pb
+    read_us: int | None = None
+
+
+class Engine:
+    """All databases of one emulator process, and the transactions running against them."""
+
+    def __init__(
+        self,
+        transaction_timeout_s: float = 270.0,
+        transaction_idle_timeout_s: float = 60.0,
+        lock_timeout_s: float = 20.0,
+    ) -> None:
+        self.transaction_timeout_s = transaction_timeout_s
+        self.transaction_idle_timeout_s = transaction_idle_timeout_s
+        self.lock_timeout_s = lock_timeout_s
+        self.cond = threading.Condition(threading.Lock())
+        self.databases: dict[DatabaseKey, Database] = {}
+        self.transactions: dict[bytes, Transaction] = {}
+        self.finished: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
+        self.owners: dict[LockKey, Transaction] = {}
+        self._last_us = 0
+        self._seq = itertools.count()
+
+    # -- time and databases ------------------------------------------------------------------
+
+    def now_us(self) -> int:
+        """A strictly increasing commit clock in microseconds (call with the lock held)."""
+        now = time.time_ns() // 1000
+        self._last_us = max(now, self._last_us + 1)
+        return self._last_us
+
+    def database(self, key: DatabaseKey) -> Database:
+        db = self.databases.get(key)
+        if db is None:
+            db = Database(key)
+            self.databases[key] = db
+        return db
+
+    def reset(self, project: str | None = None, database: str | None = None) -> None:
+        """Drop documents (of one project/database, or everything) and their transactions."""
+        with self.cond:
+            for key in list(self.databases):
+                if (project is None or key[0] == project) and (
+                    database is None or key[1] == database
+                ):
+                    del self.databases[key]
+            for txn in list(self.transactions.values()):
+                if project is None or txn.database[0] == project:
+                    self._finish(txn)
+            self.cond.notify_all()
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def begin(self, database: DatabaseKey, options: Any | None) -> bytes:
+        with self.cond:
+            self._reap()
+            return self._begin(database, options).id
+
+    def _begin(self, database: DatabaseKey, options: Any) -> Transaction:
+        now = time.monotonic()
+        read_only = False
+        read_us: int | None = None
+        priority = (time.monotonic_ns(), next(self._seq))
+        mode = options.WhichOneof("mode") if options is not None else None
+        if mode == "read_only":
+            read_only = True
+            if options.read_only.HasField("read_time"):
+                read_us = self._check_read_time(micros(options.read_only.read_time))
+            else:
+                read_us = self.now_us()
+        elif mode == "read_write" and options.read_write.retry_transaction:
+            retried = options.read_write.retry_transaction
+            previous = self.transactions.get(retried)
+            if previous is not None:
+                priority = previous.priority
+                self._finish(previous)
+            elif retried in self.finished:
+                priority = self.finished[retried]
+        txn = Transaction(
+            id=os.urandom(16),
+            database=database,
+            read_only=read_only,
+            read_us=read_us,
+            priority=priority,
+            started=now,
+            last_used=now,
+        )
+        self.transactions[txn.id] = txn
+        return txn
+
+    def _check_read_time(self, read_us: int) -> int:
+        if read_us > self.now_us():
+            raise InvalidArgument("read_time cannot be in the future.")
+        return read_us
+
+    def rollback(self, database: DatabaseKey, tid: bytes) -> None:
+        with self.cond:
+            txn = self.transactions.get(tid)
+            if txn is None:
+                if tid in self.finished:
+                    return
+                raise InvalidArgument(_EXPIRED)
+            if txn.database != database:
+                raise InvalidArgument("Transaction belongs to another database.")
+            self._finish(txn)
+            self.cond.notify_all()
+
+    def _expired(self, txn: Transaction, now: float) -> bool:
+        if now - txn.started > self.transaction_timeout_s:
+            return True
+        return txn.active == 0 and now - txn.last_used > self.transaction_idle_timeout_s
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        expired = [t for t in self.transactions.values() if self._expired(t, now)]
+        for txn in expired:
+            self._finish(txn)
+        if expired:
+            self.cond.notify_all()
+
+    def _finish(self, txn: Transaction) -> None:
+        self._release(txn)
+        self.transactions.pop(txn.id, None)
+        self.finished[txn.id] = txn.priority
+        while len(self.finished) > _FINISHED_KEPT:
+            self.finished.popitem(last=False)
+
+    def _release(self, txn: Transaction) -> None:
+        for key in txn.locks:
+            if self.owners.get(key) is txn:
+                del self.owners[key]
+        txn.locks.clear()
+
+    @contextmanager
+    def _using(self, database: DatabaseKey, tid: bytes) -> Iterator[Transaction]:
+        """Look up a live transaction (lock held) and mark it busy while the call runs."""
+        txn = self.transactions.get(tid)
+        now = time.monotonic()
+        if txn is not None and self._expired(txn, now):
+            self._finish(txn)
+            self.cond.notify_all()
+            txn = None
+        if txn is None:
+            raise InvalidArgument(_EXPIRED)
+        if txn.database != database:
+            raise InvalidArgument("Transaction belongs to another database.")
+        txn.active += 1
+        try:
+            yield txn
+        finally:
+            txn.active -= 1
+            txn.last_used = time.monotonic()
+
+    # -- locks ------------------------------------------------------------------------------
+
+    def _wound(self, victim: Transaction) -> None:
+        victim.wounded = True
+        self._release(victim)
+        self.cond.notify_all()
+
+    def _try_acquire(self, txn: Transaction, key: LockKey) -> bool:
+        """Take ``key`` for ``txn`` if possible without waiting (True also when doomed)."""
+        while True:
+            if txn.wounded:
+                return True
+            owner = self.owners.get(key)
+            if owner is None or owner is txn:
+                self.owners[key] = txn
+                txn.locks.add(key)
+                return True
+            if self._expired(owner, time.monotonic()):
+                self._finish(owner)
+                self.cond.notify_all()
+                continue
+            cycle = self._cycle_through(txn, owner)
+            if not cycle:
+                return False
+            victim = max(cycle, key=lambda t: t.priority)
+            self._wound(victim)
+
+    def _cycle_through(self, txn: Transaction, owner: Transaction) -> list[Transaction]:
+        """The wait-for chain from ``owner`` back to ``txn``, if waiting would close a cycle."""
+        chain = [txn]
+        current: Transaction | None = owner
+        seen: set[int] = set()
+        while current is not None and id(current) not in seen:
+            if current is txn:
+                return chain
+            seen.add(id(current))
+            chain.append(current)
+            if current.waiting_on is None:
+                return []
+            current = self.owners.get(current.waiting_on)
+        return []
+
+    def _wait_for(self, txn: Transaction, key: LockKey, deadline: float) -> None:
+        """Wait (lock released) until ``key`` is free, ``txn`` is doomed, or the deadline."""
+        txn.waiting_on = key
+        try:
+            while not self._try_acquire(txn, key):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise Aborted("Transaction lock timeout.")
+                self.cond.wait(min(remaining, 1.0))
+        finally:
+            txn.waiting_on = None
+
+    def _acquire(self, txn: Transaction, key: LockKey, deadline: float) -> None:
+        if not self._try_acquire(txn, key):
+            self._wait_for(txn, key, deadline)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _reading(
+        self, database: DatabaseKey, consistency: Consistency
+    ) -> Iterator[tuple[Transaction | None, bytes | None, int | None]]:
+        """Yield (transaction or None, new transaction id, snapshot micros or None=latest)."""
+        if consistency.read_us is not None:
+            yield None, None, self._check_read_time(consistency.read_us)
+            return
+        new_id: bytes | None = None
+        tid = consistency.transaction
+        if consistency.new_transaction is not None:
+            txn = self._begin(database, consistency.new_transaction)
+            tid = new_id = txn.id
+        if tid is None:
+            yield None, None, None
+            return
+        with self._using(database, tid) as txn:
+            yield txn, new_id, txn.read_us
+
+    def get_documents(
+        self, database: DatabaseKey, names: list[str], consistency: Consistency
+    ) -> tuple[list[Stored | None], int, bytes | None]:
+        """Latest (or snapshot) versions of ``names``; locks them in a read-write transaction."""
+        with self.cond, self._reading(database, consistency) as (txn, new_id, read_us):
+            db = self.database(database)
+            if txn is not None and not txn.read_only:
+                deadline = time.monotonic() + self.lock_timeout_s
+                for name in names:
+                    self._acquire(txn, (database, name), deadline)
+            docs = [db.get(name, read_us) for name in names]
+            if txn is not None and not txn.read_only:
+                for name, stored in zip(names, docs, strict=True):
+                    txn.reads.setdefault(name, stored.update_us if stored else 0)
+            return docs, read_us if read_us is not None else self.now_us(), new_id
+
+    def run_query(
+        self, database: DatabaseKey, query: Query, consistency: Consistency
+    ) -> tuple[Result, int, bytes | None]:
+        """Run ``query``; in a read-write transaction, lock what it returns, re-running after
+        any wait so the result reflects the latest committed state."""
+        with self.cond, self._reading(database, consistency) as (txn, new_id, read_us):
+            db = self.database(database)
+            if txn is None or txn.read_only:
+                result = run(db, query, read_us)
+                return result, read_us if read_us is not None else self.now_us(), new_id
+            deadline = time.monotonic() + self.lock_timeout_s
+            while True:
+                result = run(db, query, None)
+                blocked = None
+                for stored in result.docs:
+                    if not self._try_acquire(txn, (database, stored.name)):
+                        blocked = (database, stored.name)
+                        break
+                if blocked is None:
+                    break
+                self._wait_for(txn, blocked, deadline)
+            signature = [(s.name, s.update_us) for s in result.docs]
+            txn.queries.append((query, signature))
+            for stored in result.docs:
+                txn.reads.setdefault(stored.name, stored.update_us)
+            return result, self.now_us(), new_id
+
+    def with_snapshot(
+        self,
+        database: DatabaseKey,
+        consistency: Consistency,
+        read: Callable[[Database, int | None], T],
+    ) -> tuple[T, int]:
+        """Run an unlocked read (listing) under the state lock; returns (result, read time)."""
+        with self.cond, self._reading(database, consistency) as (_, _, read_us):
+            result = read(self.database(database), read_us)
+            return result, read_us if read_us is not None else self.now_us()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def commit(
+        self, database: DatabaseKey, writes: list[Any], tid: bytes | None
+    ) -> tuple[int, list[Outcome]]:
+        """Apply ``writes`` atomically; in a transaction, only if nothing it read has changed."""
+        with self.cond:
+            names = [written_name(w, database) for w in writes]
+            if tid is None:
+                for name in names:
+                    owner = self.owners.get((database, name))
+                    if owner is not None:
+                        self._wound(owner)
+                return self._apply(database, writes, names)
+            with self._using(database, tid) as txn:
+                try:
+                    if txn.read_only and writes:
+                        raise InvalidArgument("Cannot modify entities in a read-only transaction.")
+                    deadline = time.monotonic() + self.lock_timeout_s
+                    for name in names:
+                        self._acquire(txn, (database, name), deadline)
+                    if txn.wounded:
+                        raise Aborted(
+                            "Transaction was aborted by a conflicting transaction; retry it."
+                        )
+                    self._validate(txn)
+                    return self._apply(database, writes, names)
+                finally:
+                    self._finish(txn)
+                    self.cond.notify_all()
+
+    def _validate(self, txn: Transaction) -> None:
+        db = self.database(txn.database)
+        for name, seen in txn.reads.items():
+            current = db.docs.get(name)
+            if (current.update_us if current else 0) != seen:
+                raise Aborted(f"Document {name} changed since this transaction read it.")
+        for query, signature in txn.queries:
+            now = [(s.name, s.update_us) for s in run(db, query, None).docs]
+            if now != signature:
+                raise Aborted("A query's result changed since this transaction ran it.")
+
+    def _apply(
+        self, database: DatabaseKey, writes: list[Any], names: list[str]
+    ) -> tuple[int, list[Outcome]]:
+        db = self.database(database)
+        commit_us = self.now_us()
+        staged: dict[str, Stored | None] = {}
+        outcomes = []
+        for write, name in zip(writes, names, strict=True):
+            current = staged[name] if name in staged else db.get(name)
+            outcome = apply(write, name, current, commit_us)
+            outcomes.append(outcome)
+            staged[name] = (
+                Stored(outcome.doc, micros(outcome.doc.update_time)) if outcome.doc else None
+            )
+        for outcome in outcomes:
+            if outcome.changed:
+                db.put(outcome.name, outcome.doc, commit_us)
+        return commit_us, outcomes
+
+    def batch_write(
+        self, database: DatabaseKey, writes: list[Any]
+    ) -> list[tuple[Outcome | None, Exception | None]]:
+        """Apply each write on its own (non-atomic), reporting a status per write."""
+        results: list[tuple[Outcome | None, Exception | None]] = []
+        for write in writes:
+            try:
+                _, outcomes = self.commit(database, [write], None)
+                results.append((outcomes[0], None))
+            except Exception as exc:  # each write gets its own status
+                results.append((None, exc))
+        return results

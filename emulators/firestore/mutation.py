@@ -1,0 +1,245 @@
+"""Applying one Write (set, merge, delete, preconditions, field transforms) to a document."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.cloud.firestore_v1.types import write as write_types
+from google.protobuf import timestamp_pb2
+
+from emulators.firestore.database import Document, Stored
+from emulators.firestore.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
+from emulators.firestore.names import DatabaseKey, parse_document
+from emulators.firestore.values import (
+    ArrayValue,
+    Value,
+    check_writable_path,
+    delete_field,
+    get_field,
+    is_nan,
+    is_number,
+    kind,
+    number,
+    number_value,
+    parse_field_path,
+    set_field,
+    sort_key,
+    validate_fields,
+)
+
+WriteResult = write_types.WriteResult.pb()
+_REQUEST_TIME = write_types.DocumentTransform.FieldTransform.ServerValue.REQUEST_TIME
+MAX_DOCUMENT_BYTES = 1_048_576
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
+
+
+def timestamp(us: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=us // 1_000_000, nanos=(us % 1_000_000) * 1000)
+
+
+def micros(ts: timestamp_pb2.Timestamp) -> int:
+    return int(ts.seconds) * 1_000_000 + int(ts.nanos) // 1000
+
+
+@dataclass
+class Outcome:
+    """The result of one write: the new version (None = deleted) and its WriteResult."""
+
+    name: str
+    doc: Any | None
+    changed: bool
+    result: Any
+    is_delete: bool
+
+
+def written_name(write: Any, database: DatabaseKey) -> str:
+    op = write.WhichOneof("operation")
+    if op == "update":
+        raw = write.update.name
+    elif op == "delete":
+        raw = write.delete
+    elif op == "transform":
+        raw = write.transform.document
+    else:
+        raise InvalidArgument("A write needs an operation (update, delete or transform).")
+    name = parse_document(raw)
+    if name.database != database:
+        raise InvalidArgument(f"Document {raw!r} is not in database {database}.")
+    return name.full
+
+
+def apply(write: Any, name: str, current: Stored | None, commit_us: int) -> Outcome:
+    """Validate and apply ``write`` to ``current`` (its latest version inside this commit)."""
+    _check_precondition(write, current)
+    op = write.WhichOneof("operation")
+    if op == "delete":
+        if write.update_transforms:
+            raise InvalidArgument("A delete cannot carry field transforms.")
+        return Outcome(name, None, current is not None, WriteResult(), True)
+    transforms: list[Any]
+    if op == "transform":
+        fields = Document()
+        if current is not None:
+            fields.fields.MergeFrom(current.doc.fields)
+        transforms = list(write.transform.field_transforms)
+    else:
+        fields = _updated_fields(write, current)
+        transforms = list(write.update_transforms)
+    results = [_transform(fields.fields, t, commit_us) for t in transforms]
+    doc = Document(name=name)
+    doc.fields.MergeFrom(fields.fields)
+    if doc.ByteSize() > MAX_DOCUMENT_BYTES:
+        raise InvalidArgument("Document exceeds the maximum size of 1 MiB.")
+    changed = current is None or current.doc.fields != doc.fields
+    if current is not None:
+        doc.create_time.CopyFrom(current.doc.create_time)
+    else:
+        doc.create_time.CopyFrom(timestamp(commit_us))
+    if changed:
+        doc.update_time.CopyFrom(timestamp(commit_us))
+    else:
+        doc.update_time.CopyFrom(current.doc.update_time)  # type: ignore[union-attr]
+    result = WriteResult(update_time=doc.update_time)
+    result.transform_results.extend(results)
+    return Outcome(name, doc, changed, result, False)
+
+
+def _check_precondition(write: Any, current: Stored | None) -> None:
+    if not write.HasField("current_document"):
+        return
+    which = write.current_document.WhichOneof("condition_type")
+    if which == "exists":
+        if write.current_document.exists and current is None:
+            raise NotFound(f"No document to update: {_name_of(write)}")
+        if not write.current_document.exists and current is not None:
+            raise AlreadyExists(f"Document already exists: {_name_of(write)}")
+    elif which == "update_time":
+        wanted = micros(write.current_document.update_time)
+        if current is None:
+            raise NotFound(f"No document to update: {_name_of(write)}")
+        if current.update_us != wanted:
+            raise FailedPrecondition(
+                f"The update time of {_name_of(write)} does not match the precondition."
+            )
+
+
+def _name_of(write: Any) -> str:
+    op = write.WhichOneof("operation")
+    if op == "update":
+        return str(write.update.name)
+    if op == "delete":
+        return str(write.delete)
+    return str(write.transform.document)
+
+
+def _updated_fields(write: Any, current: Stored | None) -> Any:
+    validate_fields(write.update.fields)
+    result = Document()
+    if not write.HasField("update_mask"):
+        result.fields.MergeFrom(write.update.fields)
+        return result
+    if current is not None:
+        result.fields.MergeFrom(current.doc.fields)
+    for text in write.update_mask.field_paths:
+        path = parse_field_path(text)
+        check_writable_path(path)
+        value = get_field(write.update.fields, path)
+        if value is None:
+            delete_field(result.fields, path)
+        else:
+            set_field(result.fields, path, value)
+    return result
+
+
+def _transform(fields: Any, transform: Any, commit_us: int) -> Any:
+    path = parse_field_path(transform.field_path)
+    check_writable_path(path)
+    current = get_field(fields, path)
+    which = transform.WhichOneof("transform_type")
+    handler = _TRANSFORMS.get(which or "")
+    if handler is None:
+        raise InvalidArgument("A field transform needs a transform type.")
+    new_value = handler(current, transform, commit_us)
+    set_field(fields, path, new_value)
+    return new_value
+
+
+def _server_value(current: Any | None, transform: Any, commit_us: int) -> Any:
+    if transform.set_to_server_value != _REQUEST_TIME:
+        raise InvalidArgument("Unknown server value.")
+    return Value(timestamp_value=timestamp(commit_us))
+
+
+def _numeric_operand(transform: Any, which: str) -> Any:
+    operand = getattr(transform, which)
+    if not is_number(operand):
+        raise InvalidArgument(f"The {which} transform needs a numeric operand.")
+    return operand
+
+
+def _increment(current: Any | None, transform: Any, commit_us: int) -> Any:
+    operand = _numeric_operand(transform, "increment")
+    if current is None or not is_number(current):
+        return operand
+    a, b = number(current), number(operand)
+    if isinstance(a, int) and isinstance(b, int):
+        return number_value(max(_INT64_MIN, min(_INT64_MAX, a + b)))
+    return number_value(float(a) + float(b))
+
+
+def _extreme(pick_max: bool) -> Callable[[Any | None, Any, int], Any]:
+    which = "maximum" if pick_max else "minimum"
+
+    def apply_extreme(current: Any | None, transform: Any, commit_us: int) -> Any:
+        operand = _numeric_operand(transform, which)
+        if current is None or not is_number(current):
+            return operand
+        if is_nan(current) or is_nan(operand):
+            return Value(double_value=float("nan"))
+        a, b = number(current), number(operand)
+        if a == b:
+            return current
+        return operand if (b > a) == pick_max else current
+
+    return apply_extreme
+
+
+def _array_items(current: Any | None) -> list[Any]:
+    if current is not None and kind(current) == "array_value":
+        return list(current.array_value.values)
+    return []
+
+
+def _append_missing(current: Any | None, transform: Any, commit_us: int) -> Any:
+    items = _array_items(current)
+    seen = {sort_key(v) for v in items}
+    for item in transform.append_missing_elements.values:
+        key = sort_key(item)
+        if key not in seen:
+            seen.add(key)
+            items.append(item)
+    return Value(array_value=ArrayValue(values=items))
+
+
+def _remove_all(current: Any | None, transform: Any, commit_us: int) -> Any:
+    removed = {sort_key(v) for v in transform.remove_all_from_array.values}
+    items = [v for v in _array_items(current) if sort_key(v) not in removed]
+    return Value(array_value=ArrayValue(values=items))
+
+
+_TRANSFORMS: dict[str, Callable[[Any | None, Any, int], Any]] = {
+    "set_to_server_value": _server_value,
+    "increment": _increment,
+    "maximum": _extreme(True),
+    "minimum": _extreme(False),
+    "append_missing_elements": _append_missing,
+    "remove_all_from_array": _remove_all,
+}

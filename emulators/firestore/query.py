@@ -1,0 +1,421 @@
+"""Structured queries: validation, compilation into matchers, planning over indexes, execution."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.cloud.firestore_v1.types import query as query_types
+
+from emulators.firestore.database import Database, Stored
+from emulators.firestore.errors import InvalidArgument, Unimplemented
+from emulators.firestore.names import DatabaseKey, documents_root, parse_document, parse_parent
+from emulators.firestore.values import (
+    NAME_PATH,
+    FieldPath,
+    SortKey,
+    is_nan,
+    kind,
+    parse_field_path,
+    reference_key,
+    sort_key,
+)
+
+StructuredQuery = query_types.StructuredQuery.pb()
+_FieldOp = StructuredQuery.FieldFilter.Operator
+_UnaryOp = StructuredQuery.UnaryFilter.Operator
+_CompositeOp = StructuredQuery.CompositeFilter.Operator
+_DESCENDING = StructuredQuery.Direction.DESCENDING
+
+_NULL_KEY: SortKey = (0,)
+_NAN_KEY: SortKey = (2, 0, 0)
+_MAX_DISJUNCTION = 30
+_RANGE_OPS = {
+    _FieldOp.LESS_THAN,
+    _FieldOp.LESS_THAN_OR_EQUAL,
+    _FieldOp.GREATER_THAN,
+    _FieldOp.GREATER_THAN_OR_EQUAL,
+}
+_INEQUALITY_OPS = _RANGE_OPS | {_FieldOp.NOT_EQUAL, _FieldOp.NOT_IN}
+_INDEX_WORTH_BUILDING = 1000
+
+Matcher = Callable[[Stored], bool]
+
+
+@dataclass
+class Term:
+    """One conjunct the planner can answer from an index."""
+
+    op: int
+    path: FieldPath
+    keys: list[SortKey]
+
+
+@dataclass
+class Filter:
+    matches: Matcher
+    terms: list[Term] = field(default_factory=list)  # indexable conjuncts (AND only)
+    inequality_paths: list[FieldPath] = field(default_factory=list)
+
+
+@dataclass
+class Query:
+    database: DatabaseKey
+    parent: str
+    collection_id: str
+    all_descendants: bool
+    filter: Filter | None
+    orders: list[tuple[FieldPath, bool]]
+    start: tuple[list[SortKey], bool] | None  # (cursor keys, inclusive)
+    end: tuple[list[SortKey], bool] | None
+    offset: int
+    limit: int | None
+    projection: list[FieldPath] | None
+
+
+@dataclass
+class Result:
+    docs: list[Stored]
+    skipped: int
+
+
+# -- compilation ---------------------------------------------------------------------------
+
+
+def compile_query(parent: str, pb: Any) -> Query:
+    database, _ = parse_parent(parent)
+    if pb.HasField("find_nearest"):
+        raise Unimplemented("find_nearest (vector search) is not supported by this emulator.")
+    selectors = list(pb.from_)
+    if len(selectors) != 1:
+        raise InvalidArgument("A query must name exactly one collection in 'from'.")
+    selector = selectors[0]
+    if not selector.all_descendants and not selector.collection_id:
+        raise InvalidArgument("A collection query needs a collection_id.")
+    where = _compile_filter(pb.where, database) if pb.HasField("where") else None
+    orders = _orders(pb, where)
+    start = _cursor(pb.start_at, orders, database) if pb.HasField("start_at") else None
+    end = _cursor(pb.end_at, orders, database) if pb.HasField("end_at") else None
+    if pb.offset < 0:
+        raise InvalidArgument("offset must be non-negative.")
+    limit = None
+    if pb.HasField("limit"):
+        if pb.limit.value < 0:
+            raise InvalidArgument("limit must be non-negative.")
+        limit = pb.limit.value
+    projection = None
+    if pb.HasField("select"):
+        projection = [parse_field_path(f.field_path) for f in pb.select.fields]
+    return Query(
+        database=database,
+        parent=parent,
+        collection_id=selector.collection_id,
+        all_descendants=selector.all_descendants,
+        filter=where,
+        orders=orders,
+        start=(start[0], start[1]) if start else None,
+        end=(end[0], not end[1]) if end else None,
+        offset=pb.offset,
+        limit=limit,
+        projection=projection,
+    )
+
+
+def _orders(pb: Any, where: Filter | None) -> list[tuple[FieldPath, bool]]:
+    orders: list[tuple[FieldPath, bool]] = []
+    seen: set[FieldPath] = set()
+    for order in pb.order_by:
+        path = parse_field_path(order.field.field_path)
+        if path in seen:
+            raise InvalidArgument(f"Order by field {order.field.field_path!r} appears twice.")
+        seen.add(path)
+        orders.append((path, order.direction == _DESCENDING))
+    last_desc = orders[-1][1] if orders else False
+    if where is not None:
+        for path in sorted(set(where.inequality_paths)):
+            if path not in seen and path != NAME_PATH:
+                seen.add(path)
+                orders.append((path, last_desc))
+    if NAME_PATH not in seen:
+        orders.append((NAME_PATH, last_desc))
+    return orders
+
+
+def _cursor(
+    cursor: Any, orders: list[tuple[FieldPath, bool]], database: DatabaseKey
+) -> tuple[list[SortKey], bool]:
+    values = list(cursor.values)
+    if len(values) > len(orders):
+        raise InvalidArgument("Too many cursor values for the query's ordering.")
+    keys = []
+    for (path, _), value in zip(orders, values, strict=False):
+        if path == NAME_PATH:
+            keys.append(_name_key(value, database))
+        else:
+            keys.append(sort_key(value))
+    return keys, cursor.before
+
+
+def _name_key(value: Any, database: DatabaseKey) -> SortKey:
+    if kind(value) != "reference_value":
+        raise InvalidArgument("A cursor or filter on __name__ must be a document reference.")
+    name = value.reference_value
+    if not name.startswith(documents_root(database)):
+        raise InvalidArgument(f"Reference {name!r} is not in this database.")
+    return (6, reference_key(name))
+
+
+def _compile_filter(pb: Any, database: DatabaseKey) -> Filter:
+    which = pb.WhichOneof("filter_type")
+    if which == "composite_filter":
+        return _compile_composite(pb.composite_filter, database)
+    if which == "field_filter":
+        return _compile_field(pb.field_filter, database)
+    if which == "unary_filter":
+        return _compile_unary(pb.unary_filter)
+    raise InvalidArgument("Filter is empty.")
+
+
+def _compile_composite(pb: Any, database: DatabaseKey) -> Filter:
+    parts = [_compile_filter(f, database) for f in pb.filters]
+    if not parts:
+        raise InvalidArgument("A composite filter needs at least one filter.")
+    inequality = [p for part in parts for p in part.inequality_paths]
+    if pb.op == _CompositeOp.AND:
+        matchers = [p.matches for p in parts]
+
+        def all_match(doc: Stored) -> bool:
+            return all(m(doc) for m in matchers)
+
+        return Filter(all_match, [t for p in parts for t in p.terms], inequality)
+    if pb.op == _CompositeOp.OR:
+        matchers = [p.matches for p in parts]
+
+        def any_match(doc: Stored) -> bool:
+            return any(m(doc) for m in matchers)
+
+        return Filter(any_match, [], inequality)
+    raise InvalidArgument("Composite filter operator must be AND or OR.")
+
+
+def _compile_unary(pb: Any) -> Filter:
+    path = parse_field_path(pb.field.field_path)
+    op = pb.op
+    if op == _UnaryOp.IS_NULL:
+        return Filter(lambda d: d.key(path) == _NULL_KEY, [Term(_FieldOp.EQUAL, path, [_NULL_KEY])])
+    if op == _UnaryOp.IS_NAN:
+        return Filter(lambda d: d.key(path) == _NAN_KEY, [Term(_FieldOp.EQUAL, path, [_NAN_KEY])])
+    if op == _UnaryOp.IS_NOT_NULL:
+        return Filter(lambda d: d.key(path) not in (None, _NULL_KEY), [], [path])
+    if op == _UnaryOp.IS_NOT_NAN:
+        return Filter(lambda d: d.key(path) not in (None, _NULL_KEY, _NAN_KEY), [], [path])
+    raise InvalidArgument("Unary filter operator is unspecified or unknown.")
+
+
+def _operand_keys(pb: Any, path: FieldPath, database: DatabaseKey) -> list[SortKey]:
+    value = pb.value
+    if pb.op in (_FieldOp.IN, _FieldOp.NOT_IN, _FieldOp.ARRAY_CONTAINS_ANY):
+        if kind(value) != "array_value":
+            raise InvalidArgument("'in', 'not-in' and 'array-contains-any' need an array value.")
+        items = list(value.array_value.values)
+        if not items:
+            raise InvalidArgument("'in', 'not-in' and 'array-contains-any' need a non-empty array.")
+        if len(items) > _MAX_DISJUNCTION:
+            raise InvalidArgument(f"At most {_MAX_DISJUNCTION} values in a disjunction.")
+    else:
+        items = [value]
+    if path == NAME_PATH:
+        if pb.op in (_FieldOp.ARRAY_CONTAINS, _FieldOp.ARRAY_CONTAINS_ANY):
+            raise InvalidArgument("Array operators are not allowed on __name__.")
+        return [_name_key(v, database) for v in items]
+    return [sort_key(v) for v in items]
+
+
+def _compile_field(pb: Any, database: DatabaseKey) -> Filter:
+    path = parse_field_path(pb.field.field_path)
+    op = pb.op
+    value = pb.value
+    if kind(value) is None:
+        raise InvalidArgument("A field filter needs a value.")
+    if op in _RANGE_OPS and (kind(value) == "null_value" or is_nan(value)):
+        raise InvalidArgument("Null and NaN only support '==' and '!=' comparisons.")
+    keys = _operand_keys(pb, path, database)
+    key = keys[0]
+    if op == _FieldOp.EQUAL:
+        return Filter(lambda d: d.key(path) == key, [Term(op, path, keys)])
+    if op == _FieldOp.NOT_EQUAL:
+        return Filter(lambda d: d.key(path) not in (None, _NULL_KEY, key), [], [path])
+    if op in _RANGE_OPS:
+        compare = _RANGE_COMPARE[op]
+        rank = key[0]
+
+        def in_range(d: Stored) -> bool:
+            other = d.key(path)
+            return other is not None and other[0] == rank and compare(other, key)
+
+        return Filter(in_range, [Term(op, path, keys)], [path])
+    if op == _FieldOp.IN:
+        wanted = set(keys)
+        return Filter(lambda d: d.key(path) in wanted, [Term(op, path, keys)])
+    if op == _FieldOp.NOT_IN:
+        excluded = set(keys)
+        if _NULL_KEY in excluded:
+            return Filter(lambda d: False, [], [path])
+        return Filter(
+            lambda d: d.key(path) not in (None, _NULL_KEY) and d.key(path) not in excluded,
+            [],
+            [path],
+        )
+    if op in (_FieldOp.ARRAY_CONTAINS, _FieldOp.ARRAY_CONTAINS_ANY):
+        wanted = set(keys)
+
+        def contains(d: Stored) -> bool:
+            other = d.key(path)
+            return other is not None and other[0] == 8 and any(k in wanted for k in other[1])
+
+        return Filter(contains, [Term(op, path, keys)])
+    raise InvalidArgument("Field filter operator is unspecified or unknown.")
+
+
+_RANGE_COMPARE: dict[int, Callable[[SortKey, SortKey], bool]] = {
+    _FieldOp.LESS_THAN: lambda a, b: a < b,
+    _FieldOp.LESS_THAN_OR_EQUAL: lambda a, b: a <= b,
+    _FieldOp.GREATER_THAN: lambda a, b: a > b,
+    _FieldOp.GREATER_THAN_OR_EQUAL: lambda a, b: a >= b,
+}
+
+
+# -- execution ----------------------------------------------------------------------------
+
+
+def _in_scope(query: Query) -> Callable[[str], bool]:
+    if query.all_descendants:
+        prefix = query.parent + "/"
+        return lambda name: name.startswith(prefix)
+    prefix = f"{query.parent}/{query.collection_id}/"
+    return lambda name: name.startswith(prefix) and "/" not in name[len(prefix) :]
+
+
+def _term_candidates(db: Database, cid: str, term: Term) -> tuple[int, Callable[[], Iterable[str]]]:
+    """(estimated size, producer of names) for one indexable conjunct."""
+    if term.path == NAME_PATH:
+        if term.op in (_FieldOp.EQUAL, _FieldOp.IN):
+            names = ["/".join(k[1]) for k in term.keys]
+            return len(names), lambda: names
+        return -1, lambda: ()
+    if term.op in (_FieldOp.EQUAL, _FieldOp.IN):
+        by_value = db.eq_index.get((cid, term.path), {})
+        sets = [by_value.get(k, set()) for k in term.keys]
+        return sum(len(s) for s in sets), lambda: set().union(*sets)
+    if term.op in (_FieldOp.ARRAY_CONTAINS, _FieldOp.ARRAY_CONTAINS_ANY):
+        by_item = db.contains_index.get((cid, term.path), {})
+        sets = [by_item.get(k, set()) for k in term.keys]
+        return sum(len(s) for s in sets), lambda: set().union(*sets)
+    return -1, lambda: ()
+
+
+def _range_candidates(
+    db: Database, cid: str, term: Term
+) -> tuple[int, Callable[[], Iterable[str]]]:
+    index = db.sorted_index(cid, term.path)
+    key = term.keys[0]
+    rank = key[0]
+    if term.op in (_FieldOp.LESS_THAN, _FieldOp.LESS_THAN_OR_EQUAL):
+        bounds = ((rank,), True, key, term.op == _FieldOp.LESS_THAN_OR_EQUAL)
+    else:
+        bounds = (key, term.op == _FieldOp.GREATER_THAN_OR_EQUAL, (rank + 1,), False)
+    return index.count_between(*bounds), lambda: index.between(*bounds)
+
+
+def candidates(db: Database, query: Query, read_us: int | None) -> Iterable[Stored]:
+    """Documents that may match, narrowed by an index when one applies."""
+    in_scope = _in_scope(query)
+    cid = query.collection_id
+    if read_us is not None:
+        names: Iterable[str] = db.group_names(cid, read_us) if cid else db.all_names(read_us)
+        for name in names:
+            if in_scope(name):
+                stored = db.get(name, read_us)
+                if stored is not None:
+                    yield stored
+        return
+    best: tuple[int, Callable[[], Iterable[str]]] | None = None
+    terms = query.filter.terms if query.filter is not None and cid else []
+    for term in terms:
+        size, produce = _term_candidates(db, cid, term)
+        if size >= 0 and (best is None or size < best[0]):
+            best = (size, produce)
+    for term in terms:
+        if term.op in _RANGE_OPS and term.path != NAME_PATH:
+            indexed = (cid, term.path) in db.sorted_indexes
+            if indexed or best is None or best[0] > _INDEX_WORTH_BUILDING:
+                size, produce = _range_candidates(db, cid, term)
+                if best is None or size < best[0]:
+                    best = (size, produce)
+    if best is not None:
+        pool: Iterable[str] = best[1]()
+    elif not query.all_descendants:
+        pool = db.by_collection.get(f"{query.parent}/{cid}", set())
+    elif cid:
+        pool = db.group_names(cid, None)
+    else:
+        pool = db.all_names(None)
+    docs = db.docs
+    for name in pool:
+        stored = docs.get(name)
+        if stored is not None and in_scope(name):
+            yield stored
+
+
+def _compare(a: list[SortKey], b: list[SortKey], desc: list[bool]) -> int:
+    for x, y, d in zip(a, b, desc, strict=False):
+        if x != y:
+            r = -1 if x < y else 1
+            return -r if d else r
+    return 0
+
+
+def run(db: Database, query: Query, read_us: int | None = None) -> Result:
+    """Matching documents in query order, after cursors, offset and limit."""
+    matches = query.filter.matches if query.filter is not None else None
+    order_paths = [p for p, _ in query.orders]
+    found = []
+    for stored in candidates(db, query, read_us):
+        if matches is not None and not matches(stored):
+            continue
+        if any(stored.key(p) is None for p in order_paths):
+            continue
+        found.append(stored)
+    for path, desc in reversed(query.orders):
+        found.sort(key=lambda s, p=path: s.key(p), reverse=desc)  # type: ignore[misc]
+    desc_flags = [d for _, d in query.orders]
+    if query.start is not None or query.end is not None:
+        found = [s for s in found if _within_cursors(s, query, order_paths, desc_flags)]
+    skipped = min(query.offset, len(found))
+    found = found[skipped:]
+    if query.limit is not None:
+        found = found[: query.limit]
+    return Result(found, skipped)
+
+
+def _within_cursors(
+    stored: Stored, query: Query, order_paths: list[FieldPath], desc: list[bool]
+) -> bool:
+    keys = [stored.key(p) for p in order_paths]
+    if query.start is not None:
+        cursor, inclusive = query.start
+        c = _compare(keys, cursor, desc)  # type: ignore[arg-type]
+        if c < 0 or (c == 0 and not inclusive):
+            return False
+    if query.end is not None:
+        cursor, inclusive = query.end
+        c = _compare(keys, cursor, desc)  # type: ignore[arg-type]
+        if c > 0 or (c == 0 and not inclusive):
+            return False
+    return True
+
+
+def parse_reference_name(name: str) -> str:
+    """Validate a document reference used inside a query (raises INVALID_ARGUMENT)."""
+    return parse_document(name).full

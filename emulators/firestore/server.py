@@ -1,0 +1,152 @@
+"""Starting and stopping the emulator: the gRPC server plus its admin HTTP server."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from emulators.firestore.admin import AdminServer
+from emulators.firestore.billing import Billing
+from emulators.firestore.engine import Engine
+from emulators.firestore.errors import EmulatorError
+from emulators.firestore.faults import FaultPlan
+from emulators.firestore.service import FirestoreService
+
+logger = logging.getLogger(__name__)
+
+_MAX_MESSAGE = 64 * 1024 * 1024
+_WORKERS = 64
+
+
+class PortInUse(EmulatorError):
+    """The requested port is already in use."""
+
+
+class Emulator:
+    """A running emulator. Use as a context manager or call :meth:`stop`."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        admin_port: int,
+        engine: Engine,
+        billing: Billing,
+        faults: FaultPlan,
+        grpc_server: grpc.Server,
+        admin: AdminServer | None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.admin_port = admin_port
+        self.engine = engine
+        self.billing = billing
+        self.faults = faults
+        self._grpc_server = grpc_server
+        self._admin = admin
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}"
+
+    # -- admin operations (also served over HTTP) ------------------------------------------
+
+    def reset(self, project: str | None = None, database: str | None = None) -> None:
+        """Delete every document of a project's database (or of everything)."""
+        self.engine.reset(project, database)
+
+    def stats(self, project: str | None = None) -> dict[str, Any]:
+        return self.billing.snapshot(project)
+
+    def reset_stats(self, project: str | None = None) -> None:
+        self.billing.reset(project)
+
+    def inject_fault(
+        self,
+        method: str,
+        status: str | grpc.StatusCode | None = None,
+        count: int = 1,
+        delay_s: float = 0.0,
+        message: str | None = None,
+    ) -> None:
+        """Make the next ``count`` calls of ``method`` fail with ``status`` and/or wait."""
+        self.faults.inject(method, status, count, delay_s, message)
+
+    def clear_faults(self) -> None:
+        self.faults.clear()
+
+    def stop(self, grace: float | None = 0.5) -> None:
+        if self._admin is not None:
+            self._admin.stop()
+            self._admin = None
+        self._grpc_server.stop(grace).wait(5)
+
+    def __enter__(self) -> Emulator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    admin_port: int | None = 0,
+    *,
+    transaction_timeout_s: float = 270.0,
+    transaction_idle_timeout_s: float = 60.0,
+    lock_timeout_s: float = 20.0,
+    max_workers: int = _WORKERS,
+) -> Emulator:
+    """Start the gRPC server (and the admin HTTP server unless ``admin_port`` is None).
+
+    Port 0 picks a free port. Raises :class:`PortInUse` when a port is taken.
+    """
+    engine = Engine(transaction_timeout_s, transaction_idle_timeout_s, lock_timeout_s)
+    billing = Billing()
+    faults = FaultPlan()
+    service = FirestoreService(engine, billing, faults)
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="firestore-rpc"),
+        handlers=[service.generic_handler()],
+        options=[
+            ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            ("grpc.max_send_message_length", _MAX_MESSAGE),
+            ("grpc.so_reuseport", 0),
+        ],
+        maximum_concurrent_rpcs=None,
+    )
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise PortInUse(f"Cannot listen on {host}:{port}: port in use.") from exc
+    if bound == 0:
+        raise PortInUse(f"Cannot listen on {host}:{port}: port in use.")
+    admin = None
+    emulator = Emulator(host, bound, 0, engine, billing, faults, server, None)
+    if admin_port is not None:
+        try:
+            admin = AdminServer(emulator, host, admin_port)
+        except OSError as exc:
+            server.stop(None)
+            raise PortInUse(f"Cannot listen on {host}:{admin_port}: {exc}.") from exc
+        emulator.admin_port = admin.port
+        emulator._admin = admin
+    server.start()
+    if admin is not None:
+        admin.start()
+    logger.info("Firestore emulator on %s (admin %s)", emulator.address, emulator.admin_url)
+    return emulator

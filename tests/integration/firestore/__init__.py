@@ -1,0 +1,1 @@
+"""Integration tests of the built-in Firestore emulator with the real client."""

@@ -1,0 +1,175 @@
+"""Writes and point reads through the real google-cloud-firestore client."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from google.api_core import exceptions
+from google.cloud import firestore
+
+
+def test_set_then_get_returns_the_fields_and_timestamps(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("j1")
+    result = ref.set({"state": "deferred", "attempt": 0, "params": {"a": 1}})
+    snap = ref.get()
+    assert snap.exists
+    assert snap.to_dict() == {"state": "deferred", "attempt": 0, "params": {"a": 1}}
+    assert snap.update_time == result.update_time
+    assert snap.create_time == result.update_time
+
+
+def test_get_of_a_missing_document_reports_it_missing(firestore_client: Any) -> None:
+    snap = firestore_client.collection("jobs").document("nope").get()
+    assert not snap.exists
+
+
+def test_merge_set_updates_only_the_named_fields(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("j1")
+    ref.set({"a": 1, "m": {"x": 1, "y": 2}})
+    ref.set({"b": 2, "m": {"y": 3}}, merge=True)
+    assert ref.get().to_dict() == {"a": 1, "b": 2, "m": {"x": 1, "y": 3}}
+
+
+def test_update_with_dotted_paths_and_delete_field(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("j1")
+    ref.set({"a": 1, "m": {"x": 1, "y": 2}})
+    ref.update({"m.x": 10, "a": firestore.DELETE_FIELD, "`odd.name`": True})
+    assert ref.get().to_dict() == {"m": {"x": 10, "y": 2}, "odd.name": True}
+
+
+def test_update_of_a_missing_document_is_not_found(firestore_client: Any) -> None:
+    with pytest.raises(exceptions.NotFound):
+        firestore_client.collection("jobs").document("missing").update({"a": 1})
+
+
+def test_create_of_an_existing_document_already_exists(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("j1")
+    ref.create({"a": 1})
+    with pytest.raises(exceptions.AlreadyExists):
+        ref.create({"a": 2})
+    assert ref.get().to_dict() == {"a": 1}
+
+
+def test_update_time_precondition_mismatch_fails_precondition(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("j1")
+    first = ref.set({"a": 1})
+    ref.set({"a": 2})
+    with pytest.raises(exceptions.FailedPrecondition):
+        stale = firestore_client.write_option(last_update_time=first.update_time)
+        ref.update({"a": 3}, option=stale)
+    current = ref.get()
+    ref.update({"a": 4}, option=firestore_client.write_option(last_update_time=current.update_time))
+    assert ref.get().get("a") == 4
+
+
+def test_delete_removes_and_delete_with_exists_precondition_fails_when_missing(
+    firestore_client: Any,
+) -> None:
+    ref = firestore_client.collection("jobs").document("j1")
+    ref.set({"a": 1})
+    ref.delete()
+    assert not ref.get().exists
+    ref.delete()  # deleting a missing document is not an error
+    with pytest.raises(exceptions.NotFound):
+        ref.delete(option=firestore_client.write_option(exists=True))
+
+
+def test_field_transforms_apply_at_commit(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("j1")
+    ref.set({"n": 5, "hi": 3, "lo": 3, "tags": ["a", "b"], "f": 1.5})
+    result = ref.update(
+        {
+            "n": firestore.Increment(2),
+            "f": firestore.Increment(1),
+            "hi": firestore.Maximum(7),
+            "lo": firestore.Minimum(1),
+            "tags": firestore.ArrayUnion(["b", "c"]),
+            "at": firestore.SERVER_TIMESTAMP,
+            "new": firestore.Increment(4),
+        }
+    )
+    data = ref.get().to_dict()
+    assert data["n"] == 7 and data["f"] == 2.5 and data["new"] == 4
+    assert data["hi"] == 7 and data["lo"] == 1
+    assert data["tags"] == ["a", "b", "c"]
+    assert data["at"] == result.update_time
+    ref.update({"tags": firestore.ArrayRemove(["a", "c"])})
+    assert ref.get().get("tags") == ["b"]
+
+
+def test_batch_commit_is_atomic(firestore_client: Any) -> None:
+    jobs = firestore_client.collection("jobs")
+    jobs.document("exists").set({"a": 1})
+    batch = firestore_client.batch()
+    batch.set(jobs.document("new"), {"a": 1})
+    batch.create(jobs.document("exists"), {"a": 2})
+    with pytest.raises(exceptions.AlreadyExists):
+        batch.commit()
+    assert not jobs.document("new").get().exists
+    assert jobs.document("exists").get().get("a") == 1
+
+
+def test_batch_commit_returns_one_result_per_write_and_a_commit_time(
+    firestore_client: Any,
+) -> None:
+    jobs = firestore_client.collection("jobs")
+    batch = firestore_client.batch()
+    for i in range(3):
+        batch.set(jobs.document(f"d{i}"), {"i": i})
+    batch.delete(jobs.document("gone"))
+    results = batch.commit()
+    assert len(results) == 4
+    assert batch.commit_time is not None
+    assert results[0].update_time == batch.commit_time
+
+
+def test_get_all_reports_found_and_missing_with_a_field_mask(firestore_client: Any) -> None:
+    jobs = firestore_client.collection("jobs")
+    jobs.document("a").set({"x": 1, "y": 2})
+    refs = [jobs.document("a"), jobs.document("b")]
+    snaps = {s.id: s for s in firestore_client.get_all(refs, field_paths=["x"])}
+    assert snaps["a"].to_dict() == {"x": 1}
+    assert not snaps["b"].exists
+
+
+def test_read_time_reads_return_the_old_version(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("a")
+    first = ref.set({"v": 1})
+    ref.set({"v": 2})
+    old = ref.get(read_time=first.update_time)
+    assert old.get("v") == 1
+    before = first.update_time - dt.timedelta(microseconds=1)
+    assert not ref.get(read_time=before).exists
+    query = firestore_client.collection("jobs").where(filter=firestore.FieldFilter("v", "==", 1))
+    assert [d.id for d in query.stream(read_time=first.update_time)] == ["a"]
+    assert [d.id for d in query.stream()] == []
+
+
+def test_list_documents_includes_missing_parents_of_subcollections(firestore_client: Any) -> None:
+    jobs = firestore_client.collection("jobs")
+    jobs.document("a").set({"x": 1})
+    jobs.document("ghost").collection("runs").document("r1").set({"x": 1})
+    ids = sorted(d.id for d in jobs.list_documents())
+    assert ids == ["a", "ghost"]
+    paged = sorted(d.id for d in jobs.list_documents(page_size=1))
+    assert paged == ["a", "ghost"]
+
+
+def test_list_collection_ids_at_root_and_under_a_document(firestore_client: Any) -> None:
+    firestore_client.collection("jobs").document("a").set({"x": 1})
+    firestore_client.collection("control").document("c").set({"x": 1})
+    firestore_client.collection("jobs").document("a").collection("runs").document("r").set({})
+    assert sorted(c.id for c in firestore_client.collections()) == ["control", "jobs"]
+    doc = firestore_client.collection("jobs").document("a")
+    assert [c.id for c in doc.collections()] == ["runs"]
+
+
+def test_projects_are_isolated(firestore_emulator: Any, firestore_client: Any) -> None:
+    firestore_client.collection("jobs").document("a").set({"x": 1})
+    other = firestore.Client(project=firestore_client.project + "-other")
+    try:
+        assert not other.collection("jobs").document("a").get().exists
+    finally:
+        other.close()

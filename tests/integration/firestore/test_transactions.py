@@ -1,0 +1,193 @@
+"""Transactions: serializable read-write transactions, read-only ones, expiry, contention."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+from google.api_core import exceptions
+from google.cloud import firestore
+
+
+def _run_in_threads(count: int, target: Any) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            target(i)
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_two_threads_of_200_transactional_increments_end_at_400(firestore_client: Any) -> None:
+    ref = firestore_client.collection("counters").document("c")
+    ref.set({"n": 0})
+
+    @firestore.transactional
+    def increment(transaction: Any) -> None:
+        snap = ref.get(transaction=transaction)
+        transaction.update(ref, {"n": snap.get("n") + 1})
+
+    def worker(_: int) -> None:
+        for _ in range(200):
+            increment(firestore_client.transaction())
+
+    assert _run_in_threads(2, worker) == []
+    assert ref.get().get("n") == 400
+
+
+@pytest.mark.parametrize("scanners", [2, 8])
+def test_concurrent_transactions_claiming_due_documents_claim_each_once(
+    firestore_client: Any, scanners: int
+) -> None:
+    jobs = firestore_client.collection("jobs")
+    batch = firestore_client.batch()
+    for i in range(60):
+        batch.set(jobs.document(f"j{i:03}"), {"state": "deferred", "due_at": i})
+    batch.commit()
+    claims: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    @firestore.transactional
+    def claim(transaction: Any, scanner: int) -> list[str]:
+        query = (
+            jobs.where(filter=firestore.FieldFilter("state", "==", "deferred"))
+            .where(filter=firestore.FieldFilter("due_at", "<=", 1000))
+            .order_by("due_at")
+            .limit(5)
+        )
+        docs = list(query.stream(transaction=transaction))
+        for doc in docs:
+            transaction.update(doc.reference, {"state": "claimed", "by": scanner})
+        return [d.id for d in docs]
+
+    def scanner(i: int) -> None:
+        while True:
+            ids = claim(firestore_client.transaction(), i)
+            if not ids:
+                return
+            with lock:
+                claims.update(ids)
+
+    assert _run_in_threads(scanners, scanner) == []
+    assert len(claims) == 60
+    assert set(claims.values()) == {1}
+    states = {d.get("state") for d in jobs.stream()}
+    assert states == {"claimed"}
+
+
+def test_a_commit_over_a_changed_read_is_aborted(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("a")
+    ref.set({"n": 0})
+    transaction = firestore_client.transaction()
+    transaction._begin()
+    snap = ref.get(transaction=transaction)
+    ref.set({"n": 100})  # a conflicting write lands after the read
+    transaction.update(ref, {"n": snap.get("n") + 1})
+    with pytest.raises(exceptions.Aborted):
+        transaction._commit()
+    assert ref.get().get("n") == 100
+
+
+def test_transactional_retries_after_a_conflict_and_succeeds(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("a")
+    ref.set({"n": 0})
+    attempts = []
+
+    @firestore.transactional
+    def bump(transaction: Any) -> None:
+        snap = ref.get(transaction=transaction)
+        attempts.append(1)
+        if len(attempts) == 1:
+            ref.set({"n": 10})  # conflicting outside write during the first attempt
+        transaction.update(ref, {"n": snap.get("n") + 1})
+
+    bump(firestore_client.transaction())
+    assert len(attempts) == 2
+    assert ref.get().get("n") == 11
+
+
+def test_a_query_whose_result_changed_aborts_the_commit(firestore_client: Any) -> None:
+    jobs = firestore_client.collection("jobs")
+    jobs.document("a").set({"state": "deferred"})
+    transaction = firestore_client.transaction()
+    transaction._begin()
+    query = jobs.where(filter=firestore.FieldFilter("state", "==", "deferred"))
+    docs = list(query.stream(transaction=transaction))
+    assert [d.id for d in docs] == ["a"]
+    jobs.document("b").set({"state": "deferred"})  # a phantom joins the result set
+    transaction.set(jobs.document("summary"), {"count": len(docs)})
+    with pytest.raises(exceptions.Aborted):
+        transaction._commit()
+
+
+def test_read_only_transaction_cannot_write(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("a")
+    ref.set({"n": 1})
+    transaction = firestore_client.transaction(read_only=True)
+    transaction._begin()
+    assert ref.get(transaction=transaction).get("n") == 1
+    # The client refuses this locally; send the commit over the wire as another client could.
+    batch = firestore_client.batch()
+    batch.update(ref, {"n": 2})
+    with pytest.raises(exceptions.InvalidArgument):
+        firestore_client._firestore_api.commit(
+            request={
+                "database": firestore_client._database_string,
+                "writes": batch._write_pbs,
+                "transaction": transaction._id,
+            }
+        )
+    assert ref.get().get("n") == 1
+
+
+def test_read_only_transaction_reads_a_stable_snapshot(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("a")
+    ref.set({"n": 1})
+    transaction = firestore_client.transaction(read_only=True)
+    transaction._begin()
+    assert ref.get(transaction=transaction).get("n") == 1
+    ref.set({"n": 2})
+    assert ref.get(transaction=transaction).get("n") == 1
+    transaction._rollback()
+
+
+def test_rollback_releases_locks_for_the_next_transaction(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("a")
+    ref.set({"n": 1})
+    first = firestore_client.transaction()
+    first._begin()
+    ref.get(transaction=first)
+    first._rollback()
+    second = firestore_client.transaction()
+    second._begin()
+    assert ref.get(transaction=second).get("n") == 1
+    second.update(ref, {"n": 2})
+    second._commit()
+    assert ref.get().get("n") == 2
+
+
+def test_exception_inside_transactional_function_rolls_back(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("a")
+    ref.set({"n": 1})
+
+    @firestore.transactional
+    def fail(transaction: Any) -> None:
+        ref.get(transaction=transaction)
+        transaction.update(ref, {"n": 2})
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        fail(firestore_client.transaction())
+    assert ref.get().get("n") == 1
+    ref.update({"n": 3})  # not blocked by a leftover lock
+    assert ref.get().get("n") == 3
