@@ -562,6 +562,11 @@ class Broker:
                 limits.seconds(policy.minimum_backoff),
                 limits.seconds(policy.maximum_backoff),
             )
+        elif state.is_push:
+            # Production's push backoff: a failing endpoint is not retried in a tight loop.
+            wait = limits.backoff_s(
+                entry.attempts, limits.PUSH_BACKOFF_MIN_S, limits.PUSH_BACKOFF_MAX_S
+            )
         if wait <= 0:
             entry.state = _State.READY
             state.ready.append(message_id)

@@ -33,6 +33,10 @@ MAX_RETENTION_S = 31 * 24 * 3600
 DEFAULT_RETENTION_S = 7 * 24 * 3600
 DEFAULT_EXPIRATION_TTL_S = 31 * 24 * 3600
 
+# Without a retry policy, push failures still back off: production's "push backoff".
+PUSH_BACKOFF_MIN_S = 0.1
+PUSH_BACKOFF_MAX_S = 60.0
+
 # Push endpoints answering with one of these acknowledge the message; anything else is a nack.
 PUSH_SUCCESS_STATUSES = frozenset({102, 200, 201, 202, 204})
 
