@@ -1,0 +1,100 @@
+"""`python -m emulators`: run every local emulator until Ctrl-C or SIGTERM.
+
+Prints the environment a shell needs (`export ...` lines) once everything listens, then a
+`# emulators ready` line. In another shell: `eval "$(grep ^export FILE)"` after
+`python -m emulators --env-file FILE`, or copy the lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from emulators.launcher import (
+    DEFAULT_HOST,
+    DEFAULT_PROJECT,
+    DEFAULT_START_TIMEOUT_S,
+    READY_LINE,
+    LaunchError,
+    Ports,
+    Stack,
+    start_builtin,
+    start_official,
+)
+
+EXIT_LAUNCH_FAILED = 2
+EXIT_INTERRUPTED = 130
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m emulators",
+        description="Run the Firestore, Pub/Sub, OIDC and Cloud Storage emulators together.",
+    )
+    defaults = Ports()
+    parser.add_argument(
+        "--host", default=DEFAULT_HOST, help="listen address (default: %(default)s)"
+    )
+    parser.add_argument("--project", default=DEFAULT_PROJECT, help="project id to export")
+    for name, port in defaults.named():
+        flag = "--" + name.replace(" ", "-") + "-port"
+        parser.add_argument(flag, type=int, default=port, help=f"0 = any free port ({port})")
+    parser.add_argument(
+        "--official",
+        action="store_true",
+        help="run Google's Firestore and Pub/Sub emulators through gcloud instead",
+    )
+    parser.add_argument(
+        "--start-timeout", type=float, default=DEFAULT_START_TIMEOUT_S, help=argparse.SUPPRESS
+    )
+    parser.add_argument("--env-file", type=Path, help="also write the export lines to this file")
+    parser.add_argument("--log-level", default="WARNING", help="emulator log level on stderr")
+    return parser.parse_args(argv)
+
+
+def ports_from(args: argparse.Namespace) -> Ports:
+    values = {name: getattr(args, f"{name}_port") for name in Ports.__dataclass_fields__}
+    return Ports(**values)
+
+
+def launch(args: argparse.Namespace) -> Stack:
+    ports = ports_from(args)
+    if args.official:
+        return start_official(args.host, ports, args.project, start_timeout_s=args.start_timeout)
+    return start_builtin(args.host, ports, args.project)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
+    )
+    # SIGTERM behaves like Ctrl-C from here on, so a stop during startup still cleans up.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        stack = launch(args)
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_LAUNCH_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    try:
+        lines = stack.export_lines()
+        if args.env_file:
+            args.env_file.write_text("\n".join(lines) + "\n")
+        print("\n".join([*lines, READY_LINE]), flush=True)
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stack.stop()
+    print("# emulators stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""Start every local stand-in together (or Google's official emulators) and stop them together.
+
+The built-in set runs in this process: Firestore (gRPC), Pub/Sub (gRPC, with OIDC-signed push),
+the OIDC issuer and Cloud Storage, all sharing one signing key so tokens the Pub/Sub emulator
+attaches verify against the certs URL the services are given. `--official` runs Google's
+Firestore and Pub/Sub emulators through `gcloud` as child processes instead (each in its own
+process group, so stopping one also stops the JVM gcloud spawns); the issuer and Cloud Storage
+stay built-in because Google ships no emulator for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
+
+from emulators.oidc.issuer import Issuer
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROJECT = "deferred-jobs-local"
+DEFAULT_HOST = "127.0.0.1"
+READY_LINE = "# emulators ready"
+
+# How long a gcloud child gets to open its port: the JVM-based emulators start slowly.
+DEFAULT_START_TIMEOUT_S = 90.0
+_STOP_GRACE_S = 10.0
+
+GCLOUD_INSTALL_HINT = (
+    "--official needs the gcloud CLI on PATH with the emulator components: install the Google "
+    "Cloud SDK (https://cloud.google.com/sdk/docs/install), then run `gcloud components install "
+    "beta cloud-firestore-emulator pubsub-emulator` (they also need Java 11+). Without "
+    "--official the built-in emulators need nothing extra."
+)
+
+
+class LaunchError(Exception):
+    """The emulators could not be started."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class PortInUse(LaunchError):
+    """A port an emulator needs is already in use."""
+
+
+class GcloudMissing(LaunchError):
+    """gcloud is not on PATH."""
+
+
+class ComponentFailed(LaunchError):
+    """An emulator failed to start."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Where each component listens; 0 picks a free port (tests)."""
+
+    firestore: int = 8080
+    firestore_admin: int = 8081
+    pubsub: int = 8085
+    pubsub_admin: int = 8086
+    oidc: int = 8090
+    storage: int = 9023
+
+    def named(self) -> list[tuple[str, int]]:
+        return [(f.name.replace("_", " "), getattr(self, f.name)) for f in fields(self)]
+
+
+@dataclass
+class Stack:
+    """What is running: how to stop each part, and the environment a shell needs."""
+
+    exports: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    _stops: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
+
+    def started(self, name: str, stop: Callable[[], None]) -> None:
+        self._stops.append((name, stop))
+
+    def stop(self) -> None:
+        """Stop every part, newest first; one failing to stop does not keep the rest running."""
+        while self._stops:
+            name, stop = self._stops.pop()
+            try:
+                stop()
+            except Exception:
+                logger.exception("stopping %s failed", name)
+            else:
+                logger.info("stopped %s", name)
+
+    def export_lines(self) -> list[str]:
+        lines = [f"export {key}={value}" for key, value in self.exports.items()]
+        return lines + [f"# {note}" for note in self.notes]
+
+
+def check_ports_free(host: str, ports: Ports) -> None:
+    """Fail before starting anything when a fixed port is taken, naming its component."""
+    seen: dict[int, str] = {}
+    for name, port in ports.named():
+        if port == 0:
+            continue
+        if port in seen:
+            raise PortInUse(f"{name} and {seen[port]} are both given port {port}")
+        seen[port] = name
+        if not port_is_free(host, port):
+            raise PortInUse(
+                f"{name}: port {port} on {host} is already in use "
+                f"(stop whatever holds it, or pass --{name.replace(' ', '-')}-port)"
+            )
+
+
+def port_is_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # Like the servers themselves: a port left in TIME_WAIT is reusable, a listener is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def start_builtin(host: str, ports: Ports, project: str) -> Stack:
+    """Start the four built-in emulators in this process; on any failure stop what started."""
+    check_ports_free(host, ports)
+    stack = Stack()
+    try:
+        issuer = Issuer()
+        _start_oidc(stack, host, ports.oidc, issuer)
+        _start_storage(stack, host, ports.storage)
+        _start_firestore(stack, host, ports)
+        _start_pubsub(stack, host, ports, issuer)
+    except BaseException:
+        stack.stop()
+        raise
+    _export_project(stack, project)
+    return stack
+
+
+def start_official(
+    host: str,
+    ports: Ports,
+    project: str,
+    *,
+    gcloud: str | None = None,
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+) -> Stack:
+    """Google's Firestore and Pub/Sub emulators via gcloud; the issuer and Storage built-in."""
+    gcloud = gcloud or shutil.which("gcloud")
+    if gcloud is None:
+        raise GcloudMissing(GCLOUD_INSTALL_HINT)
+    check_ports_free(host, ports)
+    firestore_port = ports.firestore or free_port(host)
+    pubsub_port = ports.pubsub or free_port(host)
+    stack = Stack()
+    try:
+        issuer = Issuer()
+        _start_oidc(stack, host, ports.oidc, issuer)
+        _start_storage(stack, host, ports.storage)
+        _start_child(
+            stack,
+            "firestore",
+            [gcloud, "emulators", "firestore", "start", f"--host-port={host}:{firestore_port}"],
+            host,
+            firestore_port,
+            start_timeout_s,
+        )
+        stack.exports["FIRESTORE_EMULATOR_HOST"] = f"{host}:{firestore_port}"
+        _start_child(
+            stack,
+            "pubsub",
+            [
+                gcloud,
+                "beta",
+                "emulators",
+                "pubsub",
+                "start",
+                f"--project={project}",
+                f"--host-port={host}:{pubsub_port}",
+            ],
+            host,
+            pubsub_port,
+            start_timeout_s,
+        )
+        stack.exports["PUBSUB_EMULATOR_HOST"] = f"{host}:{pubsub_port}"
+    except BaseException:
+        stack.stop()
+        raise
+    stack.notes.append(
+        "official Pub/Sub emulator: push requests carry NO OIDC token, so the worker will "
+        "answer them 401; use the built-in emulators to exercise push authentication"
+    )
+    _export_project(stack, project)
+    return stack
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _export_project(stack: Stack, project: str) -> None:
+    stack.exports["GOOGLE_CLOUD_PROJECT"] = project
+    stack.exports["JOBS_PROJECT"] = project
+
+
+def _start_oidc(stack: Stack, host: str, port: int, issuer: Issuer) -> None:
+    from emulators.oidc.server import start
+
+    with _naming("oidc", host, port):
+        server = start(host, port, issuer=issuer)
+    stack.started("oidc", server.stop)
+    stack.exports["JOBS_OIDC_CERTS_URL"] = server.certs_url
+    stack.notes.append(f"oidc tokens: POST {server.token_url} with JSON audience, email")
+
+
+def _start_storage(stack: Stack, host: str, port: int) -> None:
+    from emulators.storage.server import ENV_VAR, start
+
+    with _naming("storage", host, port):
+        emulator = start(host, port)
+    stack.started("storage", emulator.stop)
+    stack.exports[ENV_VAR] = emulator.url
+
+
+def _start_firestore(stack: Stack, host: str, ports: Ports) -> None:
+    from emulators.firestore.server import start
+
+    with _naming("firestore", host, ports.firestore):
+        emulator = start(host=host, port=ports.firestore, admin_port=ports.firestore_admin)
+    stack.started("firestore", emulator.stop)
+    stack.exports["FIRESTORE_EMULATOR_HOST"] = emulator.address
+    stack.notes.append(f"firestore admin: http://{host}:{emulator.admin_port}")
+
+
+def _start_pubsub(stack: Stack, host: str, ports: Ports, issuer: Issuer) -> None:
+    from emulators.pubsub.server import start
+
+    with _naming("pubsub", host, ports.pubsub):
+        emulator = start(host=host, port=ports.pubsub, admin_port=ports.pubsub_admin, issuer=issuer)
+    stack.started("pubsub", emulator.stop)
+    stack.exports["PUBSUB_EMULATOR_HOST"] = emulator.address
+    stack.notes.append(f"pubsub admin: http://{host}:{emulator.admin_port}")
+
+
+@contextlib.contextmanager
+def _naming(component: str, host: str, port: int) -> Iterator[None]:
+    """Re-raise a component's start failure as a LaunchError that names it and its port."""
+    try:
+        yield
+    except LaunchError:
+        raise
+    except Exception as exc:
+        where = f"{host}:{port}" if port else host
+        if _means_port_in_use(exc):
+            raise PortInUse(f"{component}: cannot listen on {where}: {exc}") from exc
+        raise ComponentFailed(f"{component}: failed to start on {where}: {exc}") from exc
+
+
+def _means_port_in_use(exc: Exception) -> bool:
+    return type(exc).__name__ == "PortInUse" or (
+        isinstance(exc, OSError) and exc.errno in {98, 48}  # EADDRINUSE on Linux, macOS
+    )
+
+
+def _start_child(
+    stack: Stack,
+    name: str,
+    command: list[str],
+    host: str,
+    port: int,
+    timeout_s: float,
+) -> None:
+    logger.info("starting %s: %s", name, " ".join(command))
+    try:
+        # A new session: the child and the JVM it spawns form one group we can signal.
+        child = subprocess.Popen(command, start_new_session=True)
+    except OSError as exc:
+        raise ComponentFailed(f"{name}: cannot run {command[0]}: {exc}") from exc
+    stack.started(name, lambda: stop_process_group(child))
+    deadline = time.monotonic() + timeout_s
+    while not _accepts_connections(host, port):
+        if child.poll() is not None:
+            raise ComponentFailed(f"{name}: `{' '.join(command)}` exited with {child.returncode}")
+        if time.monotonic() >= deadline:
+            raise ComponentFailed(f"{name}: nothing listening on {host}:{port} after {timeout_s} s")
+        time.sleep(0.2)
+
+
+def _accepts_connections(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def stop_process_group(child: subprocess.Popen[bytes], grace_s: float = _STOP_GRACE_S) -> None:
+    """SIGTERM the child's process group, then SIGKILL it if it has not exited in time."""
+    if child.poll() is not None:
+        _signal_group(child.pid, signal.SIGKILL)  # reap any grandchild it left behind
+        return
+    _signal_group(child.pid, signal.SIGTERM)
+    try:
+        child.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        logger.warning("pid %s ignored SIGTERM; killing its group", child.pid)
+    _signal_group(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
