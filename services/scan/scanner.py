@@ -217,6 +217,11 @@ class Scanner:
                 claims = list(self._store.claim_due(now, run_id, want))
             except errors.StoreUnavailable as exc:
                 raise StoreUnreachable(f"cannot claim due jobs: {exc}") from exc
+            except errors.LostRace as exc:
+                # The store already retried: another run is claiming the same records right
+                # now. Leave them to it; the next run picks up whatever remains.
+                logger.warning("claiming stopped by contention: %s", exc)
+                return "contention"
             tally.add_claimed(len(claims))
             remaining -= len(claims)
             published_before = tally.published

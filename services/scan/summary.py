@@ -15,13 +15,16 @@ from typing import Any, Literal
 from services.jobs import metrics
 from services.jobs.runs import MAX_FAILED_IDS, ScanRun
 
-StopReason = Literal["budget", "time", "drained", "paused", "dry_run", "unavailable"]
+# budget/time/drained: why claiming stopped; paused/dry_run: nothing was claimed; contention:
+# another run held the due records; unavailable: Firestore or Pub/Sub could not be reached.
+StopReason = Literal["budget", "time", "drained", "paused", "dry_run", "contention", "unavailable"]
 STOP_REASONS: tuple[StopReason, ...] = (
     "budget",
     "time",
     "drained",
     "paused",
     "dry_run",
+    "contention",
     "unavailable",
 )
 
