@@ -439,15 +439,19 @@ class FirestoreJobStore:
     ) -> Job:
         """Claimed → enqueued with the message ID (publish acknowledged at `at`).
 
-        If the worker got the push first (running or beyond, same generation), only the
-        message ID is recorded; the job never moves backwards. Another generation →
-        StaleGeneration.
+        Already enqueued, or the worker got the push first (running or terminal, same
+        generation): only the message ID is recorded; the job never moves backwards.
+        Another generation → StaleGeneration; deferred (e.g. reclaimed) → InvalidTransition.
         """
         _require_text(message_id=message_id)
 
         def change(job: Job, now: datetime) -> Job:
+            if job.claim is None:
+                raise InvalidTransition(job.job_id, job.state, State.ENQUEUED, "never claimed")
             _require_generation(job, generation)
-            if job.state is not State.CLAIMED:
+            if job.state not in (State.CLAIMED, State.DEFERRED):
+                # Already enqueued, or the push reached a worker first: never move it
+                # backwards; record the message ID at most (a repeat call is a no-op).
                 if job.message_id == message_id:
                     return job
                 return dataclasses.replace(job, message_id=message_id, updated_at=now)

@@ -1,0 +1,73 @@
+"""Stores for the jobs integration tests: the real client on the built-in emulator, a FakeClock,
+and a query observer that fails the test on any query no declared index serves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from google.cloud import firestore
+
+from services.jobs import schema
+from services.jobs.clock import FakeClock
+from services.jobs.model import Job, NewJob
+from services.jobs.store import FirestoreJobStore, QuerySpec
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+ACTION = "media.delete_source"
+
+
+class QueryLog:
+    """Every query spec a store ran; refuses unserved shapes at once."""
+
+    def __init__(self) -> None:
+        self.specs: list[QuerySpec] = []
+
+    def __call__(self, spec: QuerySpec) -> None:
+        assert schema.is_served(spec.shape), f"no declared index serves {spec.shape}"
+        self.specs.append(spec)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def query_log() -> QueryLog:
+    return QueryLog()
+
+
+@pytest.fixture
+def store(
+    firestore_client: firestore.Client, clock: FakeClock, query_log: QueryLog
+) -> FirestoreJobStore:
+    return FirestoreJobStore(firestore_client, clock, query_observer=query_log)
+
+
+def new_job(job_id: str, due_at: datetime = T0, **extra: object) -> NewJob:
+    return NewJob(job_id, ACTION, f"media-{job_id}", due_at, {"bucket": "b"}, **extra)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def seed(firestore_client: firestore.Client, clock: FakeClock) -> Callable[..., list[str]]:
+    """Write many deferred jobs fast with batched writes (what schedule would write)."""
+
+    def write(count: int, due_at: datetime = T0, prefix: str = "job") -> list[str]:
+        ids = [f"{prefix}-{n:06d}" for n in range(count)]
+        for start in range(0, count, 500):
+            batch = firestore_client.batch()
+            for job_id in ids[start : start + 500]:
+                job = Job.create(new_job(job_id, due_at).validated(), clock.now())
+                batch.set(
+                    firestore_client.collection(schema.JOBS).document(job_id), job.to_document()
+                )
+            batch.commit()
+        return ids
+
+    return write
+
+
+LEASE = timedelta(minutes=5)
+WORKER = "worker-1"
