@@ -72,6 +72,8 @@ def to_json(value: Any) -> Any:
         return value.isoformat().replace("+00:00", "Z")
     if isinstance(value, enum.Enum):
         return to_json(value.value)
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
     if isinstance(value, Mapping):
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):

@@ -31,7 +31,7 @@ class DrainPlan:
     effective_rate_per_s: float
     limited_by: Bottleneck
     seconds: int
-    runs: int | None  # scan runs needed, when the per-run budget is known
+    runs: int | None  # scan runs needed, when the scan interval is known
 
     @property
     def reserved_per_s(self) -> float:
@@ -48,14 +48,14 @@ def plan_drain(
 ) -> DrainPlan:
     """The drain plan for `backlog` due jobs at `rate_per_s`, keeping `reserve_fraction` free."""
     _check(backlog, rate_per_s, reserve_fraction, max_per_run, interval_s)
-    effective = rate_per_s * (1.0 - reserve_fraction)
+    capacity = rate_per_s
     limited_by: Bottleneck = "rate"
-    if max_per_run is not None and interval_s is not None:
-        scan_ceiling = max_per_run / interval_s
-        if scan_ceiling < effective:
-            effective, limited_by = scan_ceiling, "budget"
+    if max_per_run is not None and interval_s is not None and max_per_run / interval_s < rate_per_s:
+        capacity, limited_by = max_per_run / interval_s, "budget"
+    # Normal traffic shares whichever limit binds, so the reserve comes off that one.
+    effective = capacity * (1.0 - reserve_fraction)
     seconds = math.ceil(backlog / effective) if backlog else 0
-    runs = math.ceil(backlog / max_per_run) if max_per_run is not None else None
+    runs = math.ceil(seconds / interval_s) if interval_s is not None else None
     return DrainPlan(
         backlog=backlog,
         rate_per_s=rate_per_s,
@@ -117,7 +117,8 @@ def describe(plan: DrainPlan) -> str:
         f"{_number(plan.reserve_fraction * 100)} % reserved: {format_duration(plan.seconds)}"
     )
     if plan.limited_by == "budget":
-        line += f" (limited by the per-run budget to {_number(plan.effective_rate_per_s)}/s)"
+        capacity = plan.effective_rate_per_s / (1.0 - plan.reserve_fraction)
+        line += f" (the per-run budget limits the scan to {_number(capacity)}/s)"
     return line
 
 

@@ -30,9 +30,10 @@ def test_drain_time_is_backlog_over_rate_left_after_the_reserve(
 @pytest.mark.parametrize(
     ("max_per_run", "interval_s", "limited_by", "effective", "seconds", "runs"),
     [
-        (500, 60, "budget", 500 / 60, 21_600, 360),  # 8.3/s is below 45/s
-        (6000, 60, "rate", 45.0, 4000, 30),  # 100/s per run is above 45/s
-        (2700, 60, "rate", 45.0, 4000, 67),  # exactly equal: the rate is the limit
+        (500, 60, "budget", 7.5, 24_000, 400),  # 8.33/s is below 50/s; 10 % of it reserved
+        (6000, 60, "rate", 45.0, 4000, 67),  # 100/s per run is above 50/s
+        (3000, 60, "rate", 45.0, 4000, 67),  # exactly equal: the rate is the limit
+        (2700, 60, "budget", 40.5, 4445, 75),  # 45/s is below 50/s
     ],
 )
 def test_per_run_budget_becomes_the_bottleneck_only_when_below_the_rate(
@@ -50,7 +51,7 @@ def test_per_run_budget_becomes_the_bottleneck_only_when_below_the_rate(
     assert plan.runs == runs
 
 
-def test_runs_are_unknown_without_a_budget() -> None:
+def test_runs_are_unknown_without_a_scan_interval() -> None:
     assert plan_drain(10, 1).runs is None
 
 
@@ -100,4 +101,4 @@ def test_description_reads_like_the_runbook_example() -> None:
 
 def test_description_names_the_budget_when_it_limits_the_drain() -> None:
     text = describe(plan_drain(180_000, 50, 0.1, max_per_run=500, interval_s=60))
-    assert text.endswith("(limited by the per-run budget to 8.33/s)")
+    assert text.endswith("(the per-run budget limits the scan to 8.33/s)")

@@ -1,0 +1,1 @@
+"""The `jobsctl` commands, one module per noun; each has `register(commands, common)`."""

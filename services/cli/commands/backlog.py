@@ -1,0 +1,202 @@
+"""Commands about the backlog as a whole: stats, reclaim (abandoned claims and leases), plan."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from services.cli.output import Report, fields, table
+from services.cli.planner import describe, format_duration, plan_drain
+from services.cli.session import Session
+from services.cli.timespec import parse_duration
+from services.jobs.control import Control
+from services.jobs.model import Job, Reclaimed
+from services.jobs.state import State
+
+DEFAULT_INTERVAL_S = 300.0  # the Pulumi default schedule, */5 * * * *
+RECLAIM_BATCH = 100
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    p = commands.add_parser("stats", parents=[common], help="backlog figures and state counts")
+    p.add_argument(
+        "--claim-timeout", help="claim age counted as stuck (default: the control document's)"
+    )
+    p.set_defaults(handler=stats)
+
+    p = commands.add_parser(
+        "reclaim",
+        parents=[common],
+        help="take back abandoned claims and expired leases (dry run unless --apply)",
+        description="Show the claimed jobs older than the claim timeout and the running jobs "
+        "whose lease expired. With --apply, move them back (to deferred, or failed when out of "
+        "attempts), each audited as reclaimer:jobsctl-<id>. The scan does the same every run.",
+    )
+    p.add_argument("--apply", action="store_true", help="reclaim them (default: dry run)")
+    p.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
+    p.add_argument("--claim-timeout", help="default: the control document's claim timeout")
+    p.set_defaults(handler=reclaim)
+
+    p = commands.add_parser(
+        "plan",
+        parents=[common],
+        help="drain time of the backlog at a catch-up rate",
+        description="How long the due backlog takes to drain at --rate jobs/s with --reserve %% "
+        "kept for normal traffic, and whether the per-run budget is the bottleneck. Without "
+        "--due it reads the backlog and the control document (rate, budget) from Firestore; "
+        "with --due nothing is read and only an explicit --max-per-run limits the plan.",
+    )
+    p.add_argument("--due", type=int, help="plan this hypothetical backlog (no Firestore)")
+    p.add_argument("--rate", type=float, help="catch-up rate, jobs/s (default: control's)")
+    p.add_argument(
+        "--reserve", type=float, default=10.0, help="%% of the rate kept for normal traffic"
+    )
+    p.add_argument("--max-per-run", type=int, help="per-run budget (default: control's)")
+    p.add_argument(
+        "--interval", help="scan interval, e.g. 5m (default: JOBS_SCAN_INTERVAL_S, else 300 s)"
+    )
+    p.set_defaults(handler=plan)
+
+
+def stats(session: Session, args: argparse.Namespace) -> Report:
+    store = session.store()
+    control = store.get_control()
+    timeout = parse_duration(args.claim_timeout) if args.claim_timeout else control.claim_timeout
+    now = session.now()
+    figures = store.stats(now, timeout)
+    age = figures.oldest_overdue_age_s
+    data = {
+        "at": now,
+        "paused": control.paused,
+        "due_count": figures.due_count,
+        "oldest_overdue_age_s": age,
+        "stuck_claims": figures.stuck_claims,
+        "expired_leases": figures.expired_leases,
+        "claim_timeout_s": timeout.total_seconds(),
+        "per_state": {state.value: figures.per_state.get(state, 0) for state in State},
+    }
+    stuck = f"{figures.stuck_claims:,} (older than {format_duration(timeout.total_seconds())})"
+    text = fields(
+        [
+            ("paused", f"yes ({control.reason})" if control.paused else "no"),
+            ("due now", figures.due_count),
+            ("oldest overdue", format_duration(age) if age is not None else "none"),
+            ("stuck claims", stuck),
+            ("expired leases", figures.expired_leases),
+        ]
+    )
+    text += "\n\n" + table(
+        ["state", "jobs"], [[s.value, figures.per_state.get(s, 0)] for s in State]
+    )
+    return Report(data=data, text=text)
+
+
+def reclaim(session: Session, args: argparse.Namespace) -> Report:
+    store = session.store()
+    timeout = _claim_timeout(session, args.claim_timeout)
+    now = session.now()
+    if not args.apply:
+        candidates = _reclaim_candidates(session, now - timeout, args.limit)
+        text = table(
+            ["job_id", "state", "abandoned since"],
+            [[j.job_id, j.state, _since(j)] for j in candidates],
+        )
+        text += f"\n(dry run: {len(candidates):,} would be reclaimed; add --apply to do it)"
+        found = [{"job_id": j.job_id, "state": j.state, "since": _since(j)} for j in candidates]
+        return Report(data={"applied": False, "candidates": found}, text=text)
+    run_id = f"jobsctl-{uuid.uuid4().hex[:12]}"
+    total = store.stats(now, timeout)
+    progress = session.progress(
+        "reclaiming", min(args.limit, total.stuck_claims + total.expired_leases)
+    )
+    reclaimed: list[Reclaimed] = []
+    while len(reclaimed) < args.limit:
+        batch = store.reclaim_expired(
+            session.now(), timeout, min(RECLAIM_BATCH, args.limit - len(reclaimed)), run_id
+        )
+        reclaimed.extend(batch)
+        progress.advance(len(batch))
+        if not batch:
+            break
+    progress.finish()
+    rows: list[list[object]] = [
+        [r.job_id, r.from_state, r.to_state, r.generation] for r in reclaimed
+    ]
+    text = table(["job_id", "from", "to", "generation"], rows)
+    text += f"\n(reclaimed {len(reclaimed):,} as reclaimer:{run_id})"
+    return Report(data={"applied": True, "run_id": run_id, "reclaimed": reclaimed}, text=text)
+
+
+def plan(session: Session, args: argparse.Namespace) -> Report:
+    interval_text = args.interval or session.env("JOBS_SCAN_INTERVAL_S", str(DEFAULT_INTERVAL_S))
+    interval_s = parse_duration(interval_text).total_seconds()
+    budget: int | None
+    if args.due is not None:
+        # A hypothetical backlog: only the budget the operator names can limit it.
+        backlog, control, budget = args.due, Control(), args.max_per_run
+    else:
+        store = session.store()
+        control = store.get_control()
+        backlog = store.stats(session.now(), control.claim_timeout).due_count
+        budget = args.max_per_run if args.max_per_run is not None else control.claim_budget
+    rate = args.rate if args.rate is not None else control.catch_up_rate
+    result = plan_drain(
+        backlog, rate, args.reserve / 100.0, max_per_run=budget, interval_s=interval_s
+    )
+    text = describe(result)
+    if result.runs is not None:
+        per_run = f", up to {budget:,} per run" if budget is not None else ""
+        every = format_duration(interval_s)
+        text += f"\n{result.runs:,} scan run(s) at one every {every}{per_run}"
+    if result.limited_by == "budget":
+        needed = math.ceil(rate * interval_s)
+        text += (
+            f"\nto reach {rate:g}/s raise the per-run budget to {needed:,}: "
+            f"jobsctl control set --max-per-run {needed} --reason ..."
+        )
+    data = {
+        **dataclasses.asdict(result),
+        "effective_rate_per_s": round(result.effective_rate_per_s, 6),
+        "interval_s": interval_s,
+        "max_per_run": budget,
+        "human": describe(result),
+    }
+    return Report(data=data, text=text)
+
+
+def _claim_timeout(session: Session, text: str | None) -> timedelta:
+    if text:
+        return parse_duration(text)
+    timeout: timedelta = session.store().get_control().claim_timeout
+    return timeout
+
+
+def _reclaim_candidates(session: Session, cutoff: datetime, limit: int) -> list[Job]:
+    """Claims older than `cutoff`, then running jobs whose lease expired, up to `limit`."""
+    store = session.store()
+    now = session.now()
+    found: list[Job] = []
+    filters: tuple[dict[str, Any], ...] = ({"claimed_before": cutoff}, {"state": State.RUNNING})
+    for where in filters:
+        cursor = None
+        while len(found) < limit:
+            page = store.list_jobs(**where, limit=min(500, max(1, limit)), cursor=cursor)
+            found.extend(
+                job
+                for job in page.jobs
+                if job.state is State.CLAIMED or (job.lease_until and job.lease_until < now)
+            )
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+    return found[:limit]
+
+
+def _since(job: Job) -> datetime | None:
+    if job.state is State.CLAIMED and job.claim:
+        return job.claim.claimed_at
+    return job.lease_until

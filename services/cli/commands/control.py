@@ -1,0 +1,128 @@
+"""Commands on the scan's control document: pause, resume, and the catch-up settings."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from services.cli.errors import UsageError
+from services.cli.output import Report, fields, table
+from services.cli.planner import format_duration
+from services.cli.session import Session
+from services.cli.timespec import parse_duration
+from services.jobs.control import Control
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    p = commands.add_parser(
+        "pause",
+        parents=[common],
+        help="stop the scan claiming work (it still measures)",
+        description="Pause the scan: runs still measure and report, but claim nothing. "
+        "Deferred records are untouched; queued work keeps flowing to the worker.",
+    )
+    p.add_argument("--reason", required=True, help="why (shown by stats and kept in history)")
+    p.set_defaults(handler=pause)
+
+    p = commands.add_parser(
+        "resume",
+        parents=[common],
+        help="let the scan claim work again",
+        description="Resume the scan. Set a conservative catch-up rate first (control set), "
+        "see jobsctl plan.",
+    )
+    p.add_argument("--reason", required=True)
+    p.set_defaults(handler=resume)
+
+    p = commands.add_parser("control", parents=[common], help="show or change scan settings")
+    actions = p.add_subparsers(dest="control_command", metavar="ACTION", required=True)
+    show = actions.add_parser("show", parents=[common], help="current settings and history")
+    show.set_defaults(handler=show_control)
+    change = actions.add_parser(
+        "set",
+        parents=[common],
+        help="change the catch-up rate, per-run budget or claim timeout",
+    )
+    change.add_argument("--catch-up-rate", type=float, metavar="JOBS_PER_S")
+    change.add_argument("--max-per-run", type=int, metavar="JOBS", help="per-run claim budget")
+    change.add_argument("--claim-timeout", metavar="DURATION", help="e.g. 10m")
+    change.add_argument("--reason", required=True)
+    change.set_defaults(handler=set_control)
+
+
+def pause(session: Session, args: argparse.Namespace) -> Report:
+    control = session.store().update_control(session.operator, args.reason, paused=True)
+    return _report(control, "paused: the scan claims nothing until `jobsctl resume`")
+
+
+def resume(session: Session, args: argparse.Namespace) -> Report:
+    control = session.store().update_control(session.operator, args.reason, paused=False)
+    return _report(
+        control,
+        f"resumed: up to {control.claim_budget:,} per run at {control.catch_up_rate:g}/s",
+    )
+
+
+def show_control(session: Session, args: argparse.Namespace) -> Report:
+    control = session.store().get_control()
+    history = table(
+        ["at", "by", "changes", "reason"],
+        [[c.at, c.by, _changes_text(c.changes), c.reason] for c in control.history],
+    )
+    return _report(control, "", extra=f"\n\nhistory:\n{history}")
+
+
+def set_control(session: Session, args: argparse.Namespace) -> Report:
+    changes: dict[str, Any] = {}
+    if args.catch_up_rate is not None:
+        changes["catch_up_rate"] = args.catch_up_rate
+    if args.max_per_run is not None:
+        changes["claim_budget"] = args.max_per_run
+    if args.claim_timeout is not None:
+        changes["claim_timeout"] = parse_duration(args.claim_timeout)
+    if not changes:
+        raise UsageError(
+            "nothing to change: pass --catch-up-rate, --max-per-run or --claim-timeout"
+        )
+    control = session.store().update_control(session.operator, args.reason, **changes)
+    return _report(control, "updated")
+
+
+def control_document(control: Control) -> dict[str, Any]:
+    return {
+        "paused": control.paused,
+        "reason": control.reason,
+        "max_per_run": control.claim_budget,
+        "catch_up_rate": control.catch_up_rate,
+        "claim_timeout_s": control.claim_timeout.total_seconds(),
+        "changed_by": control.changed_by,
+        "changed_at": control.changed_at,
+        "history": [
+            {"at": c.at, "by": c.by, "reason": c.reason, "changes": dict(c.changes)}
+            for c in control.history
+        ],
+    }
+
+
+def _report(control: Control, headline: str, extra: str = "") -> Report:
+    block = fields(
+        [
+            ("paused", control.paused),
+            ("reason", control.reason),
+            ("catch-up rate", f"{control.catch_up_rate:g} jobs/s"),
+            ("max per run", control.claim_budget),
+            ("claim timeout", format_duration(control.claim_timeout.total_seconds())),
+            (
+                "changed",
+                f"{control.changed_at:%Y-%m-%d %H:%M:%SZ} by {control.changed_by}"
+                if control.changed_at
+                else None,
+            ),
+        ]
+    )
+    text = f"{headline}\n{block}" if headline else block
+    return Report(data=control_document(control), text=text + extra)
+
+
+def _changes_text(changes: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(dict(changes).items()))

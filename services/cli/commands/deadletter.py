@@ -1,0 +1,213 @@
+"""Dead letters: inspect the dead-letter pull subscription, and replay messages to the jobs topic.
+
+`list` pulls and then immediately releases every message (ack deadline 0): nothing is removed,
+so listing twice shows the same messages. `replay` republishes each message's job ID with its
+original attributes (generation, run_id) to the jobs topic, waits for the publish to be
+acknowledged, and only then acks the dead letter. The job record is not touched: the worker
+re-reads it on delivery, so a job that was cancelled or completed meanwhile, or whose
+generation moved on, is acknowledged and ignored there, exactly as for any duplicate delivery.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from google.api_core import exceptions as gexc
+
+from services.cli.errors import BackendUnavailable
+from services.cli.output import Report, table
+from services.cli.session import Session
+
+DEFAULT_PREFIX = "deferred-jobs"  # infra's default namePrefix
+DEFAULT_TOPIC = f"{DEFAULT_PREFIX}-jobs"
+DEFAULT_DEAD_LETTER_SUBSCRIPTION = f"{DEFAULT_PREFIX}-dead-letter-pull"
+# Attributes Pub/Sub adds when it dead-letters a message; they are not the job's.
+DEAD_LETTER_ATTRIBUTE_PREFIX = "CloudPubSubDeadLetter"
+_PULL_BATCH = 100
+_PULL_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One dead-lettered message, as pulled (ack_id lets us ack or release it)."""
+
+    ack_id: str
+    message_id: str
+    job_id: str
+    attributes: dict[str, str]
+    publish_time: Any
+
+    @property
+    def job_attributes(self) -> dict[str, str]:
+        return {
+            k: v
+            for k, v in self.attributes.items()
+            if not k.startswith(DEAD_LETTER_ATTRIBUTE_PREFIX)
+        }
+
+    @property
+    def delivery_count(self) -> str:
+        return self.attributes.get("CloudPubSubDeadLetterSourceDeliveryCount", "")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "job_id": self.job_id,
+            "attributes": self.attributes,
+            "publish_time": self.publish_time,
+        }
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    p = commands.add_parser(
+        "dead-letters",
+        parents=[common],
+        help="inspect or replay dead-lettered job messages",
+        description="Needs PUBSUB_EMULATOR_HOST (local) or Google credentials.",
+    )
+    actions = p.add_subparsers(dest="dead_letter_command", metavar="ACTION", required=True)
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument(
+        "--subscription",
+        help=f"dead-letter pull subscription (JOBS_DEAD_LETTER_SUBSCRIPTION, "
+        f"default {DEFAULT_DEAD_LETTER_SUBSCRIPTION})",
+    )
+    shared.add_argument("--max", type=int, default=1000, help="at most this many messages")
+
+    show = actions.add_parser(
+        "list", parents=[common, shared], help="list dead letters without acknowledging them"
+    )
+    show.set_defaults(handler=list_dead_letters)
+
+    replay = actions.add_parser(
+        "replay",
+        parents=[common, shared],
+        help="republish dead-lettered job IDs to the jobs topic, then ack them",
+    )
+    replay.add_argument("--topic", help=f"jobs topic (JOBS_TOPIC, default {DEFAULT_TOPIC})")
+    replay.add_argument(
+        "--job",
+        action="append",
+        default=[],
+        metavar="JOB_ID",
+        help="replay only these job IDs (repeatable); others stay dead-lettered",
+    )
+    replay.add_argument("--dry-run", action="store_true", help="show what would be replayed")
+    replay.set_defaults(handler=replay_dead_letters)
+
+
+def list_dead_letters(session: Session, args: argparse.Namespace) -> Report:
+    subscriber = session.backends.subscriber()
+    path = _subscription_path(session, args.subscription)
+    letters = _pull(session, subscriber, path, args.max)
+    _release(subscriber, path, letters)
+    return _report(letters, f"({len(letters):,} dead letter(s) in {path}; none acknowledged)")
+
+
+def replay_dead_letters(session: Session, args: argparse.Namespace) -> Report:
+    subscriber = session.backends.subscriber()
+    path = _subscription_path(session, args.subscription)
+    letters = _pull(session, subscriber, path, args.max)
+    wanted = set(args.job)
+    chosen = [d for d in letters if not wanted or d.job_id in wanted]
+    skipped = [d for d in letters if d not in chosen]
+    if args.dry_run:
+        _release(subscriber, path, letters)
+        return _report(chosen, f"(dry run: {len(chosen):,} would be replayed)")
+    _release(subscriber, path, skipped)
+    topic = _topic_path(session, args.topic)
+    publisher = session.backends.publisher()
+    progress = session.progress("replaying", len(chosen))
+    replayed: list[DeadLetter] = []
+    try:
+        for letter in chosen:
+            future = publisher.publish(
+                topic, letter.job_id.encode("utf-8"), **letter.job_attributes
+            )
+            future.result(timeout=30)
+            # Ack only once the job ID is safely back on the jobs topic.
+            subscriber.acknowledge(subscription=path, ack_ids=[letter.ack_id])
+            replayed.append(letter)
+            progress.advance()
+    finally:
+        progress.finish()
+        _release(subscriber, path, [d for d in chosen if d not in replayed])
+    return _report(replayed, f"(replayed {len(replayed):,} to {topic})")
+
+
+def _pull(session: Session, subscriber: Any, path: str, limit: int) -> list[DeadLetter]:
+    """Pull until the subscription is drained or `limit` messages are held."""
+    letters: dict[str, DeadLetter] = {}
+    progress = session.progress("reading dead letters")
+    try:
+        while len(letters) < limit:
+            try:
+                response = subscriber.pull(
+                    subscription=path,
+                    max_messages=min(_PULL_BATCH, limit - len(letters)),
+                    timeout=_PULL_TIMEOUT_S,
+                )
+            except gexc.DeadlineExceeded:
+                break
+            except gexc.NotFound as exc:
+                raise BackendUnavailable(f"no dead-letter subscription {path}") from exc
+            fresh = [_letter(r) for r in response.received_messages]
+            fresh = [d for d in fresh if d.message_id not in letters]
+            if not fresh:
+                break
+            for letter in fresh:
+                letters[letter.message_id] = letter
+            progress.advance(len(fresh))
+    except BaseException:
+        _release(subscriber, path, list(letters.values()))
+        raise
+    return list(letters.values())
+
+
+def _release(subscriber: Any, path: str, letters: list[DeadLetter]) -> None:
+    """Make `letters` deliverable again right away (ack deadline 0 is a nack)."""
+    for start in range(0, len(letters), _PULL_BATCH):
+        batch = [d.ack_id for d in letters[start : start + _PULL_BATCH]]
+        subscriber.modify_ack_deadline(subscription=path, ack_ids=batch, ack_deadline_seconds=0)
+
+
+def _letter(received: Any) -> DeadLetter:
+    message = received.message
+    return DeadLetter(
+        ack_id=received.ack_id,
+        message_id=message.message_id,
+        job_id=message.data.decode("utf-8", errors="replace"),
+        attributes=dict(message.attributes),
+        publish_time=message.publish_time,
+    )
+
+
+def _report(letters: list[DeadLetter], footer: str) -> Report:
+    rows = [
+        [
+            d.job_id,
+            d.job_attributes.get("generation"),
+            d.delivery_count,
+            d.message_id,
+            d.publish_time,
+        ]
+        for d in letters
+    ]
+    text = table(["job_id", "generation", "deliveries", "message_id", "published"], rows)
+    return Report(data={"dead_letters": [d.describe() for d in letters]}, text=f"{text}\n{footer}")
+
+
+def _subscription_path(session: Session, flag: str | None) -> str:
+    name = flag or session.env("JOBS_DEAD_LETTER_SUBSCRIPTION", DEFAULT_DEAD_LETTER_SUBSCRIPTION)
+    if name.startswith("projects/"):
+        return name
+    return f"projects/{session.backends.project}/subscriptions/{name}"
+
+
+def _topic_path(session: Session, flag: str | None) -> str:
+    name = flag or session.env("JOBS_TOPIC", DEFAULT_TOPIC)
+    if name.startswith("projects/"):
+        return name
+    return f"projects/{session.backends.project}/topics/{name}"

@@ -1,0 +1,75 @@
+"""Read-only history: recent scan runs (what each claimed and published) and rejected pushes."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from typing import Any
+
+from services.cli.output import Report, table
+from services.cli.session import Session
+from services.jobs.errors import StoreUnavailable
+from services.jobs.rejections import RejectionStore
+from services.jobs.runs import RunLogError, ScanRunLog
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    p = commands.add_parser(
+        "runs", parents=[common], help="recent scan runs, newest first (drain progress)"
+    )
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(handler=runs)
+
+    p = commands.add_parser(
+        "rejected",
+        parents=[common],
+        help="push messages the worker acknowledged but could not process",
+    )
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(handler=rejected)
+
+
+def runs(session: Session, args: argparse.Namespace) -> Report:
+    # Retention only matters when writing; the CLI only reads.
+    log = ScanRunLog(session.backends.firestore(), retention=timedelta(days=1))
+    try:
+        recent = log.recent(args.limit)
+    except RunLogError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    rows = [
+        [
+            r.started_at,
+            r.run_id,
+            r.stopped_because,
+            r.budget,
+            r.claimed,
+            r.published,
+            r.publish_failed,
+            r.reclaimed,
+            r.due_count,
+            f"{r.duration_s:.1f}s",
+        ]
+        for r in recent
+    ]
+    headers = [
+        "started",
+        "run_id",
+        "stopped",
+        "budget",
+        "claimed",
+        "published",
+        "failed",
+        "reclaimed",
+        "due",
+        "took",
+    ]
+    return Report(data={"runs": recent}, text=table(headers, rows))
+
+
+def rejected(session: Session, args: argparse.Namespace) -> Report:
+    recent = RejectionStore(session.backends.firestore()).recent(args.limit)
+    rows = [[r.received_at, r.reason, r.job_id, r.message_id, r.detail[:60]] for r in recent]
+    return Report(
+        data={"rejected": recent},
+        text=table(["received", "reason", "job_id", "message_id", "detail"], rows),
+    )

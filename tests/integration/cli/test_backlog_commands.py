@@ -1,0 +1,130 @@
+"""stats, reclaim, plan, runs and rejected against the Firestore emulator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from services.cli.errors import ExitCode
+from services.jobs.rejections import RejectionStore, rejection_of
+from services.jobs.runs import ScanRun, ScanRunLog
+from services.jobs.store import FirestoreJobStore
+from tests.integration.cli.conftest import Jobsctl
+
+
+def test_stats_counts_states_due_jobs_and_the_oldest_overdue(
+    jobsctl: Jobsctl, seed: Callable[..., str]
+) -> None:
+    seed("a", due=timedelta(hours=-2))
+    seed("b", due=timedelta(minutes=-5))
+    seed("c", due=timedelta(days=30))
+    jobsctl("cancel", "c", "--reason", "x")
+    result = jobsctl("stats", "--json")
+    text = jobsctl("stats")
+    assert result.code == text.code == ExitCode.OK
+    data = result.json()
+    assert data["due_count"] == 2
+    assert 2 * 3600 <= data["oldest_overdue_age_s"] < 2 * 3600 + 60
+    assert data["per_state"]["deferred"] == 2 and data["per_state"]["cancelled"] == 1
+    assert data["stuck_claims"] == 0 and data["paused"] is False
+    assert "oldest overdue:  2 h 00 m" in text.out or "oldest overdue:  2 h 01 m" in text.out
+
+
+def test_reclaim_is_a_dry_run_until_apply(
+    jobsctl: Jobsctl,
+    seed: Callable[..., str],
+    past_store: FirestoreJobStore,
+    store: FirestoreJobStore,
+) -> None:
+    for n in range(3):
+        seed(f"j{n}", due=timedelta(hours=-2))
+    # Claimed an hour ago by a scan run that never came back.
+    claimed = past_store.claim_due(past_store.clock.now(), "run-lost", 10)
+    assert len(claimed) == 3
+
+    dry = jobsctl("reclaim", "--json")
+    assert dry.code == ExitCode.OK
+    assert sorted(c["job_id"] for c in dry.json()["candidates"]) == ["j0", "j1", "j2"]
+    assert {j.state for j in store.list_jobs().jobs} == {"claimed"}
+
+    applied = jobsctl("reclaim", "--apply")
+    assert applied.code == ExitCode.OK, applied.err
+    assert "reclaimed 3 as reclaimer:jobsctl-" in applied.out
+    assert "reclaiming: [" in applied.err
+    jobs = store.list_jobs().jobs
+    assert {j.state for j in jobs} == {"deferred"}
+    assert all(j.history[-1].by.startswith("reclaimer:jobsctl-") for j in jobs)
+    assert jobsctl("reclaim", "--json").json()["candidates"] == []
+
+
+def test_reclaim_leaves_fresh_claims_alone(
+    jobsctl: Jobsctl, seed: Callable[..., str], store: FirestoreJobStore
+) -> None:
+    seed("j1", due=timedelta(minutes=-1))
+    store.claim_due(datetime.now(UTC), "run-live", 10)
+    result = jobsctl("reclaim", "--apply", "--json")
+    assert result.code == ExitCode.OK
+    assert result.json()["reclaimed"] == []
+    job = store.get("j1")
+    assert job is not None and job.state == "claimed"
+
+
+def test_plan_reads_the_backlog_and_the_control_settings(
+    jobsctl: Jobsctl, seed: Callable[..., str]
+) -> None:
+    for n in range(9):
+        seed(f"j{n}", due=timedelta(minutes=-n - 1))
+    jobsctl("control", "set", "--catch-up-rate", "1", "--max-per-run", "600", "--reason", "t")
+    result = jobsctl("plan", "--interval", "5m", "--json")
+    assert result.code == ExitCode.OK, result.err
+    data = result.json()
+    # 9 due at 1/s with 10 % reserved: 10 s; 600 per 300 s (2/s) does not limit it.
+    assert (data["backlog"], data["seconds"], data["limited_by"]) == (9, 10, "rate")
+    assert data["human"] == "9 due; at 1/s with 10 % reserved: 10 s"
+
+
+def test_plan_of_a_hypothetical_backlog_needs_no_firestore(
+    jobsctl: Jobsctl, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", "127.0.0.1:1")  # nothing listens there
+    result = jobsctl("plan", "--due", "180000", "--rate", "50", "--reserve", "10")
+    assert result.code == ExitCode.OK, result.err
+    assert result.out.splitlines()[0] == "180,000 due; at 50/s with 10 % reserved: 1 h 07 m"
+
+
+def test_plan_names_the_budget_when_it_is_the_bottleneck(jobsctl: Jobsctl) -> None:
+    result = jobsctl(
+        "plan", "--due", "180000", "--rate", "50", "--max-per-run", "1000", "--interval", "5m"
+    )
+    assert "the per-run budget limits the scan to 3.33/s" in result.out
+    assert "jobsctl control set --max-per-run 15000" in result.out
+
+
+def test_plan_refuses_impossible_inputs(jobsctl: Jobsctl) -> None:
+    assert jobsctl("plan", "--due", "10", "--rate", "0").code == ExitCode.USAGE
+    assert jobsctl("plan", "--due", "10", "--reserve", "100").code == ExitCode.USAGE
+    assert jobsctl("plan", "--due", "10", "--interval", "soon").code == ExitCode.USAGE
+
+
+def test_runs_lists_recent_scan_runs_newest_first(jobsctl: Jobsctl, firestore_client: Any) -> None:
+    log = ScanRunLog(firestore_client, retention=timedelta(days=7))
+    start = datetime.now(UTC) - timedelta(minutes=10)
+    for n in range(3):
+        at = start + timedelta(minutes=n)
+        log.record(ScanRun(f"run-{n}", at, at + timedelta(seconds=2), "drained", claimed=n))
+    result = jobsctl("runs", "--json")
+    assert result.code == ExitCode.OK
+    assert [r["run_id"] for r in result.json()["runs"]] == ["run-2", "run-1", "run-0"]
+    assert "run-2" in jobsctl("runs").out
+
+
+def test_rejected_lists_push_messages_the_worker_could_not_use(
+    jobsctl: Jobsctl, firestore_client: Any
+) -> None:
+    RejectionStore(firestore_client).record(
+        rejection_of("bad_base64", "data is not base64", b"{}", {}, received_at=datetime.now(UTC))
+    )
+    result = jobsctl("rejected", "--json")
+    assert result.code == ExitCode.OK
+    assert [r["reason"] for r in result.json()["rejected"]] == ["bad_base64"]

@@ -1,0 +1,67 @@
+"""pause, resume and control set/show against the Firestore emulator."""
+
+from __future__ import annotations
+
+from services.cli.errors import ExitCode
+from services.jobs.store import FirestoreJobStore
+from tests.integration.cli.conftest import Jobsctl
+
+
+def test_pause_and_resume_flip_the_control_document_with_who_and_why(
+    jobsctl: Jobsctl, store: FirestoreJobStore
+) -> None:
+    paused = jobsctl("pause", "--reason", "storage API outage")
+    assert paused.code == ExitCode.OK and "paused" in paused.out
+    control = store.get_control()
+    assert control.paused and control.reason == "storage API outage"
+    assert control.changed_by == "alice"
+    assert jobsctl("stats", "--json").json()["paused"] is True
+
+    resumed = jobsctl("resume", "--reason", "storage healthy again", "--json")
+    assert resumed.code == ExitCode.OK
+    assert resumed.json()["paused"] is False
+    assert not store.get_control().paused
+
+
+def test_pause_without_a_reason_is_a_usage_error(
+    jobsctl: Jobsctl, store: FirestoreJobStore
+) -> None:
+    assert jobsctl("pause").code == ExitCode.USAGE
+    assert jobsctl("pause", "--reason", " ").code == ExitCode.USAGE
+    assert not store.get_control().paused
+
+
+def test_control_set_changes_rate_budget_and_timeout(
+    jobsctl: Jobsctl, store: FirestoreJobStore
+) -> None:
+    result = jobsctl(
+        "control",
+        "set",
+        "--catch-up-rate",
+        "50",
+        "--max-per-run",
+        "2000",
+        "--claim-timeout",
+        "15m",
+        "--reason",
+        "catch up after outage",
+    )
+    assert result.code == ExitCode.OK, result.err
+    control = store.get_control()
+    assert (control.catch_up_rate, control.claim_budget) == (50.0, 2000)
+    assert control.claim_timeout.total_seconds() == 900
+    shown = jobsctl("control", "show", "--json").json()
+    assert shown["max_per_run"] == 2000
+    assert shown["history"][-1]["reason"] == "catch up after outage"
+    assert "catch up after outage" in jobsctl("control", "show").out
+
+
+def test_control_set_refuses_invalid_or_empty_changes(
+    jobsctl: Jobsctl, store: FirestoreJobStore
+) -> None:
+    zero = jobsctl("control", "set", "--catch-up-rate", "0", "--reason", "x")
+    nothing = jobsctl("control", "set", "--reason", "x")
+    huge = jobsctl("control", "set", "--max-per-run", "10000000", "--reason", "x")
+    assert zero.code == nothing.code == huge.code == ExitCode.USAGE
+    assert "catch_up_rate" in zero.err and "nothing to change" in nothing.err
+    assert store.get_control().history == ()

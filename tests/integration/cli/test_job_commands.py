@@ -1,0 +1,153 @@
+"""schedule, cancel, reschedule, show and list against the Firestore emulator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from services.cli.errors import ExitCode
+from services.jobs.model import derive_job_id
+from services.jobs.store import FirestoreJobStore
+from tests.integration.cli.conftest import Jobsctl
+
+
+def test_schedule_creates_a_deferred_job_and_repeating_it_changes_nothing(
+    jobsctl: Jobsctl, store: FirestoreJobStore
+) -> None:
+    due = (datetime.now(UTC) + timedelta(days=30)).isoformat()
+    argv = ("schedule", "--job-id", "j1", "--subject", "m1", "--due", due, "--param", "n=3")
+    first = jobsctl(*argv, "--json")
+    again = jobsctl(*argv)
+    assert first.code == again.code == ExitCode.OK
+    assert first.json()["created"] is True
+    assert "already scheduled (unchanged): j1" in again.out
+    job = store.get("j1")
+    assert job is not None and job.state == "deferred" and dict(job.params) == {"n": 3}
+    assert timedelta(days=29) < job.due_at - datetime.now(UTC) <= timedelta(days=30)
+
+
+def test_schedule_with_other_content_under_the_same_id_is_refused(
+    jobsctl: Jobsctl, seed: Callable[..., str]
+) -> None:
+    seed("j1", subject="m1")
+    result = jobsctl("schedule", "--job-id", "j1", "--subject", "other")
+    assert result.code == ExitCode.REFUSED
+    assert "already exists with a different subject" in result.err
+
+
+def test_schedule_derives_the_job_id_from_the_decision(jobsctl: Jobsctl) -> None:
+    result = jobsctl("schedule", "--decision", "d-7", "--subject", "m1", "--json")
+    assert result.code == ExitCode.OK
+    assert result.json()["job"]["job_id"] == derive_job_id("media.delete_source", "m1", "d-7")
+
+
+def test_schedule_refuses_invalid_input_with_a_usage_exit_code(jobsctl: Jobsctl) -> None:
+    unknown = jobsctl("schedule", "--job-id", "j", "--subject", "m", "--action", "nuke")
+    bad_time = jobsctl("schedule", "--job-id", "j", "--subject", "m", "--due", "tomorrow")
+    bad_param = jobsctl("schedule", "--job-id", "j", "--subject", "m", "--param", "novalue")
+    no_id = jobsctl("schedule", "--subject", "m")
+    assert unknown.code == bad_time.code == bad_param.code == no_id.code == ExitCode.USAGE
+    assert "unknown action 'nuke'" in unknown.err
+    assert "'tomorrow' is not a time" in bad_time.err
+    assert "is not KEY=VALUE" in bad_param.err
+
+
+def test_cancel_moves_a_deferred_job_to_cancelled_once(
+    jobsctl: Jobsctl, seed: Callable[..., str], store: FirestoreJobStore
+) -> None:
+    seed("j1", due=timedelta(days=30))
+    first = jobsctl("cancel", "j1", "--reason", "decision withdrawn")
+    second = jobsctl("cancel", "j1", "--reason", "again")
+    assert first.code == ExitCode.OK and "cancelled: j1" in first.out
+    assert second.code == ExitCode.REFUSED and "terminal" in second.err
+    job = store.get("j1")
+    assert job is not None and job.state == "cancelled"
+    last = job.history[-1]
+    assert (last.by, last.reason) == ("operator:alice", "decision withdrawn")
+
+
+def test_cancel_of_an_unknown_job_is_refused_and_reason_is_required(jobsctl: Jobsctl) -> None:
+    missing = jobsctl("cancel", "nope", "--reason", "x")
+    no_reason = jobsctl("cancel", "nope")
+    assert missing.code == ExitCode.REFUSED and "not found" in missing.err
+    assert no_reason.code == ExitCode.USAGE
+
+
+def test_reschedule_moves_due_at_and_records_why(
+    jobsctl: Jobsctl, seed: Callable[..., str], store: FirestoreJobStore
+) -> None:
+    seed("j1", due=timedelta(days=30))
+    result = jobsctl("reschedule", "j1", "--due", "2030-01-02T03:04:05Z", "--reason", "later")
+    assert result.code == ExitCode.OK
+    job = store.get("j1")
+    assert job is not None
+    assert job.due_at == datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert job.state == "deferred" and job.history[-1].reason.startswith("later")
+
+
+def test_reschedule_of_a_cancelled_job_is_refused(
+    jobsctl: Jobsctl, seed: Callable[..., str]
+) -> None:
+    seed("j1")
+    jobsctl("cancel", "j1", "--reason", "x")
+    result = jobsctl("reschedule", "j1", "--due", "+1d", "--reason", "y")
+    assert result.code == ExitCode.REFUSED
+
+
+def test_show_prints_the_job_with_its_history(jobsctl: Jobsctl, seed: Callable[..., str]) -> None:
+    seed("j1", due=timedelta(days=1))
+    jobsctl("reschedule", "j1", "--due", "+2d", "--reason", "vendor asked")
+    text = jobsctl("show", "j1")
+    data = jobsctl("show", "j1", "--json").json()["job"]
+    assert text.code == ExitCode.OK
+    assert "history:" in text.out and "vendor asked" in text.out
+    assert [h["to"] for h in data["history"]] == ["deferred", "deferred"]
+    assert jobsctl("show", "nope").code == ExitCode.REFUSED
+
+
+def test_list_filters_by_state_and_time(jobsctl: Jobsctl, seed: Callable[..., str]) -> None:
+    seed("overdue", due=timedelta(hours=-2))
+    seed("soon", due=timedelta(hours=1))
+    seed("later", due=timedelta(days=30))
+    jobsctl("cancel", "later", "--reason", "x")
+
+    def ids(*argv: str) -> list[str]:
+        result = jobsctl("list", *argv, "--json")
+        assert result.code == ExitCode.OK, result.err
+        return [j["job_id"] for j in result.json()["jobs"]]
+
+    assert ids() == ["overdue", "soon", "later"]
+    assert ids("--state", "deferred") == ["overdue", "soon"]
+    assert ids("--overdue") == ["overdue"]
+    assert ids("--due-before", "+2h") == ["overdue", "soon"]
+    assert ids("--state", "cancelled") == ["later"]
+
+
+def test_list_pages_with_a_cursor_and_all_follows_every_page(
+    jobsctl: Jobsctl, seed: Callable[..., str]
+) -> None:
+    for n in range(5):
+        seed(f"j{n}", due=timedelta(minutes=n))
+    first = jobsctl("list", "--limit", "2", "--json").json()
+    second = jobsctl("list", "--limit", "2", "--cursor", first["next_cursor"], "--json").json()
+    everything = jobsctl("list", "--limit", "2", "--all")
+    assert [j["job_id"] for j in first["jobs"] + second["jobs"]] == ["j0", "j1", "j2", "j3"]
+    assert everything.code == ExitCode.OK
+    assert "(5 jobs)" in everything.out
+    assert "listing jobs: 5" in everything.err  # the progress line goes to stderr
+    text_page = jobsctl("list", "--limit", "2")
+    assert "--cursor" in text_page.out
+
+
+def test_list_refuses_filters_no_index_serves(jobsctl: Jobsctl) -> None:
+    both = jobsctl("list", "--overdue", "--due-before", "now")
+    wrong_state = jobsctl("list", "--overdue", "--state", "enqueued")
+    bad_cursor = jobsctl("list", "--cursor", "garbage")
+    assert both.code == wrong_state.code == bad_cursor.code == ExitCode.USAGE
+    assert "deferred" in wrong_state.err
+
+
+def test_json_errors_are_json_on_stdout_too(jobsctl: Jobsctl) -> None:
+    result = jobsctl("show", "nope", "--json")
+    assert result.code == ExitCode.REFUSED
+    assert result.json() == {"error": "job 'nope' not found", "exit_code": 1}
