@@ -191,3 +191,153 @@ def test_exception_inside_transactional_function_rolls_back(firestore_client: An
     assert ref.get().get("n") == 1
     ref.update({"n": 3})  # not blocked by a leftover lock
     assert ref.get().get("n") == 3
+
+
+@pytest.fixture
+def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A private emulator whose transactions expire (and locks time out) within a second."""
+    from emulators.firestore.server import start
+
+    emulator = start(transaction_timeout_s=1.0, transaction_idle_timeout_s=0.5, lock_timeout_s=0.2)
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", emulator.address)
+    client = firestore.Client(project="short-timeouts")
+    yield client
+    client.close()
+    emulator.stop()
+
+
+def test_a_transaction_idle_past_its_timeout_is_refused(short_timeouts: Any) -> None:
+    import time
+
+    ref = short_timeouts.collection("jobs").document("a")
+    ref.set({"n": 1})
+    transaction = short_timeouts.transaction()
+    transaction._begin()
+    ref.get(transaction=transaction)
+    time.sleep(0.8)  # idle longer than the 0.5 s idle timeout
+    transaction.update(ref, {"n": 2})
+    with pytest.raises(exceptions.InvalidArgument, match="expired"):
+        transaction._commit()
+    assert ref.get().get("n") == 1
+
+
+def test_a_transaction_older_than_its_total_timeout_is_refused(short_timeouts: Any) -> None:
+    import time
+
+    ref = short_timeouts.collection("jobs").document("a")
+    ref.set({"n": 1})
+    transaction = short_timeouts.transaction()
+    transaction._begin()
+    ref.get(transaction=transaction)
+    with pytest.raises(exceptions.InvalidArgument, match="expired"):
+        for _ in range(8):  # never idle for 0.5 s, but alive for more than 1 s in total
+            time.sleep(0.25)
+            ref.get(transaction=transaction)
+
+
+def test_an_expired_transaction_releases_its_locks(short_timeouts: Any) -> None:
+    import time
+
+    ref = short_timeouts.collection("jobs").document("a")
+    ref.set({"n": 1})
+    abandoned = short_timeouts.transaction()
+    abandoned._begin()
+    ref.get(transaction=abandoned)
+    time.sleep(0.8)
+    second = short_timeouts.transaction()
+    second._begin()
+    assert ref.get(transaction=second).get("n") == 1
+    second.update(ref, {"n": 2})
+    second._commit()
+    assert ref.get().get("n") == 2
+
+
+def test_waiting_for_a_lock_past_the_lock_deadline_is_aborted(short_timeouts: Any) -> None:
+    ref = short_timeouts.collection("jobs").document("a")
+    ref.set({"n": 1})
+    holder = short_timeouts.transaction()
+    holder._begin()
+    ref.get(transaction=holder)
+    waiter = short_timeouts.transaction()
+    waiter._begin()
+    with pytest.raises(exceptions.Aborted):
+        ref.get(transaction=waiter)
+    holder._rollback()
+
+
+def test_a_deadlock_aborts_the_younger_transaction_and_the_older_commits(
+    firestore_client: Any,
+) -> None:
+    jobs = firestore_client.collection("jobs")
+    a, b = jobs.document("a"), jobs.document("b")
+    a.set({"n": 0})
+    b.set({"n": 0})
+    older = firestore_client.transaction()
+    older._begin()
+    younger = firestore_client.transaction()
+    younger._begin()
+    a.get(transaction=older)
+    b.get(transaction=younger)
+    outcome: dict[str, Any] = {}
+
+    def older_side() -> None:
+        try:
+            b.get(transaction=older)  # waits for younger's lock on b
+            older.update(a, {"n": 1})
+            older.update(b, {"n": 1})
+            older._commit()
+            outcome["older"] = "committed"
+        except BaseException as exc:
+            outcome["older"] = exc
+
+    thread = threading.Thread(target=older_side)
+    thread.start()
+    a.get(transaction=younger)  # closes the cycle: the younger loses
+    younger.update(a, {"n": 2})
+    with pytest.raises(exceptions.Aborted):
+        younger._commit()
+    thread.join()
+    assert outcome["older"] == "committed"
+    assert a.get().get("n") == 1 and b.get().get("n") == 1
+
+
+def test_databases_of_one_project_are_separate(firestore_client: Any) -> None:
+    firestore_client.collection("jobs").document("a").set({"db": "default"})
+    other = firestore.Client(project=firestore_client.project, database="other-db")
+    try:
+        ref = other.collection("jobs").document("a")
+        assert not ref.get().exists
+        ref.set({"db": "other"})
+        assert firestore_client.collection("jobs").document("a").get().get("db") == "default"
+        assert ref.get().get("db") == "other"
+    finally:
+        other.close()
+
+
+def test_new_transaction_on_a_query_returns_a_usable_transaction(firestore_client: Any) -> None:
+    jobs = firestore_client.collection("jobs")
+    jobs.document("a").set({"state": "deferred"})
+    api = firestore_client._firestore_api
+    responses = list(
+        api.run_query(
+            request={
+                "parent": firestore_client._database_string + "/documents",
+                "structured_query": jobs.where(
+                    filter=firestore.FieldFilter("state", "==", "deferred")
+                )._to_protobuf(),
+                "new_transaction": {"read_write": {}},
+            }
+        )
+    )
+    tid = responses[0].transaction
+    assert tid
+    batch = firestore_client.batch()
+    batch.update(jobs.document("a"), {"state": "claimed"})
+    api.commit(
+        request={
+            "database": firestore_client._database_string,
+            "writes": batch._write_pbs,
+            "transaction": tid,
+        }
+    )
+    assert jobs.document("a").get().get("state") == "claimed"
