@@ -188,7 +188,12 @@ class Broker:
             self._require_topic(name)
             del self._topics[name]
             for sub_name in self._topic_subs.pop(name):
-                self._subs[sub_name].config.topic = protos.DELETED_TOPIC
+                # Configs are replaced, never mutated: a response may be serializing the old one.
+                state = self._subs[sub_name]
+                detached = protos.Subscription()
+                detached.CopyFrom(state.config)
+                detached.topic = protos.DELETED_TOPIC
+                state.config = detached
 
     def publish(self, topic: str, messages: Iterable[Any]) -> list[str]:
         names.topic(topic)
@@ -285,6 +290,7 @@ class Broker:
         names.subscription(name)
         if max_messages <= 0:
             raise InvalidArgument("max_messages must be greater than 0.")
+        max_messages = min(max_messages, limits.MAX_PUBLISH_MESSAGES)
         end = self._clock() + wait_s
         with self._lock:
             while True:

@@ -7,14 +7,14 @@ subscription are in flight at once, so a slow endpoint is not flooded.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
-
-import requests
+from urllib.parse import urlsplit
 
 from emulators.pubsub import limits
 from emulators.pubsub.broker import Broker, PushDelivery
@@ -84,17 +84,61 @@ class Pusher:
             audience = config.oidc_token.audience or config.push_endpoint
             token = self._token(audience, config.oidc_token.service_account_email)
             headers["Authorization"] = f"Bearer {token}"
-        session = self._session()
-        try:
-            response = session.post(
-                config.push_endpoint, data=body, headers=headers, timeout=delivery.timeout_s
-            )
-        except requests.Timeout:
-            return False, "timeout"
-        except requests.RequestException:
-            return False, "connection_error"
-        response.close()
-        return response.status_code in limits.PUSH_SUCCESS_STATUSES, str(response.status_code)
+        return self._send(config.push_endpoint, body, headers, delivery.timeout_s)
+
+    def _send(
+        self, url: str, body: bytes, headers: dict[str, str], timeout_s: float
+    ) -> tuple[bool, str]:
+        """POST over a kept-alive connection of this thread; (acked, outcome for the stats)."""
+        parts = urlsplit(url)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        for _try in range(2):
+            connection, was_open = self._connection(parts.scheme, parts.netloc, timeout_s)
+            try:
+                connection.request("POST", path, body=body, headers=headers)
+                response = connection.getresponse()
+                response.read()
+            except TimeoutError:
+                self._drop(parts.scheme, parts.netloc)
+                return False, "timeout"
+            except (OSError, http.client.HTTPException):
+                self._drop(parts.scheme, parts.netloc)
+                if was_open:
+                    # A kept-alive connection the endpoint had closed: retry once on a new one.
+                    continue
+                return False, "connection_error"
+            if response.will_close:
+                self._drop(parts.scheme, parts.netloc)
+            return response.status in limits.PUSH_SUCCESS_STATUSES, str(response.status)
+        return False, "connection_error"
+
+    def _connection(
+        self, scheme: str, netloc: str, timeout_s: float
+    ) -> tuple[http.client.HTTPConnection, bool]:
+        connections: dict[tuple[str, str], http.client.HTTPConnection] = self._connections()
+        connection = connections.get((scheme, netloc))
+        if connection is not None and connection.sock is not None:
+            connection.sock.settimeout(timeout_s)
+            connection.timeout = timeout_s
+            return connection, True
+        factory = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+        connection = factory(netloc, timeout=timeout_s)
+        connections[(scheme, netloc)] = connection
+        return connection, False
+
+    def _drop(self, scheme: str, netloc: str) -> None:
+        connection = self._connections().pop((scheme, netloc), None)
+        if connection is not None:
+            connection.close()
+
+    def _connections(self) -> dict[tuple[str, str], http.client.HTTPConnection]:
+        connections: dict[tuple[str, str], http.client.HTTPConnection] | None = getattr(
+            self._local, "connections", None
+        )
+        if connections is None:
+            connections = {}
+            self._local.connections = connections
+        return connections
 
     def _request_for(self, delivery: PushDelivery) -> tuple[bytes, dict[str, str]]:
         config = delivery.push_config
@@ -126,13 +170,6 @@ class Pusher:
         with self._tokens_lock:
             self._tokens[key] = (token, now + _TOKEN_REUSE_S)
         return token
-
-    def _session(self) -> requests.Session:
-        session: requests.Session | None = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            self._local.session = session
-        return session
 
 
 def envelope(delivery: PushDelivery) -> bytes:

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 # INVALID_ARGUMENT as production does, instead of gRPC's RESOURCE_EXHAUSTED.
 _MAX_GRPC_MESSAGE_BYTES = 32 * 1024 * 1024
 # Each StreamingPull holds a worker for its lifetime; leave plenty for unary calls.
-_GRPC_WORKERS = 64
+_GRPC_WORKERS = 128
 
 
 class PubsubEmulator:

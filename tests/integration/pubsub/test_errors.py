@@ -190,3 +190,28 @@ def test_deleting_a_topic_detaches_its_subscriptions(
     assert subscriber_client.get_subscription(subscription=sub).topic == "_deleted-topic_"
     with pytest.raises(exceptions.NotFound):
         publisher_client.get_topic(topic=topic)
+
+
+def test_streaming_pull_on_a_missing_subscription_ends_with_not_found(
+    subscriber_client: pubsub_v1.SubscriberClient, pubsub_project: str
+) -> None:
+    missing = f"projects/{pubsub_project}/subscriptions/never-created"
+
+    future = subscriber_client.subscribe(missing, lambda message: message.ack())
+
+    with pytest.raises(exceptions.NotFound):
+        future.result(timeout=30)
+
+
+def test_list_calls_page_through_every_resource(
+    publisher_client: pubsub_v1.PublisherClient, pubsub_project: str
+) -> None:
+    created = [f"projects/{pubsub_project}/topics/topic-{i:02d}" for i in range(7)]
+    for name in created:
+        publisher_client.create_topic(name=name)
+
+    pager = publisher_client.list_topics(
+        request={"project": f"projects/{pubsub_project}", "page_size": 3}
+    )
+
+    assert [t.name for t in pager] == created
