@@ -1,0 +1,33 @@
+# One image for both Cloud Run services; FUNCTION_TARGET / FUNCTION_SOURCE (set per service by
+# the Pulumi program) choose the function. Build and push: see docs/deploy.md.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+
+# A fixed, unprivileged user: nothing in the container runs as root.
+RUN groupadd --system --gid 10001 app \
+    && useradd --system --uid 10001 --gid app --home-dir /app --no-create-home \
+       --shell /usr/sbin/nologin app
+
+# Dependencies first (cached while only the code changes). constraints.txt pins every
+# transitive version (`pip freeze` of a clean install, see docs/deploy.md), so a rebuild
+# installs exactly what was tested; pyproject.toml keeps the compatible ranges.
+COPY constraints.txt pyproject.toml README.md ./
+COPY services ./services
+RUN pip install --constraint constraints.txt . \
+    && chown -R app:app /app
+
+USER app
+
+ENV PORT=8080 \
+    FUNCTION_TARGET=worker \
+    FUNCTION_SOURCE=services/worker/main.py
+EXPOSE 8080
+
+# Shell form so the variables expand at start; exec so functions-framework gets SIGTERM.
+CMD exec functions-framework --target=${FUNCTION_TARGET} --source=${FUNCTION_SOURCE} --port=${PORT}

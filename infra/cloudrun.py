@@ -1,0 +1,95 @@
+"""The two Cloud Run services (scan, worker) from one image, and their single invokers.
+
+Both run the same container; `FUNCTION_TARGET` and `FUNCTION_SOURCE` pick the
+functions-framework target (the Dockerfile's CMD passes them on). Ingress
+is internal-only: Cloud Scheduler and Pub/Sub push from the same project still reach the
+default run.app URL, and IAM (run.invoker for one service account) is checked separately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_gcp import cloudrunv2, serviceaccount
+
+from infra import env
+from infra.config import Scaling, StackConfig
+from infra.identity import member
+
+INGRESS = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+INVOKER = "roles/run.invoker"
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """What differs between the scan and the worker."""
+
+    key: str  # "scan" or "worker": resource names and the function target
+    name: str
+    runtime: serviceaccount.Account
+    invoker: serviceaccount.Account
+    timeout_s: int
+    scaling: Scaling
+
+
+@dataclass(frozen=True)
+class RunService:
+    service: cloudrunv2.Service
+    invoker: cloudrunv2.ServiceIamMember
+
+
+def create_service(
+    config: StackConfig,
+    spec: ServiceSpec,
+    environment: Mapping[str, pulumi.Input[str]],
+    opts: pulumi.ResourceOptions,
+) -> RunService:
+    envs = [
+        cloudrunv2.ServiceTemplateContainerEnvArgs(name=env.FUNCTION_TARGET, value=spec.key),
+        cloudrunv2.ServiceTemplateContainerEnvArgs(
+            name=env.FUNCTION_SOURCE, value=env.FUNCTION_SOURCES[spec.key]
+        ),
+    ]
+    envs += [
+        cloudrunv2.ServiceTemplateContainerEnvArgs(name=name, value=value)
+        for name, value in environment.items()
+    ]
+    service = cloudrunv2.Service(
+        f"{spec.key}-service",
+        project=config.project,
+        location=config.region,
+        name=spec.name,
+        ingress=INGRESS,
+        deletion_protection=config.deletion_protection,
+        template=cloudrunv2.ServiceTemplateArgs(
+            service_account=spec.runtime.email,
+            timeout=f"{spec.timeout_s}s",
+            max_instance_request_concurrency=spec.scaling.concurrency,
+            scaling=cloudrunv2.ServiceTemplateScalingArgs(
+                min_instance_count=spec.scaling.min_instances,
+                max_instance_count=spec.scaling.max_instances,
+            ),
+            containers=[
+                cloudrunv2.ServiceTemplateContainerArgs(
+                    image=config.image,
+                    envs=envs,
+                    resources=cloudrunv2.ServiceTemplateContainerResourcesArgs(
+                        limits={"cpu": config.cpu, "memory": config.memory},
+                    ),
+                )
+            ],
+        ),
+        opts=opts,
+    )
+    invoker = cloudrunv2.ServiceIamMember(
+        f"{spec.key}-invoker",
+        project=config.project,
+        location=config.region,
+        name=service.name,
+        role=INVOKER,
+        member=member(spec.invoker),
+        opts=opts,
+    )
+    return RunService(service, invoker)

@@ -1,0 +1,356 @@
+"""The stack configuration: every `pulumi.Config` read of the program happens here.
+
+`load_config()` reads `Pulumi.<stack>.yaml` through Pulumi; `parse_config()` turns plain values
+into a frozen, typed `StackConfig` and rejects anything Google would reject later (or accept and
+misbehave with), naming the key and its allowed range. Every key, its default and its range is
+in `SETTINGS`; docs/deploy.md lists the same table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pulumi
+
+from infra.cron import parse_cron
+from infra.errors import CronError, InfraConfigError
+
+PROJECT_NAMESPACE = "deferred-jobs"
+
+Kind = Literal["int", "bool", "str", "list"]
+
+# Cloud Monitoring accepts a metric-absence duration of at most 23 h 30 min (inferred from the
+# console's limit); the "scan runs absent" alert waits three scan intervals.
+MAX_ABSENCE_S = 23 * 3600 + 30 * 60
+ABSENT_INTERVALS = 3
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration key: its type, default (None: required) and inclusive range."""
+
+    name: str
+    kind: Kind
+    default: Any
+    low: int | None = None
+    high: int | None = None
+    doc: str = ""
+
+    @property
+    def allowed(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"{self.low}-{self.high}"
+        return self.kind
+
+
+_DAY = 86_400
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("image", "str", None, doc="container image for both services (digest preferred)"),
+    Setting("namePrefix", "str", "deferred-jobs", doc="prefix of every resource name"),
+    Setting("mediaBucket", "str", None, doc="bucket whose objects the worker may delete"),
+    Setting("createDatabase", "bool", True, doc="false adopts an existing database"),
+    Setting("databaseLocation", "str", "", doc="Firestore location; empty = gcp:region"),
+    Setting("deletionProtection", "bool", True, doc="Cloud Run and Firestore delete protection"),
+    Setting("schedule", "str", "*/5 * * * *", doc="unix-cron schedule of the scan"),
+    Setting("timeZone", "str", "Etc/UTC", doc="time zone of the schedule"),
+    Setting("scanAttemptDeadlineS", "int", 180, 15, 1800, "Cloud Scheduler attempt deadline"),
+    Setting("scanRetryCount", "int", 0, 0, 5, "Cloud Scheduler retries of a failed scan"),
+    Setting("scanTimeBudgetS", "int", 120, 1, 1799, "scan run time budget (< attempt deadline)"),
+    Setting("scanMaxPerRun", "int", 1000, 1, 100_000, "jobs one scan run claims at most"),
+    Setting("claimTimeoutS", "int", 600, 16, _DAY, "claim age before the reclaimer takes it"),
+    Setting("workerRequestTimeoutS", "int", 240, 1, 600, "worker Cloud Run request timeout"),
+    Setting("workerLeaseS", "int", 270, 5, 600, "worker lease (request timeout < it < ack)"),
+    Setting(
+        "retryLaterDelayS", "int", 30 * _DAY, 60, 3650 * _DAY, "delay of a retry-later outcome"
+    ),
+    Setting(
+        "retryLaterAfterAttempts", "int", 4, 1, 99, "deliveries before the worker defers a job"
+    ),
+    Setting("pushAckDeadlineS", "int", 300, 10, 600, "push ack deadline = push HTTP timeout"),
+    Setting("deadLetterAttempts", "int", 10, 5, 100, "deliveries before dead-lettering"),
+    Setting("minBackoffS", "int", 10, 0, 600, "Pub/Sub retry minimum backoff"),
+    Setting("maxBackoffS", "int", 600, 0, 600, "Pub/Sub retry maximum backoff"),
+    Setting("scanMinInstances", "int", 0, 0, 100, "scan minimum instances"),
+    Setting("scanMaxInstances", "int", 1, 1, 100, "scan maximum instances"),
+    Setting("scanConcurrency", "int", 1, 1, 1000, "scan requests per instance"),
+    Setting("workerMinInstances", "int", 0, 0, 1000, "worker minimum instances"),
+    Setting("workerMaxInstances", "int", 10, 1, 1000, "worker maximum instances"),
+    Setting("workerConcurrency", "int", 10, 1, 1000, "worker requests per instance"),
+    Setting("cpu", "str", "1", doc="CPU limit of each service"),
+    Setting("memory", "str", "512Mi", doc="memory limit of each service"),
+    Setting("overdueAgeSloS", "int", 3600, 1, 365 * _DAY, "oldest overdue age SLO"),
+    Setting("overdueForMin", "int", 15, 1, 1410, "minutes above the SLO before alerting"),
+    Setting("stuckClaimsForMin", "int", 15, 1, 1410, "minutes of stuck claims before alerting"),
+    Setting("alertEmails", "list", (), doc="email notification channels"),
+    Setting("slackChannel", "str", "", doc="Slack channel; needs the secret slackAuthToken"),
+)
+
+SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
+SECRET_KEYS = ("slackAuthToken",)
+
+_NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+@dataclass(frozen=True)
+class Scaling:
+    min_instances: int
+    max_instances: int
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """The validated configuration of one stack."""
+
+    project: str
+    region: str
+    image: str
+    name_prefix: str
+    media_bucket: str
+    create_database: bool
+    database_location: str
+    deletion_protection: bool
+    schedule: str
+    time_zone: str
+    scan_interval_s: int  # the schedule's longest gap between two runs
+    scan_attempt_deadline_s: int
+    scan_retry_count: int
+    scan_time_budget_s: int
+    scan_max_per_run: int
+    claim_timeout_s: int
+    worker_request_timeout_s: int
+    worker_lease_s: int
+    retry_later_delay_s: int
+    retry_later_after_attempts: int
+    push_ack_deadline_s: int
+    dead_letter_attempts: int
+    min_backoff_s: int
+    max_backoff_s: int
+    scan_scaling: Scaling
+    worker_scaling: Scaling
+    cpu: str
+    memory: str
+    overdue_age_slo_s: int
+    overdue_for_min: int
+    stuck_claims_for_min: int
+    alert_emails: tuple[str, ...]
+    slack_channel: str
+    slack_auth_token: pulumi.Output[str] | None = None
+
+    @property
+    def scan_absent_s(self) -> int:
+        """How long no scan run may be seen before the absence alert fires (>= 2 minutes)."""
+        minutes = -(-ABSENT_INTERVALS * self.scan_interval_s // 60)
+        return max(120, minutes * 60)
+
+
+def load_config() -> StackConfig:
+    """Read this stack's configuration through Pulumi and validate it."""
+    cfg = pulumi.Config()
+    gcp = pulumi.Config("gcp")
+    raw: dict[str, Any] = {setting.name: cfg.get(setting.name) for setting in SETTINGS}
+    raw["gcp:project"] = gcp.get("project")
+    raw["gcp:region"] = gcp.get("region")
+    token = cfg.require_secret("slackAuthToken") if raw.get("slackChannel") else None
+    return parse_config(raw, slack_auth_token=token)
+
+
+def parse_config(
+    raw: Mapping[str, Any], *, slack_auth_token: pulumi.Output[str] | None = None
+) -> StackConfig:
+    """Validate plain values (strings as Pulumi stores them, or YAML scalars) into a StackConfig.
+
+    Every problem is collected, so one failed preview names every bad key at once.
+    """
+    errors: list[str] = []
+    values = {setting.name: _coerce(setting, raw.get(setting.name), errors) for setting in SETTINGS}
+    project = _require_gcp(raw, "gcp:project", errors)
+    region = _require_gcp(raw, "gcp:region", errors)
+    interval = _check_cross_fields(values, errors)
+    if errors:
+        raise InfraConfigError("invalid stack configuration:\n  " + "\n  ".join(errors))
+    return StackConfig(
+        project=project,
+        region=region,
+        image=values["image"],
+        name_prefix=values["namePrefix"],
+        media_bucket=values["mediaBucket"],
+        create_database=values["createDatabase"],
+        database_location=values["databaseLocation"] or region,
+        deletion_protection=values["deletionProtection"],
+        schedule=values["schedule"],
+        time_zone=values["timeZone"],
+        scan_interval_s=interval,
+        scan_attempt_deadline_s=values["scanAttemptDeadlineS"],
+        scan_retry_count=values["scanRetryCount"],
+        scan_time_budget_s=values["scanTimeBudgetS"],
+        scan_max_per_run=values["scanMaxPerRun"],
+        claim_timeout_s=values["claimTimeoutS"],
+        worker_request_timeout_s=values["workerRequestTimeoutS"],
+        worker_lease_s=values["workerLeaseS"],
+        retry_later_delay_s=values["retryLaterDelayS"],
+        retry_later_after_attempts=values["retryLaterAfterAttempts"],
+        push_ack_deadline_s=values["pushAckDeadlineS"],
+        dead_letter_attempts=values["deadLetterAttempts"],
+        min_backoff_s=values["minBackoffS"],
+        max_backoff_s=values["maxBackoffS"],
+        scan_scaling=Scaling(
+            values["scanMinInstances"], values["scanMaxInstances"], values["scanConcurrency"]
+        ),
+        worker_scaling=Scaling(
+            values["workerMinInstances"], values["workerMaxInstances"], values["workerConcurrency"]
+        ),
+        cpu=values["cpu"],
+        memory=values["memory"],
+        overdue_age_slo_s=values["overdueAgeSloS"],
+        overdue_for_min=values["overdueForMin"],
+        stuck_claims_for_min=values["stuckClaimsForMin"],
+        alert_emails=tuple(values["alertEmails"]),
+        slack_channel=values["slackChannel"],
+        slack_auth_token=slack_auth_token,
+    )
+
+
+def _require_gcp(raw: Mapping[str, Any], key: str, errors: list[str]) -> str:
+    value = raw.get(key)
+    if not value:
+        errors.append(f"{key} is required")
+        return ""
+    return str(value)
+
+
+def _coerce(setting: Setting, value: Any, errors: list[str]) -> Any:
+    """One key's value in its type and range, or its default; appends to `errors` if bad."""
+    if value is None or value == "":
+        if setting.default is None:
+            errors.append(f"{setting.name} is required ({setting.doc})")
+        return setting.default
+    try:
+        typed = _CONVERTERS[setting.kind](value)
+    except (TypeError, ValueError):
+        errors.append(f"{setting.name}={value!r} is not a valid {setting.kind}")
+        return setting.default
+    low, high = setting.low, setting.high
+    if setting.kind == "int" and low is not None and high is not None and not low <= typed <= high:
+        errors.append(
+            f"{setting.name}={typed} is outside the allowed range "
+            f"{setting.low}-{setting.high} ({setting.doc})"
+        )
+        return setting.default
+    return typed
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError("a bool is not an int")
+    if isinstance(value, int):
+        return value
+    return int(str(value).strip())
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ValueError(value)
+
+
+def _to_list(value: Any) -> tuple[str, ...]:
+    items = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError(value)
+    return tuple(items)
+
+
+_CONVERTERS: dict[Kind, Callable[[Any], Any]] = {
+    "int": _to_int,
+    "bool": _to_bool,
+    "str": str,
+    "list": _to_list,
+}
+
+
+def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
+    """Rules between keys; returns the schedule's longest gap in seconds (0 if invalid)."""
+    _check_names(values, errors)
+    if values["scanTimeBudgetS"] >= values["scanAttemptDeadlineS"]:
+        errors.append(
+            f"scanTimeBudgetS={values['scanTimeBudgetS']} must be less than "
+            f"scanAttemptDeadlineS={values['scanAttemptDeadlineS']}: a scan must finish and "
+            "answer before Cloud Scheduler stops waiting"
+        )
+    if values["claimTimeoutS"] <= values["scanAttemptDeadlineS"]:
+        errors.append(
+            f"claimTimeoutS={values['claimTimeoutS']} must exceed scanAttemptDeadlineS="
+            f"{values['scanAttemptDeadlineS']}: a live scan's claims must not be reclaimed"
+        )
+    if values["workerRequestTimeoutS"] > values["pushAckDeadlineS"]:
+        errors.append(
+            f"workerRequestTimeoutS={values['workerRequestTimeoutS']} must be at most "
+            f"pushAckDeadlineS={values['pushAckDeadlineS']}: Pub/Sub stops waiting at the ack "
+            "deadline and redelivers while the worker still runs"
+        )
+    if values["workerLeaseS"] <= values["workerRequestTimeoutS"]:
+        errors.append(
+            f"workerLeaseS={values['workerLeaseS']} must exceed workerRequestTimeoutS="
+            f"{values['workerRequestTimeoutS']}: a running job's lease must outlive its request"
+        )
+    if values["workerLeaseS"] >= values["pushAckDeadlineS"]:
+        errors.append(
+            f"workerLeaseS={values['workerLeaseS']} must be less than pushAckDeadlineS="
+            f"{values['pushAckDeadlineS']}: a redelivery after the ack deadline must find the "
+            "lease expired"
+        )
+    if values["retryLaterAfterAttempts"] >= values["deadLetterAttempts"]:
+        errors.append(
+            f"retryLaterAfterAttempts={values['retryLaterAfterAttempts']} must be less than "
+            f"deadLetterAttempts={values['deadLetterAttempts']}: the worker must defer a failing "
+            "job before Pub/Sub dead-letters its message"
+        )
+    if values["minBackoffS"] > values["maxBackoffS"]:
+        errors.append(
+            f"minBackoffS={values['minBackoffS']} must be at most "
+            f"maxBackoffS={values['maxBackoffS']} (both 0-600)"
+        )
+    for service in ("scan", "worker"):
+        low, high = values[f"{service}MinInstances"], values[f"{service}MaxInstances"]
+        if low > high:
+            errors.append(
+                f"{service}MinInstances={low} must be at most {service}MaxInstances={high}"
+            )
+    for email in values["alertEmails"]:
+        if not _EMAIL.match(email):
+            errors.append(f"alertEmails: {email!r} is not an email address")
+    return _check_schedule(values["schedule"], errors)
+
+
+def _check_names(values: dict[str, Any], errors: list[str]) -> None:
+    prefix = values["namePrefix"]
+    if not _NAME_PREFIX.match(prefix):
+        errors.append(
+            f"namePrefix={prefix!r} must be 2-20 characters of a-z, 0-9 and '-', starting with "
+            "a letter (service account IDs are at most 30 characters)"
+        )
+
+
+def _check_schedule(expression: str, errors: list[str]) -> int:
+    try:
+        gap = parse_cron(expression).longest_gap_s()
+    except CronError as exc:
+        errors.append(f"schedule: {exc}")
+        return 0
+    if ABSENT_INTERVALS * gap > MAX_ABSENCE_S:
+        errors.append(
+            f"schedule={expression!r} leaves up to {gap} s between runs; at most "
+            f"{MAX_ABSENCE_S // ABSENT_INTERVALS} s is allowed so that the scan-absent alert "
+            f"({ABSENT_INTERVALS} intervals) fits Cloud Monitoring's limit"
+        )
+    return gap

@@ -1,0 +1,329 @@
+"""Metric descriptors, log-based metrics, notification channels, alert policies, dashboard.
+
+Every metric comes from services.jobs.metrics (the scan's gauges, the log-based metrics built
+from the services' structured log lines) or is a built-in Pub/Sub metric; nothing here names a
+metric by a string of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pulumi_gcp import logging as gcp_logging
+from pulumi_gcp import monitoring
+
+from infra.config import StackConfig
+from infra.names import Names
+from services.jobs import metrics
+
+PUBSUB_UNDELIVERED = "pubsub.googleapis.com/subscription/num_undelivered_messages"
+
+# The gauge every scan run writes, even while paused: its absence means no scan ran.
+SCAN_HEARTBEAT = metrics.DUE_COUNT
+
+# Seconds from ~0.1 s to ~3 years in 30 exponential buckets: due-to-done can be days.
+LATENCY_SCALE_S = 0.1
+LATENCY_GROWTH = 2.0
+LATENCY_BUCKETS = 30
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    descriptors: list[monitoring.MetricDescriptor]
+    log_metrics: list[gcp_logging.Metric]
+    channels: list[monitoring.NotificationChannel]
+    alerts: dict[str, monitoring.AlertPolicy]
+    dashboard: monitoring.Dashboard
+
+
+def metric_filter(metric_type: str, *clauses: str) -> str:
+    """A Cloud Monitoring filter on one metric type, plus extra clauses."""
+    return " AND ".join((f'metric.type="{metric_type}"', *clauses))
+
+
+def log_metric_filter(log_metric: metrics.LogMetric, names: Names) -> str:
+    """Log lines of this stack's two services whose `event` is the metric's event."""
+    clauses = [
+        'resource.type="cloud_run_revision"',
+        f'resource.labels.service_name=("{names.scan_service}" OR "{names.worker_service}")',
+        f'jsonPayload.{metrics.LOG_EVENT}="{log_metric.event}"',
+    ]
+    if log_metric.value_field is not None:
+        clauses.append(f"jsonPayload.{log_metric.value_field}:*")
+    return " AND ".join(clauses)
+
+
+def create_monitoring(
+    config: StackConfig, names: Names, opts: pulumi.ResourceOptions
+) -> Monitoring:
+    descriptors = [
+        monitoring.MetricDescriptor(
+            f"gauge-{gauge.short_name}",
+            project=config.project,
+            type=gauge.type,
+            metric_kind="GAUGE",
+            value_type=gauge.value_type,
+            unit=gauge.unit,
+            description=gauge.description,
+            display_name=f"Deferred Jobs {gauge.short_name.replace('_', ' ')}",
+            opts=opts,
+        )
+        for gauge in metrics.SCAN_GAUGES
+    ]
+    log_metrics = [_log_metric(config, names, m, opts) for m in metrics.LOG_METRICS]
+    channels = _channels(config, opts)
+    after_metrics = pulumi.ResourceOptions.merge(
+        opts, pulumi.ResourceOptions(depends_on=[*descriptors, *log_metrics])
+    )
+    alerts = _alerts(config, names, [c.name for c in channels], after_metrics)
+    dashboard = monitoring.Dashboard(
+        "dashboard",
+        project=config.project,
+        dashboard_json=json.dumps(dashboard_definition(config, names)),
+        opts=after_metrics,
+    )
+    return Monitoring(descriptors, log_metrics, channels, alerts, dashboard)
+
+
+def _log_metric(
+    config: StackConfig,
+    names: Names,
+    log_metric: metrics.LogMetric,
+    opts: pulumi.ResourceOptions,
+) -> gcp_logging.Metric:
+    distribution = log_metric.value_field is not None
+    return gcp_logging.Metric(
+        f"log-{log_metric.name}",
+        project=config.project,
+        name=log_metric.name,
+        description=log_metric.description,
+        filter=log_metric_filter(log_metric, names),
+        metric_descriptor=gcp_logging.MetricMetricDescriptorArgs(
+            metric_kind="DELTA",
+            value_type="DISTRIBUTION" if distribution else "INT64",
+            unit="s" if distribution else "1",
+        ),
+        value_extractor=(
+            f"EXTRACT(jsonPayload.{log_metric.value_field})" if distribution else None
+        ),
+        bucket_options=(
+            gcp_logging.MetricBucketOptionsArgs(
+                exponential_buckets=gcp_logging.MetricBucketOptionsExponentialBucketsArgs(
+                    scale=LATENCY_SCALE_S,
+                    growth_factor=LATENCY_GROWTH,
+                    num_finite_buckets=LATENCY_BUCKETS,
+                )
+            )
+            if distribution
+            else None
+        ),
+        opts=opts,
+    )
+
+
+def _channels(
+    config: StackConfig, opts: pulumi.ResourceOptions
+) -> list[monitoring.NotificationChannel]:
+    channels = [
+        monitoring.NotificationChannel(
+            f"email-{index}",
+            project=config.project,
+            type="email",
+            display_name=f"Deferred Jobs: {address}",
+            labels={"email_address": address},
+            opts=opts,
+        )
+        for index, address in enumerate(config.alert_emails)
+    ]
+    if config.slack_channel and config.slack_auth_token is not None:
+        channels.append(
+            monitoring.NotificationChannel(
+                "slack",
+                project=config.project,
+                type="slack",
+                display_name=f"Deferred Jobs: {config.slack_channel}",
+                labels={"channel_name": config.slack_channel},
+                sensitive_labels=monitoring.NotificationChannelSensitiveLabelsArgs(
+                    auth_token=config.slack_auth_token
+                ),
+                opts=opts,
+            )
+        )
+    return channels
+
+
+def _aligned(
+    seconds: int, aligner: str
+) -> list[monitoring.AlertPolicyConditionConditionThresholdAggregationArgs]:
+    return [
+        monitoring.AlertPolicyConditionConditionThresholdAggregationArgs(
+            alignment_period=f"{seconds}s", per_series_aligner=aligner
+        )
+    ]
+
+
+def _threshold(
+    title: str, filter_: str, *, above: float, for_s: int, align_s: int, aligner: str
+) -> monitoring.AlertPolicyConditionArgs:
+    return monitoring.AlertPolicyConditionArgs(
+        display_name=title,
+        condition_threshold=monitoring.AlertPolicyConditionConditionThresholdArgs(
+            filter=filter_,
+            comparison="COMPARISON_GT",
+            threshold_value=above,
+            duration=f"{for_s}s",
+            aggregations=_aligned(align_s, aligner),
+        ),
+    )
+
+
+def _alerts(
+    config: StackConfig,
+    names: Names,
+    channels: list[pulumi.Output[str]],
+    opts: pulumi.ResourceOptions,
+) -> dict[str, monitoring.AlertPolicy]:
+    # A gauge written once per scan run: align over at least one interval, or most windows
+    # are empty.
+    scan_align = max(60, -(-config.scan_interval_s // 60) * 60)
+    conditions: dict[str, tuple[str, str, monitoring.AlertPolicyConditionArgs]] = {
+        "overdue-age": (
+            "CRITICAL",
+            f"Oldest overdue job is older than the SLO ({config.overdue_age_slo_s} s) for "
+            f"{config.overdue_for_min} min: the scan is not keeping up, or is paused.",
+            _threshold(
+                "Oldest overdue age above SLO",
+                metric_filter(metrics.OLDEST_OVERDUE_AGE.type),
+                above=config.overdue_age_slo_s,
+                for_s=config.overdue_for_min * 60,
+                align_s=scan_align,
+                aligner="ALIGN_MAX",
+            ),
+        ),
+        "stuck-claims": (
+            "ERROR",
+            f"Claims older than the claim timeout ({config.claim_timeout_s} s) for "
+            f"{config.stuck_claims_for_min} min: publishes are failing or scans crash.",
+            _threshold(
+                "Stuck claims present",
+                metric_filter(metrics.STUCK_CLAIMS.type),
+                above=0,
+                for_s=config.stuck_claims_for_min * 60,
+                align_s=scan_align,
+                aligner="ALIGN_MAX",
+            ),
+        ),
+        "scan-absent": (
+            "CRITICAL",
+            f"No scan run reported for {config.scan_absent_s} s (three scheduler intervals): "
+            "check the Cloud Scheduler job and the scan service.",
+            monitoring.AlertPolicyConditionArgs(
+                display_name="Scan runs absent",
+                condition_absent=monitoring.AlertPolicyConditionConditionAbsentArgs(
+                    filter=metric_filter(SCAN_HEARTBEAT.type),
+                    duration=f"{config.scan_absent_s}s",
+                    trigger=monitoring.AlertPolicyConditionConditionAbsentTriggerArgs(count=1),
+                ),
+            ),
+        ),
+        "dead-letters": (
+            "ERROR",
+            f"Messages wait on {names.dead_letter_subscription}: jobs the worker refused "
+            f"{config.dead_letter_attempts} times. Inspect them with the operator CLI.",
+            _threshold(
+                "Dead-lettered messages present",
+                metric_filter(
+                    PUBSUB_UNDELIVERED,
+                    'resource.type="pubsub_subscription"',
+                    f'resource.labels.subscription_id="{names.dead_letter_subscription}"',
+                ),
+                above=0,
+                for_s=0,
+                align_s=60,
+                aligner="ALIGN_MAX",
+            ),
+        ),
+        "failed-jobs": (
+            "ERROR",
+            "A job ended in the terminal failed state; inspect it with the operator CLI.",
+            _threshold(
+                "Jobs failed",
+                metric_filter(metrics.FAILED_JOBS.type, 'resource.type="cloud_run_revision"'),
+                above=0,
+                for_s=0,
+                align_s=300,
+                aligner="ALIGN_SUM",
+            ),
+        ),
+    }
+    return {
+        key: monitoring.AlertPolicy(
+            f"alert-{key}",
+            project=config.project,
+            display_name=f"Deferred Jobs ({config.name_prefix}): {condition.display_name}",
+            combiner="OR",
+            severity=severity,
+            conditions=[condition],
+            notification_channels=channels,
+            documentation=monitoring.AlertPolicyDocumentationArgs(
+                content=runbook, mime_type="text/markdown"
+            ),
+            alert_strategy=monitoring.AlertPolicyAlertStrategyArgs(auto_close="1800s"),
+            opts=opts,
+        )
+        for key, (severity, runbook, condition) in conditions.items()
+    }
+
+
+def _chart(title: str, filter_: str, aligner: str) -> dict[str, Any]:
+    return {
+        "title": title,
+        "xyChart": {
+            "dataSets": [
+                {
+                    "plotType": "LINE",
+                    "timeSeriesQuery": {
+                        "timeSeriesFilter": {
+                            "filter": filter_,
+                            "aggregation": {"alignmentPeriod": "300s", "perSeriesAligner": aligner},
+                        }
+                    },
+                }
+            ]
+        },
+    }
+
+
+def dashboard_definition(config: StackConfig, names: Names) -> dict[str, Any]:
+    """The dashboard JSON: one chart per scan gauge, per log-based metric, and the queues."""
+    widgets = [
+        _chart(gauge.description, metric_filter(gauge.type), "ALIGN_MAX")
+        for gauge in metrics.SCAN_GAUGES
+    ]
+    widgets += [
+        _chart(
+            log_metric.description,
+            metric_filter(log_metric.type, 'resource.type="cloud_run_revision"'),
+            "ALIGN_PERCENTILE_95" if log_metric.value_field else "ALIGN_SUM",
+        )
+        for log_metric in metrics.LOG_METRICS
+    ]
+    widgets += [
+        _chart(
+            f"Undelivered messages: {subscription}",
+            metric_filter(
+                PUBSUB_UNDELIVERED,
+                'resource.type="pubsub_subscription"',
+                f'resource.labels.subscription_id="{subscription}"',
+            ),
+            "ALIGN_MAX",
+        )
+        for subscription in (names.push_subscription, names.dead_letter_subscription)
+    ]
+    return {
+        "displayName": f"Deferred Jobs ({config.name_prefix})",
+        "gridLayout": {"columns": "2", "widgets": widgets},
+    }

@@ -1,0 +1,151 @@
+"""Runs the Pulumi program under mocks: no cloud, no CLI, no provider plugins.
+
+`run_stack(name)` loads `Pulumi.<name>.yaml`'s `config:` map into the Pulumi runtime, calls
+`infra.program.build(load_config())` inside `pulumi.runtime.test`, and returns every resource
+the program registered (type, name, inputs as sent on the wire, camelCase) and the stack
+outputs. The session fixtures `dev` and `prod` run each example stack once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = "deferred-jobs"
+PROJECT_NUMBER = "123456789012"
+GET_PROJECT = "gcp:organizations/getProject:getProject"
+
+
+@dataclass(frozen=True)
+class Registered:
+    type: str
+    name: str
+    state: Mapping[str, Any]
+
+
+@dataclass
+class StackRun:
+    resources: list[Registered] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def of_type(self, suffix: str) -> list[Registered]:
+        """Resources whose type token ends with `suffix` (e.g. "cloudrunv2/service:Service")."""
+        return [r for r in self.resources if r.type.endswith(suffix)]
+
+    def one(self, suffix: str, name: str) -> Registered:
+        matches = [r for r in self.of_type(suffix) if r.name == name]
+        assert len(matches) == 1, f"expected one {suffix} named {name}, got {len(matches)}"
+        return matches[0]
+
+
+def _computed(typ: str, resource: str, inputs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The id and output properties Google would return for a resource, by type."""
+    project = inputs.get("project", "unset-project")
+    state = dict(inputs)
+    name = inputs.get("name", "")
+    if typ == "gcp:serviceaccount/account:Account":
+        email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
+        state.update(email=email, name=f"projects/{project}/serviceAccounts/{email}")
+        return state["name"], state
+    if typ == "gcp:pubsub/topic:Topic":
+        return f"projects/{project}/topics/{name}", state
+    if typ == "gcp:pubsub/subscription:Subscription":
+        return f"projects/{project}/subscriptions/{name}", state
+    if typ == "gcp:cloudrunv2/service:Service":
+        # Cloud Run reports a hash-based URL and, when the name fits, the deterministic one.
+        location = inputs["location"]
+        deterministic = f"https://{name}-{PROJECT_NUMBER}.{location}.run.app"
+        hashed = f"https://{name}-q7zx3kpvla-ew.a.run.app"
+        state.update(uri=hashed, urls=[deterministic, hashed])
+        return f"projects/{project}/locations/{location}/services/{name}", state
+    if typ == "gcp:projects/iAMCustomRole:IAMCustomRole":
+        state["name"] = f"projects/{project}/roles/{inputs['roleId']}"
+        return state["name"], state
+    if typ == "gcp:monitoring/notificationChannel:NotificationChannel":
+        state["name"] = f"projects/{project}/notificationChannels/{resource}"
+        return state["name"], state
+    return f"{typ.rsplit(':', 1)[-1].lower()}-{name or 'id'}", state
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    def __init__(self, run: StackRun) -> None:
+        self._run = run
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        resource_id, state = _computed(args.typ, args.name, dict(args.inputs))
+        self._run.resources.append(Registered(args.typ, args.name, state))
+        return resource_id, state
+
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        if args.token == GET_PROJECT:
+            return {"number": PROJECT_NUMBER, "projectId": args.args.get("projectId")}, []
+        raise AssertionError(f"unexpected provider call {args.token}")
+
+
+def stack_config(stack: str) -> dict[str, Any]:
+    """The `config:` map of Pulumi.<stack>.yaml, keys as written (e.g. deferred-jobs:image)."""
+    document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    return dict(document["config"])
+
+
+def _as_pulumi_string(value: Any) -> str:
+    # Pulumi hands the program every config value as a string; objects as JSON.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def run_stack(
+    stack: str,
+    overrides: Mapping[str, Any] | None = None,
+    secrets: Mapping[str, str] | None = None,
+) -> StackRun:
+    """Build the program for `stack` (plus `overrides`, keys without namespace) under mocks."""
+    run = StackRun()
+    pulumi.runtime.set_mocks(RecordingMocks(run), project=PROJECT, stack=stack, preview=False)
+    values = stack_config(stack)
+    values.update({f"{PROJECT}:{key}": value for key, value in (overrides or {}).items()})
+    values.update({f"{PROJECT}:{key}": value for key, value in (secrets or {}).items()})
+    pulumi.runtime.set_all_config(
+        {key: _as_pulumi_string(value) for key, value in values.items()},
+        [f"{PROJECT}:{key}" for key in (secrets or {})],
+    )
+    # Imported after set_mocks, as Pulumi's testing guide asks; the modules do no work at import.
+    from infra.config import load_config
+    from infra.program import build
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        deployment = build(load_config())
+        return pulumi.Output.all(**deployment.outputs()).apply(run.outputs.update)
+
+    program()
+    return run
+
+
+@pytest.fixture(scope="session")
+def dev() -> StackRun:
+    return run_stack("dev")
+
+
+@pytest.fixture(scope="session")
+def prod() -> StackRun:
+    return run_stack("prod")
+
+
+@pytest.fixture(params=["dev", "prod"])
+def stack(request: pytest.FixtureRequest) -> StackRun:
+    """Each example stack in turn (built once per session)."""
+    return request.getfixturevalue(request.param)

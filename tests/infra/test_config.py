@@ -1,0 +1,212 @@
+"""The stack configuration is typed and validated: a bad value fails naming its key and range."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+from pulumi.runtime import rpc
+
+from infra.config import SETTINGS, SETTINGS_BY_NAME, parse_config
+from infra.cron import parse_cron
+from infra.errors import CronError, InfraConfigError
+from tests.infra.conftest import ROOT, run_stack
+
+MINIMAL: dict[str, Any] = {
+    "image": "europe-west1-docker.pkg.dev/p/r/app:1",
+    "mediaBucket": "media",
+    "gcp:project": "p",
+    "gcp:region": "europe-west1",
+}
+
+RANGED = [s for s in SETTINGS if s.kind == "int"]
+
+
+def _error(**overrides: Any) -> str:
+    with pytest.raises(InfraConfigError) as caught:
+        parse_config({**MINIMAL, **overrides})
+    return str(caught.value)
+
+
+def test_minimal_configuration_uses_documented_defaults() -> None:
+    config = parse_config(MINIMAL)
+    assert config.schedule == "*/5 * * * *"
+    assert config.scan_interval_s == 300
+    assert config.database_location == "europe-west1"
+    assert config.deletion_protection is True
+    assert config.scan_time_budget_s < config.scan_attempt_deadline_s
+    assert config.worker_request_timeout_s <= config.push_ack_deadline_s
+
+
+@pytest.mark.parametrize("setting", RANGED, ids=lambda s: s.name)
+def test_integer_below_its_range_fails_naming_key_and_range(setting: Any) -> None:
+    message = _error(**{setting.name: setting.low - 1})
+    assert f"{setting.name}={setting.low - 1} is outside the allowed range" in message
+    assert f"{setting.low}-{setting.high}" in message
+
+
+@pytest.mark.parametrize("setting", RANGED, ids=lambda s: s.name)
+def test_integer_above_its_range_fails_naming_key_and_range(setting: Any) -> None:
+    message = _error(**{setting.name: setting.high + 1})
+    assert f"{setting.name}={setting.high + 1} is outside the allowed range" in message
+    assert f"{setting.low}-{setting.high}" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "low", "high"),
+    [
+        ("scanAttemptDeadlineS", 15, 1800),
+        ("pushAckDeadlineS", 10, 600),
+        ("deadLetterAttempts", 5, 100),
+        ("minBackoffS", 0, 600),
+        ("maxBackoffS", 0, 600),
+    ],
+)
+def test_google_limits_are_the_documented_ranges(key: str, low: int, high: int) -> None:
+    assert (SETTINGS_BY_NAME[key].low, SETTINGS_BY_NAME[key].high) == (low, high)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"scanAttemptDeadlineS": 15, "scanTimeBudgetS": 14, "claimTimeoutS": 16},
+        {"scanAttemptDeadlineS": 1800, "scanTimeBudgetS": 1799, "claimTimeoutS": 1801},
+        {"pushAckDeadlineS": 10, "workerRequestTimeoutS": 5, "workerLeaseS": 9},
+        {"pushAckDeadlineS": 600, "workerRequestTimeoutS": 598, "workerLeaseS": 599},
+        {"deadLetterAttempts": 5},
+        {"deadLetterAttempts": 100, "retryLaterAfterAttempts": 99},
+        {"minBackoffS": 0, "maxBackoffS": 0},
+        {"minBackoffS": 600, "maxBackoffS": 600},
+        {"schedule": "* * * * *"},
+    ],
+)
+def test_values_at_the_edges_of_their_ranges_are_accepted(overrides: dict[str, Any]) -> None:
+    parse_config({**MINIMAL, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"scanTimeBudgetS": 180, "scanAttemptDeadlineS": 180}, "scanTimeBudgetS=180 must be less"),
+        ({"workerRequestTimeoutS": 301, "pushAckDeadlineS": 300}, "workerRequestTimeoutS=301"),
+        ({"workerLeaseS": 300, "pushAckDeadlineS": 300}, "workerLeaseS=300 must be less"),
+        (
+            {"retryLaterAfterAttempts": 5, "deadLetterAttempts": 5},
+            "retryLaterAfterAttempts=5 must be less than deadLetterAttempts=5",
+        ),
+        ({"minBackoffS": 60, "maxBackoffS": 30}, "minBackoffS=60 must be at most maxBackoffS=30"),
+        ({"workerLeaseS": 240, "workerRequestTimeoutS": 240}, "workerLeaseS=240 must exceed"),
+        ({"claimTimeoutS": 180, "scanAttemptDeadlineS": 180}, "claimTimeoutS=180 must exceed"),
+        ({"workerMinInstances": 5, "workerMaxInstances": 2}, "workerMinInstances=5"),
+        ({"scanMinInstances": 3, "scanMaxInstances": 1}, "scanMinInstances=3"),
+        ({"alertEmails": ["not-an-address"]}, "alertEmails: 'not-an-address'"),
+        ({"namePrefix": "Deferred_Jobs"}, "namePrefix='Deferred_Jobs'"),
+        ({"namePrefix": "a-prefix-much-too-long-for-ids"}, "namePrefix="),
+        ({"pushAckDeadlineS": "soon"}, "pushAckDeadlineS='soon' is not a valid int"),
+        ({"deletionProtection": "yes"}, "deletionProtection='yes' is not a valid bool"),
+        ({"image": ""}, "image is required"),
+        ({"mediaBucket": None}, "mediaBucket is required"),
+        ({"gcp:project": None}, "gcp:project is required"),
+    ],
+)
+def test_inconsistent_configuration_fails_naming_the_key(
+    overrides: dict[str, Any], expected: str
+) -> None:
+    assert expected in _error(**overrides)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    message = _error(pushAckDeadlineS=5, deadLetterAttempts=200, schedule="* * *")
+    assert "pushAckDeadlineS" in message
+    assert "deadLetterAttempts" in message
+    assert "schedule" in message
+
+
+@pytest.mark.parametrize(
+    ("schedule", "field"),
+    [
+        ("60 * * * *", "minute"),
+        ("* 24 * * *", "hour"),
+        ("* * 0 * *", "day-of-month"),
+        ("* * 32 * *", "day-of-month"),
+        ("* * * 13 *", "month"),
+        ("* * * * 8", "day-of-week"),
+        ("*/0 * * * *", "minute"),
+        ("5-1 * * * *", "minute"),
+        ("x * * * *", "minute"),
+        ("* * * FOO *", "month"),
+        ("* * * * * *", "5"),
+        ("* * * *", "5"),
+    ],
+)
+def test_invalid_schedule_fails_naming_the_bad_field(schedule: str, field: str) -> None:
+    message = _error(schedule=schedule)
+    assert "schedule" in message
+    assert field in message
+
+
+@pytest.mark.parametrize(
+    ("schedule", "gap_s"),
+    [
+        ("* * * * *", 60),
+        ("*/5 * * * *", 300),
+        ("*/7 * * * *", 7 * 60),  # 56 -> 0 is 4 min, 0 -> 7 is 7 min
+        ("0,30 * * * *", 1800),
+        ("0 * * * *", 3600),
+        ("0 */4 * * *", 4 * 3600),
+        ("15 9-17 * * MON-FRI", (24 * 3 - 8) * 3600),  # Friday 17:15 -> Monday 09:15
+        ("0 0 * * *", 86400),
+        ("0 0 1 * *", 31 * 86400),
+        ("0 0 1,15 * 0", 7 * 86400),  # both day fields restricted: either matches
+    ],
+)
+def test_schedule_longest_gap_between_runs(schedule: str, gap_s: int) -> None:
+    assert parse_cron(schedule).longest_gap_s() == gap_s
+
+
+def test_schedule_too_sparse_for_the_absence_alert_fails() -> None:
+    assert "scan-absent alert" in _error(schedule="0 0 * * *")
+    parse_config({**MINIMAL, "schedule": "0 */7 * * *"})
+
+
+def test_day_names_and_sunday_as_seven_are_accepted() -> None:
+    assert parse_cron("0 12 * JAN-MAR 7").days_of_week == frozenset({0})
+    assert parse_cron("0 12 * * sun").days_of_week == frozenset({0})
+    with pytest.raises(CronError):
+        parse_cron("0 12 * * SUNDAY")
+
+
+def test_bad_stack_configuration_fails_the_program_naming_the_key() -> None:
+    with pytest.raises(InfraConfigError, match="pushAckDeadlineS=5 is outside"):
+        run_stack("dev", overrides={"pushAckDeadlineS": 5})
+
+
+def test_slack_channel_reads_its_token_as_a_secret() -> None:
+    run = run_stack("dev", overrides={"slackChannel": "#jobs"}, secrets={"slackAuthToken": "t0k"})
+    channels = run.of_type("monitoring/notificationChannel:NotificationChannel")
+    assert [c.state["type"] for c in channels] == ["slack"]
+    # Pulumi wraps a secret on the wire as {signature key: secret signature, "value": ...}.
+    sensitive = channels[0].state["sensitiveLabels"]
+    assert sensitive[rpc._special_sig_key] == rpc._special_secret_sig
+    assert sensitive["value"] == {"authToken": "t0k"}
+
+
+def test_slack_channel_without_its_secret_token_fails_naming_it() -> None:
+    with pytest.raises(pulumi.ConfigMissingError, match="slackAuthToken"):
+        run_stack("dev", overrides={"slackChannel": "#jobs"})
+
+
+def test_deploy_guide_documents_every_key() -> None:
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    for setting in SETTINGS:
+        assert f"`{setting.name}`" in guide, setting.name
+    assert "`slackAuthToken`" in guide
+
+
+def test_pulumi_project_points_main_at_infra() -> None:
+    text = (ROOT / "Pulumi.yaml").read_text()
+    assert "name: deferred-jobs" in text
+    assert "main: infra/" in text
+    assert Path(ROOT / "infra" / "__main__.py").is_file()
