@@ -83,8 +83,8 @@ class Launcher:
                 key, _, value = line.removeprefix("export ").partition("=")
                 exports[key] = value
 
-    def terminate(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
+    def terminate(self, signum: int = signal.SIGTERM) -> int:
+        self.process.send_signal(signum)
         return self._reap()
 
     def stop_and_stderr(self) -> str:
@@ -166,6 +166,8 @@ def test_launcher_serves_every_emulator_then_stops_them_all_on_sigterm(
 
     certs = requests.get(env["JOBS_OIDC_CERTS_URL"], timeout=5).json()
     assert len(certs) == 1
+    for admin in ("firestore admin", "pubsub admin"):
+        assert requests.get(launcher.notes[admin] + "/", timeout=5).json() == {"status": "ok"}
 
     db = firestore.Client(project=project)
     db.collection("launcher").document("probe").set({"ok": True})
@@ -184,6 +186,9 @@ def test_launcher_serves_every_emulator_then_stops_them_all_on_sigterm(
     endpoints = [env["FIRESTORE_EMULATOR_HOST"], env["PUBSUB_EMULATOR_HOST"]]
     endpoints += [env["STORAGE_EMULATOR_HOST"].removeprefix("http://")]
     endpoints += [env["JOBS_OIDC_CERTS_URL"].split("/")[2]]
+    endpoints += [
+        launcher.notes[a].removeprefix("http://") for a in ("firestore admin", "pubsub admin")
+    ]
     assert [e for e in endpoints if accepts(e)] == []
 
 
@@ -197,7 +202,8 @@ def test_pubsub_signs_push_tokens_with_the_key_behind_the_exported_certs_url(
     pubsub_certs = requests.get(pubsub_admin + "/oauth2/v1/certs", timeout=5).json()
     issuer_certs = requests.get(env["JOBS_OIDC_CERTS_URL"], timeout=5).json()
     assert pubsub_certs == issuer_certs
-    assert launcher.terminate() == 0
+    assert launcher.terminate(signal.SIGINT) == 0  # Ctrl-C stops it as cleanly as SIGTERM
+    assert not accepts(env["PUBSUB_EMULATOR_HOST"])
 
 
 @pytest.mark.parametrize(
