@@ -2,14 +2,14 @@
 
 The order of checks is the whole safety argument:
 
-1. Read the record. Unknown → `unknown_job` (acknowledged and recorded as rejected).
-   Terminal → `duplicate`; another generation or back to `deferred` → `stale`.
-2. `start` takes the lease (a transaction that re-checks all of the above and refuses a live
-   lease held by anyone: `lease_held`, which asks Pub/Sub to come back later).
-3. A cancel request is honoured before anything happens.
-4. An idempotency document for the job's key means the side effect already happened under
+1. `start` takes the lease in a transaction that reads the record and refuses: unknown →
+   `unknown_job` (acknowledged and recorded as rejected); terminal → `duplicate` (or
+   `cancelled`); another generation or back to `deferred` → `stale`; a live lease held by
+   anyone → `lease_held`, which asks Pub/Sub to come back later.
+2. A cancel request is honoured before anything happens.
+3. An idempotency document for the job's key means the side effect already happened under
    another delivery or job: complete with its result, never act twice.
-5. Run the action; complete (result + idempotency document in one transaction).
+4. Run the action; complete (result + idempotency document in one transaction).
 
 Failures: `PermanentError` fails the job at once. `TransientError` releases the lease and asks
 for a redelivery (`retry`), until Pub/Sub's delivery attempt reaches the action's threshold
@@ -141,8 +141,7 @@ class Processor:
         """Process one delivery; never raises for a store or action failure."""
         job: Job | None = None
         try:
-            job = self._store.get(delivery.job_id)
-            outcome, job = self._process(delivery, job)
+            outcome, job = self._process(delivery)
         except StoreUnavailable as exc:
             outcome = Outcome(OutcomeKind.UNAVAILABLE, delivery.job_id, str(exc))
         except LostRace as exc:
@@ -151,39 +150,29 @@ class Processor:
         self._log(delivery, outcome, job)
         return outcome
 
-    def _process(self, delivery: Delivery, job: Job | None) -> tuple[Outcome, Job | None]:
+    def _process(self, delivery: Delivery) -> tuple[Outcome, Job | None]:
+        # No plain read first: `start` reads the record in its transaction and refuses with
+        # the reason, so the common case costs one read less.
         job_id = delivery.job_id
-        if job is None:
-            return Outcome(OutcomeKind.UNKNOWN_JOB, job_id, "no job has this ID"), None
-        early = self._before_start(delivery, job)
-        if early is not None:
-            return early, job
         try:
             job = self._store.start(job_id, delivery.generation, self._lease, self._worker_id)
         except JobNotFound:
-            return Outcome(OutcomeKind.UNKNOWN_JOB, job_id, "the job disappeared"), None
+            return Outcome(OutcomeKind.UNKNOWN_JOB, job_id, "no job has this ID"), None
         except AlreadyTerminal as exc:
-            return Outcome(OutcomeKind.DUPLICATE, job_id, str(exc)), job
+            kind = (
+                OutcomeKind.CANCELLED if exc.current is State.CANCELLED else OutcomeKind.DUPLICATE
+            )
+            return Outcome(kind, job_id, f"already {exc.current.value}"), None
         except StaleGeneration as exc:
-            return Outcome(OutcomeKind.STALE, job_id, str(exc)), job
+            return Outcome(OutcomeKind.STALE, job_id, str(exc)), None
         except LeaseHeld as exc:
-            return Outcome(OutcomeKind.LEASE_HELD, job_id, str(exc)), job
+            return Outcome(OutcomeKind.LEASE_HELD, job_id, str(exc)), None
         except AttemptsExhausted as exc:
-            return Outcome(OutcomeKind.EXHAUSTED, job_id, str(exc)), job
+            return Outcome(OutcomeKind.EXHAUSTED, job_id, str(exc)), None
         except InvalidTransition as exc:
-            return Outcome(OutcomeKind.STALE, job_id, str(exc)), job
+            # Deferred again (retried later or reclaimed): a newer claim will publish it.
+            return Outcome(OutcomeKind.STALE, job_id, str(exc)), None
         return self._run_started(delivery, job)
-
-    def _before_start(self, delivery: Delivery, job: Job) -> Outcome | None:
-        """Cheap refusals from the plain read; `start` re-checks them in its transaction."""
-        if job.state.terminal:
-            return Outcome(OutcomeKind.DUPLICATE, job.job_id, f"already {job.state.value}")
-        if delivery.generation != job.generation:
-            detail = f"generation {delivery.generation}; the job is at {job.generation}"
-            return Outcome(OutcomeKind.STALE, job.job_id, detail)
-        if job.state is State.DEFERRED:
-            return Outcome(OutcomeKind.STALE, job.job_id, "the job is deferred again")
-        return None
 
     def _run_started(self, delivery: Delivery, job: Job) -> tuple[Outcome, Job]:
         """The lease is ours: honour a cancel, reuse a recorded result, or act."""

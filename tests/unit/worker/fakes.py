@@ -14,6 +14,8 @@ from services.jobs.clock import Clock
 from services.jobs.errors import (
     AlreadyTerminal,
     AttemptsExhausted,
+    InvalidTransition,
+    JobNotFound,
     LeaseHeld,
     LeaseLost,
     StaleGeneration,
@@ -67,12 +69,16 @@ class MemoryStore:
 
     def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job:
         self.calls.append("start")
+        if job_id not in self.jobs:
+            raise JobNotFound(job_id)
         job = self.jobs[job_id]
         now = self.clock.now()
         if job.state.terminal:
             raise AlreadyTerminal(job_id, job.state, State.RUNNING)
         if job.generation != generation:
             raise StaleGeneration(job_id, generation, job.generation)
+        if job.state is State.DEFERRED:
+            raise InvalidTransition(job_id, job.state, State.RUNNING)
         if job.state is State.RUNNING and job.lease_live(now):
             raise LeaseHeld(job_id, job.lease_owner, job.lease_until)
         if job.attempt >= job.max_attempts:

@@ -244,3 +244,21 @@ def test_every_outcome_logs_one_worker_outcome_line_with_latencies_on_completion
 
 def _fields(record: logging.LogRecord) -> dict[str, object]:
     return dict(getattr(record, "fields", {}) or {})
+
+
+def test_job_cancelled_before_the_delivery_is_reported_cancelled(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    job = store.add("job-1")
+    store.jobs["job-1"] = dataclasses.replace(job, state=State.CANCELLED)
+    script = Script()
+    outcome = processor_for(store, clock, script).process(delivery())
+    assert outcome.kind is OutcomeKind.CANCELLED and outcome.acknowledged
+    assert script.runs == 0
+
+
+def test_delivery_of_a_job_deferred_again_is_stale(store: MemoryStore, clock: FakeClock) -> None:
+    job = store.add("job-1")
+    store.jobs["job-1"] = dataclasses.replace(job, state=State.DEFERRED)
+    outcome = processor_for(store, clock, Script()).process(delivery())
+    assert outcome.kind is OutcomeKind.STALE and outcome.acknowledged
