@@ -1,0 +1,109 @@
+"""Billed Firestore operations per job for the store's hot path, from the emulator's counters.
+
+Prints reads and writes per job for claim + mark_enqueued + start + complete, and for a
+claim_due that finds nothing, with 0 and with 100,000 future jobs in the collection.
+Run: `.venv/bin/python -m tests.benchmarks store`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from emulators.firestore.server import Emulator, start
+from services.jobs import schema
+from services.jobs.clock import FakeClock
+from services.jobs.model import Job, NewJob, Result
+from services.jobs.store import FirestoreJobStore
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+JOBS = 500
+FUTURE = 100_000
+
+
+def _seed(client: Any, count: int, due_at: datetime, prefix: str) -> None:
+    template = Job.create(NewJob("x", "media.delete_source", "m", due_at).validated(), T0)
+    document = template.to_document()
+    for first in range(0, count, 500):
+        batch = client.batch()
+        for n in range(first, min(first + 500, count)):
+            batch.set(client.collection(schema.JOBS).document(f"{prefix}-{n:07d}"), document)
+        batch.commit()
+
+
+def _per_job(emulator: Emulator, project: str, jobs: int) -> tuple[float, float]:
+    stats = emulator.stats(project)
+    return stats["document_reads"] / jobs, stats["document_writes"] / jobs
+
+
+def _lifecycle(emulator: Emulator) -> None:
+    from google.cloud import firestore
+
+    project = "bench-lifecycle"
+    client = firestore.Client(project=project)
+    store = FirestoreJobStore(client, FakeClock(T0))
+    _seed(client, JOBS, T0, "due")
+    rows = []
+    emulator.reset_stats(project)
+    started = time.perf_counter()
+    claimed = store.claim_due(T0, "run-1", JOBS)
+    rows.append(("claim_due (pages of 100)", *_per_job(emulator, project, len(claimed))))
+    steps = (
+        ("mark_enqueued", lambda c: store.mark_enqueued(c.job_id, c.generation, f"m-{c.job_id}")),
+        ("start", lambda c: store.start(c.job_id, c.generation, timedelta(minutes=5), "w")),
+        (
+            "complete (+ idempotency doc)",
+            lambda c: store.complete(c.job_id, c.generation, Result("deleted"), worker_id="w"),
+        ),
+    )
+    for name, step in steps:
+        emulator.reset_stats(project)
+        for claim in claimed:
+            step(claim)
+        rows.append((name, *_per_job(emulator, project, len(claimed))))
+    elapsed = time.perf_counter() - started
+    total_reads = sum(r for _, r, _ in rows)
+    total_writes = sum(w for _, _, w in rows)
+    print(f"lifecycle of {len(claimed)} jobs (one thread, {elapsed:.1f} s):")
+    for name, reads, writes in rows:
+        print(f"  {name:<30} reads/job {reads:5.2f}   writes/job {writes:5.2f}")
+    print(f"  {'total':<30} reads/job {total_reads:5.2f}   writes/job {total_writes:5.2f}")
+    client.close()
+
+
+def _empty_claim(emulator: Emulator, future: int) -> None:
+    from google.cloud import firestore
+
+    project = f"bench-empty-{future}"
+    client = firestore.Client(project=project)
+    store = FirestoreJobStore(client, FakeClock(T0))
+    seeded = time.perf_counter()
+    _seed(client, future, T0 + timedelta(days=30), "future")
+    seeded = time.perf_counter() - seeded
+    for attempt in ("first", "second"):
+        emulator.reset_stats(project)
+        started = time.perf_counter()
+        assert store.claim_due(T0, f"run-{attempt}", 1000) == []
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        stats = emulator.stats(project)
+        print(
+            f"empty claim_due with {future:>7,} future jobs ({attempt} call): "
+            f"reads {stats['document_reads']}, writes {stats['document_writes']}, "
+            f"{elapsed_ms:.1f} ms on the emulator"
+        )
+    if future:
+        print(f"  (seeding {future:,} jobs in 500-write batches took {seeded:.0f} s)")
+    client.close()
+
+
+def main() -> None:
+    emulator = start(host="127.0.0.1", port=0, admin_port=0)
+    os.environ["FIRESTORE_EMULATOR_HOST"] = emulator.address
+    try:
+        _lifecycle(emulator)
+        _empty_claim(emulator, 0)
+        _empty_claim(emulator, FUTURE)
+    finally:
+        emulator.stop()
