@@ -152,11 +152,9 @@ class Database:
     def sorted_index(self, collection_id: str, path: FieldPath) -> SortedIndex:
         index = self.sorted_indexes.get((collection_id, path))
         if index is None:
-            entries = []
-            for name in self.by_group.get(collection_id, ()):
-                key = self.docs[name].key(path)
-                if key is not None:
-                    entries.append((key, name))
+            # The equality index already groups names by value: sort values, not documents.
+            by_value = self.eq_index.get((collection_id, path), {})
+            entries = [(key, name) for key, names in by_value.items() for name in names]
             index = SortedIndex(entries)
             self.sorted_indexes[(collection_id, path)] = index
         return index

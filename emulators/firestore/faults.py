@@ -55,6 +55,10 @@ class FaultPlan:
         with self._lock:
             self._faults.clear()
 
+    def pending(self) -> list[Fault]:
+        with self._lock:
+            return list(self._faults)
+
     def take(self, method: str) -> tuple[float, Injected | None]:
         """The delay to add and the error to raise (if any) for one call of ``method``."""
         with self._lock:

@@ -342,19 +342,20 @@ class FirestoreService:
         limit = request.page_size or 300
 
         def listing(db: Database, read_us: int | None) -> list[Any]:
-            ids: set[str] = set()
+            existing: set[str] = set()
+            parents: set[str] = set()  # ids with live descendants (shown as missing documents)
             for name in db.all_names(read_us):
-                if name.startswith(prefix):
-                    ids.add(name[len(prefix) :].split("/", 1)[0])
+                if name.startswith(prefix) and db.get(name, read_us) is not None:
+                    doc_id, _, rest = name[len(prefix) :].partition("/")
+                    (parents if rest else existing).add(doc_id)
             out = []
-            for doc_id in sorted(ids):
+            for doc_id in sorted(existing | parents if request.show_missing else existing):
                 if after and doc_id <= after:
                     continue
                 stored = db.get(prefix + doc_id, read_us)
-                if stored is not None:
-                    out.append(_masked(stored, mask))
-                elif request.show_missing and _has_descendant(db, prefix + doc_id, read_us):
-                    out.append(Document(name=prefix + doc_id))
+                out.append(
+                    _masked(stored, mask) if stored is not None else Document(name=prefix + doc_id)
+                )
                 if len(out) > limit:
                     break
             return out
@@ -477,13 +478,6 @@ class FirestoreService:
             write.current_document.CopyFrom(request.current_document)
         self._commit_one(name.database, write)
         return empty_pb2.Empty()
-
-
-def _has_descendant(db: Database, name: str, read_us: int | None) -> bool:
-    prefix = name + "/"
-    return any(
-        n.startswith(prefix) and db.get(n, read_us) is not None for n in db.all_names(read_us)
-    )
 
 
 def _aggregate(spec: Any, docs: list[Stored]) -> tuple[Any, int]:

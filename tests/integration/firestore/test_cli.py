@@ -1,0 +1,56 @@
+"""`python -m emulators.firestore`: serves the client, stops on signals, refuses busy ports."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+
+def _launch(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "emulators.firestore", "--host", "127.0.0.1", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_cli_serves_the_client_and_stops_cleanly_on_signal(
+    monkeypatch: pytest.MonkeyPatch, stop_signal: signal.Signals
+) -> None:
+    process = _launch("--port", "0")
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = re.search(r"listening on (127\.0\.0\.1:\d+); admin on (http://\S+)", line)
+        assert match, line
+        monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", match.group(1))
+        client: Any = firestore.Client(project="cli")
+        ref = client.collection("jobs").document("a")
+        ref.set({"x": 1})
+        assert ref.get().get("x") == 1
+        client.close()
+    finally:
+        process.send_signal(stop_signal)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "stopped" in out
+
+
+def test_cli_exits_with_code_2_when_the_port_is_in_use() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        process = _launch("--port", str(port), "--admin-port", "0")
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 2
+    assert "in use" in err
