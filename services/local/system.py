@@ -1,0 +1,426 @@
+"""The local system end to end: emulators, scan and worker processes, topology, demo, scheduler.
+
+`LocalSystem.run()` brings everything up in dependency order, seeds the demo, then reports one
+line per scan run until the demo's due jobs are done (and, unless told to exit then, until
+Ctrl-C). Whatever happens, every child process is stopped before it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
+from services.local.scheduler import Attempt, LocalScheduler, token_from_issuer_url
+from services.local.stack import (
+    Child,
+    PortInUse,
+    StackError,
+    Supervisor,
+    free_port,
+    port_accepts,
+    port_is_free,
+)
+from services.local.topology import Names, PushPolicy, Topology, create_topology
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_PROJECT = "deferred-jobs-local"
+HOST = "127.0.0.1"
+READY_LINE = "# emulators ready"  # what `python -m emulators` prints once everything listens
+_EMULATOR_START_S = {False: 60.0, True: 180.0}  # built-in, official (JVMs start slowly)
+_SERVICE_START_S = 60.0
+_POLL_S = 0.5
+
+
+class DemoTimeout(StackError):
+    """The demo's due jobs did not complete in time."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Where each part listens on 127.0.0.1; 0 picks a free port."""
+
+    firestore: int = 8080
+    firestore_admin: int = 8081
+    pubsub: int = 8085
+    pubsub_admin: int = 8086
+    oidc: int = 8090
+    storage: int = 9023
+    scan: int = 8100
+    worker: int = 8101
+
+    @classmethod
+    def all_free(cls) -> Ports:
+        return cls(**{f.name: 0 for f in fields(cls)})
+
+    def named(self) -> list[tuple[str, int]]:
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
+
+
+@dataclass(frozen=True)
+class Options:
+    ports: Ports = field(default_factory=Ports)
+    project: str = DEFAULT_PROJECT
+    scan_every_s: float = 5.0
+    official: bool = False
+    exit_when_done: bool = False
+    timeout_s: float | None = None
+    log_dir: Path = ROOT / ".local"
+    demo: bool = True
+
+
+@dataclass
+class Endpoints:
+    """What came up: emulator exports, service URLs, child PIDs."""
+
+    exports: dict[str, str] = field(default_factory=dict)
+    scan_url: str = ""
+    worker_url: str = ""
+    pids: dict[str, int] = field(default_factory=dict)
+
+
+def check_ports(ports: Ports) -> None:
+    """Fail before starting anything when a fixed port is taken, naming its flag."""
+    seen: dict[int, str] = {}
+    for name, port in ports.named():
+        if port == 0:
+            continue
+        flag = f"--{name.replace('_', '-')}-port"
+        if port in seen:
+            raise StackError(f"{flag} and --{seen[port]}-port are both {port}")
+        seen[port] = name.replace("_", "-")
+        if not port_is_free(port):
+            raise PortInUse(name, port, flag)
+
+
+class LocalSystem:
+    """One run of the local stack, writing its progress to `out`."""
+
+    def __init__(self, options: Options, out: TextIO) -> None:
+        self.options = options
+        self.out = out
+        self.supervisor = Supervisor(options.log_dir)
+        self.endpoints = Endpoints()
+        self.topology = Topology(options.project, Names.for_prefix())
+        self.demo: Demo = plan_demo()
+        self._clients: dict[str, Any] = {}
+
+    def run(self) -> int:
+        """Start, show progress, stop. Returns 0, or raises StackError (children stopped)."""
+        try:
+            self.start()
+            return self.watch()
+        finally:
+            with _signals_ignored():
+                self.stop()
+
+    # -- start --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        check_ports(self.options.ports)
+        if self.options.official and shutil.which("gcloud") is None:
+            from emulators.launcher import GCLOUD_INSTALL_HINT
+
+            raise StackError(GCLOUD_INSTALL_HINT)
+        self.options.log_dir.mkdir(parents=True, exist_ok=True)
+        self._start_emulators()
+        self._start_services()
+        create_topology(
+            self.topology,
+            self.endpoints.worker_url,
+            self._client("publisher"),
+            self._client("subscriber"),
+            PushPolicy(),
+        )
+        if self.options.demo:
+            seed_demo(self.demo, self._client("store"), self._client("storage"), _now())
+        self._write_env_file()
+        self._banner()
+
+    def _start_emulators(self) -> None:
+        ports, options = self.options.ports, self.options
+        env_file = options.log_dir / "emulators.env"
+        env_file.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "emulators", "--host", HOST, "--project", options.project]
+        argv += ["--env-file", str(env_file)]
+        for name in ("firestore", "firestore_admin", "pubsub", "pubsub_admin", "oidc", "storage"):
+            argv += [f"--{name.replace('_', '-')}-port", str(getattr(ports, name))]
+        if options.official:
+            argv.append("--official")
+        child = self.supervisor.start("emulators", argv, env=_base_environment(), cwd=ROOT)
+        self.supervisor.wait_until(
+            child,
+            lambda: READY_LINE in _read(child.log_path),
+            timeout_s=_EMULATOR_START_S[options.official],
+            what="its emulators ready",
+        )
+        self.endpoints.exports = _parse_exports(env_file.read_text())
+        self.endpoints.pids["emulators"] = child.pid
+        # This process's own clients (topology, demo, progress) talk to the same emulators.
+        os.environ.update(self.endpoints.exports)
+
+    def _start_services(self) -> None:
+        ports = self.options.ports
+        scan_port = ports.scan or free_port()
+        worker_port = ports.worker or free_port()
+        self.endpoints.scan_url = f"http://{HOST}:{scan_port}"
+        self.endpoints.worker_url = f"http://{HOST}:{worker_port}"
+        common = {
+            **_base_environment(),
+            **self.endpoints.exports,
+            "JOBS_PROJECT": self.options.project,
+            "JOBS_LOG_LEVEL": "INFO",
+            "PYTHONUNBUFFERED": "1",
+        }
+        worker_env = {
+            **common,
+            "JOBS_WORKER_AUDIENCE": self.endpoints.worker_url,
+            "JOBS_WORKER_ALLOWED_INVOKERS": self.topology.pusher_email,
+            "JOBS_MEDIA_BUCKET": self.demo.bucket,
+        }
+        scan_env = {
+            **common,
+            "JOBS_TOPIC": self.topology.names.topic,
+            "JOBS_SCAN_AUDIENCE": self.endpoints.scan_url,
+            "JOBS_SCAN_ALLOWED_INVOKERS": self.topology.scheduler_email,
+            "JOBS_SCAN_INTERVAL_S": f"{self.options.scan_every_s:g}",
+            # No Cloud Monitoring locally: the gauges go to the scan's log instead.
+            "JOBS_METRICS": "log",
+        }
+        started = [
+            self._start_function("worker", worker_port, worker_env),
+            self._start_function("scan", scan_port, scan_env),
+        ]
+        for child, port in started:
+            self.supervisor.wait_until(
+                child,
+                lambda port=port: port_accepts(port),  # type: ignore[misc]
+                timeout_s=_SERVICE_START_S,
+                what=f"listening on port {port}",
+            )
+
+    def _start_function(self, target: str, port: int, env: Mapping[str, str]) -> tuple[Child, int]:
+        argv = [
+            sys.executable,
+            "-m",
+            "functions_framework",
+            f"--target={target}",
+            f"--source={ROOT / 'services' / target / 'main.py'}",
+            f"--host={HOST}",
+            f"--port={port}",
+        ]
+        child = self.supervisor.start(target, argv, env=env, cwd=ROOT)
+        self.endpoints.pids[target] = child.pid
+        return child, port
+
+    # -- watch --------------------------------------------------------------------------
+
+    def watch(self) -> int:
+        """Trigger the scan on schedule; a line per run; return once done (or on Ctrl-C)."""
+        attempts: queue.Queue[Attempt] = queue.Queue()
+        token_url = self.endpoints.exports["JOBS_OIDC_CERTS_URL"].replace(
+            "/oauth2/v1/certs", "/token"
+        )
+        scheduler = LocalScheduler(
+            url=self.endpoints.scan_url,
+            audience=self.endpoints.scan_url,
+            invoker_email=self.topology.scheduler_email,
+            interval_s=self.options.scan_every_s,
+            tokens=token_from_issuer_url(token_url),
+            on_attempt=attempts.put,
+        ).start()
+        deadline = time.monotonic() + self.options.timeout_s if self.options.timeout_s else None
+        announced = False
+        try:
+            while True:
+                self.supervisor.check_alive()
+                with suppress(queue.Empty):
+                    self._report_attempt(attempts.get(timeout=_POLL_S))
+                if self.options.demo and not announced:
+                    status = demo_status(self.demo, self._client("store"), self._client("storage"))
+                    if status.done:
+                        announced = True
+                        self._say(_done_line(status))
+                        if self.options.exit_when_done:
+                            return 0
+                        self._say("still running: Ctrl-C stops every process")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DemoTimeout(
+                        f"the demo's due jobs did not complete within {self.options.timeout_s:g} s;"
+                        f" logs in {self.options.log_dir}"
+                    )
+        except KeyboardInterrupt:
+            self._say("stopping…")
+            return 0
+        finally:
+            scheduler.stop()
+
+    def _report_attempt(self, attempt: Attempt) -> None:
+        counts = self._client("store").stats(_now(), timedelta(minutes=10)).per_state
+        states = " ".join(f"{state.value} {n}" for state, n in counts.items())
+        if attempt.succeeded:
+            b = attempt.body
+            run = (
+                f"claimed {b.get('claimed', 0)} published {b.get('published', 0)} "
+                f"failed {b.get('publish_failed', 0)} reclaimed {b.get('reclaimed', 0)}"
+            )
+            if b.get("paused"):
+                run = "paused " + run
+        else:
+            run = f"FAILED {attempt.status or ''} {attempt.error[:120]}".strip()
+        self._say(f"scan #{attempt.number}: {run} | {states}")
+
+    # -- stop ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        for name in ("publisher", "subscriber"):
+            client = self._clients.pop(name, None)
+            if client is not None:
+                _close_quietly(client)
+        firestore = self._clients.pop("firestore", None)
+        if firestore is not None:
+            _close_quietly(firestore)
+        self._clients.clear()
+        pids = ", ".join(f"{n} {p}" for n, p in self.endpoints.pids.items())
+        self.supervisor.stop_all()
+        if pids:
+            self._say(f"stopped: {pids}")
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _client(self, name: str) -> Any:
+        if name not in self._clients:
+            self._clients[name] = _build_client(name, self.options.project, self._clients)
+        return self._clients[name]
+
+    def _write_env_file(self) -> None:
+        lines = [f"export {k}={v}" for k, v in self._shell_exports().items()]
+        (self.options.log_dir / "env").write_text("\n".join(lines) + "\n")
+
+    def _shell_exports(self) -> dict[str, str]:
+        return {
+            **self.endpoints.exports,
+            "JOBS_PROJECT": self.options.project,
+            "JOBS_TOPIC": self.topology.names.topic,
+            "JOBS_DEAD_LETTER_SUBSCRIPTION": self.topology.names.dead_letter_subscription,
+            "JOBS_SCAN_INTERVAL_S": f"{self.options.scan_every_s:g}",
+        }
+
+    def _banner(self) -> None:
+        e = self.endpoints
+        self._say(f"scan    {e.scan_url}  (pid {e.pids['scan']})")
+        self._say(f"worker  {e.worker_url}  (pid {e.pids['worker']})")
+        self._say(f"emulators (pid {e.pids['emulators']}); logs in {self.options.log_dir}")
+        self._say(
+            f"scheduler: POST {e.scan_url} every {self.options.scan_every_s:g} s as "
+            f"{self.topology.scheduler_email}"
+        )
+        if self.options.demo:
+            self._say(
+                f"demo: bucket {self.demo.bucket}; {len(self.demo.due)} jobs due now, "
+                "1 due in 30 days, 1 cancelled"
+            )
+        self._say(f"in another shell: source {self.options.log_dir / 'env'} && jobsctl stats")
+
+    def _say(self, line: str) -> None:
+        self.out.write(line + "\n")
+        self.out.flush()
+
+
+def _done_line(status: DemoStatus) -> str:
+    due = len(status.demo.due)
+    return (
+        f"demo done: {status.completed}/{due} due jobs completed, {status.deleted_objects}/{due} "
+        "source files deleted; the 30-day job is still deferred, the cancelled one untouched"
+    )
+
+
+def _build_client(name: str, project: str, cache: dict[str, Any]) -> Any:
+    if name == "firestore":
+        from google.cloud import firestore
+
+        return firestore.Client(project=project)
+    if name == "store":
+        from services.jobs.clock import SystemClock
+        from services.jobs.store import FirestoreJobStore
+
+        if "firestore" not in cache:
+            cache["firestore"] = _build_client("firestore", project, cache)
+        return FirestoreJobStore(cache["firestore"], SystemClock())
+    if name == "storage":
+        import google.cloud.storage as storage
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(project=project, credentials=AnonymousCredentials())
+    import google.cloud.pubsub_v1 as pubsub_v1
+
+    if name == "publisher":
+        return pubsub_v1.PublisherClient()
+    return pubsub_v1.SubscriberClient()
+
+
+def _close_quietly(client: Any) -> None:
+    for method in ("stop", "close"):
+        call = getattr(client, method, None)
+        if call is not None:
+            try:
+                call()
+            except Exception:  # closing is best effort; the process exits next
+                logger.debug("closing %r failed", client, exc_info=True)
+    transport = getattr(client, "_transport", None)
+    if transport is not None and hasattr(transport, "close"):
+        try:
+            transport.close()
+        except Exception:
+            logger.debug("closing the transport of %r failed", client, exc_info=True)
+
+
+def _base_environment() -> dict[str, str]:
+    """This environment without JOBS_* (a developer's shell must not leak into the services)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("JOBS_")}
+
+
+def _parse_exports(text: str) -> dict[str, str]:
+    exports = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, _, value = line.removeprefix("export ").partition("=")
+            exports[key.strip()] = value.strip()
+    return exports
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _now() -> Any:
+    from services.jobs.clock import SystemClock
+
+    return SystemClock().now()
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Cleanup must finish: a second Ctrl-C or SIGTERM must not leave children behind."""
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,52 @@
+"""The local Pub/Sub topology has infra's names and infra's push, retry and dead-letter shape."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from infra.names import Names as InfraNames
+from services.local.topology import Names, PushPolicy, Topology, create_topology
+
+
+def test_local_names_are_the_infra_names_for_the_default_prefix() -> None:
+    infra = InfraNames.for_stack(SimpleNamespace(name_prefix="deferred-jobs"))  # type: ignore[arg-type]
+    local = Names.for_prefix()
+    for field in (
+        "topic",
+        "push_subscription",
+        "dead_letter_topic",
+        "dead_letter_subscription",
+        "scheduler_account",
+        "pusher_account",
+    ):
+        assert getattr(local, field) == getattr(infra, field)
+
+
+def test_push_subscription_carries_oidc_for_the_worker_and_dead_letters_to_a_pulled_topic(
+    pubsub_project: str, publisher_client: Any, subscriber_client: Any
+) -> None:
+    topology = Topology(pubsub_project, Names.for_prefix())
+    worker_url = "http://127.0.0.1:9/"
+    policy = PushPolicy(
+        ack_deadline_s=30, min_backoff_s=2, max_backoff_s=20, dead_letter_attempts=7
+    )
+    create_topology(topology, worker_url, publisher_client, subscriber_client, policy)
+    create_topology(topology, worker_url, publisher_client, subscriber_client, policy)  # idempotent
+
+    push = subscriber_client.get_subscription(subscription=topology.push_subscription)
+    assert push.topic == topology.topic
+    assert push.push_config.push_endpoint == worker_url
+    assert push.push_config.oidc_token.audience == worker_url
+    assert push.push_config.oidc_token.service_account_email == (
+        f"deferred-jobs-pusher@{pubsub_project}.iam.gserviceaccount.com"
+    )
+    assert push.ack_deadline_seconds == 30
+    assert push.retry_policy.minimum_backoff.total_seconds() == 2
+    assert push.retry_policy.maximum_backoff.total_seconds() == 20
+    assert push.dead_letter_policy.dead_letter_topic == topology.dead_letter_topic
+    assert push.dead_letter_policy.max_delivery_attempts == 7
+
+    pulled = subscriber_client.get_subscription(subscription=topology.dead_letter_subscription)
+    assert pulled.topic == topology.dead_letter_topic
+    assert not pulled.push_config.push_endpoint
