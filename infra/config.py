@@ -62,6 +62,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scanRetryCount", "int", 0, 0, 5, "Cloud Scheduler retries of a failed scan"),
     Setting("scanTimeBudgetS", "int", 120, 1, 1799, "scan run time budget (< attempt deadline)"),
     Setting("scanMaxPerRun", "int", 1000, 1, 100_000, "jobs one scan run claims at most"),
+    Setting("scanPublishTimeoutS", "int", 30, 1, 600, "how long a scan waits for its publishes"),
     Setting("claimTimeoutS", "int", 600, 16, _DAY, "claim age before the reclaimer takes it"),
     Setting("workerRequestTimeoutS", "int", 240, 1, 600, "worker Cloud Run request timeout"),
     Setting("workerLeaseS", "int", 270, 5, 600, "worker lease (request timeout < it < ack)"),
@@ -123,6 +124,7 @@ class StackConfig:
     scan_retry_count: int
     scan_time_budget_s: int
     scan_max_per_run: int
+    scan_publish_timeout_s: int
     claim_timeout_s: int
     worker_request_timeout_s: int
     worker_lease_s: int
@@ -191,6 +193,7 @@ def parse_config(
         scan_retry_count=values["scanRetryCount"],
         scan_time_budget_s=values["scanTimeBudgetS"],
         scan_max_per_run=values["scanMaxPerRun"],
+        scan_publish_timeout_s=values["scanPublishTimeoutS"],
         claim_timeout_s=values["claimTimeoutS"],
         worker_request_timeout_s=values["workerRequestTimeoutS"],
         worker_lease_s=values["workerLeaseS"],
@@ -281,11 +284,13 @@ _CONVERTERS: dict[Kind, Callable[[Any], Any]] = {
 def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
     """Rules between keys; returns the schedule's longest gap in seconds (0 if invalid)."""
     _check_names(values, errors)
-    if values["scanTimeBudgetS"] >= values["scanAttemptDeadlineS"]:
+    longest_run = values["scanTimeBudgetS"] + values["scanPublishTimeoutS"]
+    if longest_run >= values["scanAttemptDeadlineS"]:
         errors.append(
-            f"scanTimeBudgetS={values['scanTimeBudgetS']} must be less than "
-            f"scanAttemptDeadlineS={values['scanAttemptDeadlineS']}: a scan must finish and "
-            "answer before Cloud Scheduler stops waiting"
+            f"scanTimeBudgetS + scanPublishTimeoutS = {values['scanTimeBudgetS']} + "
+            f"{values['scanPublishTimeoutS']} must be less than scanAttemptDeadlineS="
+            f"{values['scanAttemptDeadlineS']}: a scan must finish and answer before Cloud "
+            "Scheduler stops waiting"
         )
     if values["claimTimeoutS"] <= values["scanAttemptDeadlineS"]:
         errors.append(

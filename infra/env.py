@@ -23,6 +23,7 @@ SCAN_AUDIENCE = "JOBS_SCAN_AUDIENCE"
 SCAN_ALLOWED_INVOKERS = "JOBS_SCAN_ALLOWED_INVOKERS"  # comma-separated service account emails
 SCAN_TIME_BUDGET_S = "JOBS_SCAN_TIME_BUDGET_S"
 SCAN_MAX_PER_RUN = "JOBS_SCAN_MAX_PER_RUN"
+SCAN_PUBLISH_TIMEOUT_S = "JOBS_SCAN_PUBLISH_TIMEOUT_S"
 SCAN_INTERVAL_S = "JOBS_SCAN_INTERVAL_S"
 CLAIM_TIMEOUT_S = "JOBS_CLAIM_TIMEOUT_S"
 
@@ -50,6 +51,7 @@ SCAN_VARIABLES: tuple[str, ...] = (
     SCAN_ALLOWED_INVOKERS,
     SCAN_TIME_BUDGET_S,
     SCAN_MAX_PER_RUN,
+    SCAN_PUBLISH_TIMEOUT_S,
     SCAN_INTERVAL_S,
     CLAIM_TIMEOUT_S,
     METRICS,
@@ -85,6 +87,7 @@ def scan_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi
         SCAN_ALLOWED_INVOKERS: wiring.scheduler_invoker_email,
         SCAN_TIME_BUDGET_S: str(config.scan_time_budget_s),
         SCAN_MAX_PER_RUN: str(config.scan_max_per_run),
+        SCAN_PUBLISH_TIMEOUT_S: str(config.scan_publish_timeout_s),
         SCAN_INTERVAL_S: str(config.scan_interval_s),
         CLAIM_TIMEOUT_S: str(config.claim_timeout_s),
         METRICS: "cloud",

@@ -71,8 +71,18 @@ def test_google_limits_are_the_documented_ranges(key: str, low: int, high: int) 
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"scanAttemptDeadlineS": 15, "scanTimeBudgetS": 14, "claimTimeoutS": 16},
-        {"scanAttemptDeadlineS": 1800, "scanTimeBudgetS": 1799, "claimTimeoutS": 1801},
+        {
+            "scanAttemptDeadlineS": 15,
+            "scanTimeBudgetS": 13,
+            "scanPublishTimeoutS": 1,
+            "claimTimeoutS": 16,
+        },
+        {
+            "scanAttemptDeadlineS": 1800,
+            "scanTimeBudgetS": 1798,
+            "scanPublishTimeoutS": 1,
+            "claimTimeoutS": 1801,
+        },
         {"pushAckDeadlineS": 10, "workerRequestTimeoutS": 5, "workerLeaseS": 9},
         {"pushAckDeadlineS": 600, "workerRequestTimeoutS": 598, "workerLeaseS": 599},
         {"deadLetterAttempts": 5},
@@ -89,7 +99,11 @@ def test_values_at_the_edges_of_their_ranges_are_accepted(overrides: dict[str, A
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        ({"scanTimeBudgetS": 180, "scanAttemptDeadlineS": 180}, "scanTimeBudgetS=180 must be less"),
+        (
+            {"scanTimeBudgetS": 150, "scanPublishTimeoutS": 30, "scanAttemptDeadlineS": 180},
+            "scanTimeBudgetS + scanPublishTimeoutS = 150 + 30 must be less than "
+            "scanAttemptDeadlineS=180",
+        ),
         ({"workerRequestTimeoutS": 301, "pushAckDeadlineS": 300}, "workerRequestTimeoutS=301"),
         ({"workerLeaseS": 300, "pushAckDeadlineS": 300}, "workerLeaseS=300 must be less"),
         (

@@ -1,0 +1,67 @@
+"""Any configuration the stack accepts yields an environment both services' Settings accept.
+
+The stack validates its keys (infra/config.py); the services validate their JOBS_* variables
+(services/scan/settings.py, services/worker/settings.py). If the two disagree, a `pulumi up`
+succeeds and the service then fails at its first request; this property test finds such a gap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infra import env
+from infra.config import parse_config
+from services.scan.settings import ScanSettings
+from services.worker.settings import WorkerSettings
+
+WIRING = env.Wiring(
+    topic_name="deferred-jobs-jobs",
+    scan_url="https://deferred-jobs-scan-123456789012.europe-west1.run.app",
+    worker_url="https://deferred-jobs-worker-123456789012.europe-west1.run.app",
+    scheduler_invoker_email="deferred-jobs-scheduler@p.iam.gserviceaccount.com",
+    push_invoker_email="deferred-jobs-pusher@p.iam.gserviceaccount.com",
+)
+
+
+@st.composite
+def accepted_configs(draw: st.DrawFn) -> dict[str, Any]:
+    """Values inside every range and cross-key rule of infra/config.py."""
+    deadline = draw(st.integers(15, 1800))
+    budget = draw(st.integers(1, deadline - 2))
+    ack = draw(st.integers(10, 600))
+    # request timeout < lease < ack deadline
+    request = draw(st.integers(1, ack - 2))
+    lease = draw(st.integers(max(5, request + 1), ack - 1))
+    dead_letter = draw(st.integers(5, 100))
+    return {
+        "image": "img",
+        "mediaBucket": "deferred-jobs-media",
+        "gcp:project": "p",
+        "gcp:region": "europe-west1",
+        "schedule": draw(st.sampled_from(["* * * * *", "*/5 * * * *", "0 * * * *", "0 */7 * * *"])),
+        "scanAttemptDeadlineS": deadline,
+        "scanTimeBudgetS": budget,
+        "scanPublishTimeoutS": draw(st.integers(1, min(600, deadline - 1 - budget))),
+        "claimTimeoutS": draw(st.integers(deadline + 1, 86_400)),
+        "scanMaxPerRun": draw(st.integers(1, 100_000)),
+        "pushAckDeadlineS": ack,
+        "workerRequestTimeoutS": request,
+        "workerLeaseS": lease,
+        "retryLaterDelayS": draw(st.integers(60, 3650 * 86_400)),
+        "deadLetterAttempts": dead_letter,
+        "retryLaterAfterAttempts": draw(st.integers(1, dead_letter - 1)),
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(accepted_configs())
+def test_every_accepted_stack_config_gives_environments_the_services_accept(
+    values: dict[str, Any],
+) -> None:
+    config = parse_config(values)
+    # WIRING holds plain strings, so every value here is a str.
+    ScanSettings.from_env({k: str(v) for k, v in env.scan_environment(config, WIRING).items()})
+    WorkerSettings.from_env({k: str(v) for k, v in env.worker_environment(config, WIRING).items()})
