@@ -54,7 +54,10 @@ def document_id_problems(value: object, what: str = "job ID") -> list[str]:
 
 
 def _digest(*parts: str) -> str:
-    return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()
+    # Byte-for-byte JavaScript's JSON.stringify([...parts]), so other languages can derive
+    # the same IDs (docs/job-record.md).
+    encoded = json.dumps(list(parts), separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 
 
 def derive_job_id(action: str, subject: str, decision_id: str) -> str:

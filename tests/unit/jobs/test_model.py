@@ -1,5 +1,6 @@
 """NewJob validation, deterministic IDs, and the document round trip."""
 
+import hashlib
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -97,6 +98,19 @@ def test_derived_job_ids_are_deterministic_readable_and_distinct() -> None:
     long_id = derive_job_id("a", "s" * 5000, "d" * 5000)
     assert document_id_problems(long_id) == []
     assert document_id_problems(derive_job_id("__x", "y", "z__")) == []
+
+
+def test_derived_ids_follow_the_documented_cross_language_recipe() -> None:
+    # sha256 of JavaScript's JSON.stringify(["media.delete_source","m/1","dé"])
+    encoded = '["media.delete_source","m/1","dé"]'.encode()
+    digest = hashlib.sha256(encoded).hexdigest()
+    assert derive_job_id("media.delete_source", "m/1", "dé") == (
+        f"media.delete_source:m_1:d_:{digest[:24]}"
+    )
+    key_digest = hashlib.sha256(b'["media.delete_source","job-1"]').hexdigest()
+    assert derive_idempotency_key("media.delete_source", "job-1") == (
+        f"media.delete_source:{key_digest}"
+    )
 
 
 def test_a_full_job_survives_the_document_round_trip() -> None:

@@ -1,0 +1,62 @@
+"""The operator's control document: defaults, validated changes, audit, round trip."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.jobs.control import CONTROL_HISTORY_LIMIT, Control
+from services.jobs.errors import ValidationError
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_a_missing_document_means_the_defaults() -> None:
+    assert Control.from_document(None) == Control()
+    assert Control.from_document({}) == Control()
+    assert Control.from_document({"paused": True}).claim_budget == Control().claim_budget
+
+
+def test_a_change_is_applied_audited_and_survives_the_round_trip() -> None:
+    changed = Control().changed(
+        by="ann", reason="drain", at=AT, catch_up_rate=50, claim_timeout=timedelta(minutes=2)
+    )
+    assert (changed.catch_up_rate, changed.changed_by, changed.changed_at) == (50.0, "ann", AT)
+    assert changed.history[-1].changes == {
+        "catch_up_rate": 50.0,
+        "claim_timeout": timedelta(minutes=2),
+    }
+    back = Control.from_document(changed.to_document())
+    assert back.claim_timeout == timedelta(minutes=2)
+    assert back.history[-1].changes == {"catch_up_rate": 50.0, "claim_timeout": 120.0}
+    assert (back.paused, back.catch_up_rate, back.reason) == (False, 50.0, "drain")
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"claim_budget": 0}, "claim_budget must be an integer from 1"),
+        ({"claim_budget": 2.5}, "claim_budget must be an integer"),
+        ({"catch_up_rate": 0}, "catch_up_rate must be a number of jobs per second above 0"),
+        ({"catch_up_rate": float("inf")}, "finite"),
+        ({"claim_timeout": timedelta(0)}, "claim_timeout must be a positive duration"),
+        ({"paused": "yes"}, "paused must be true or false"),
+        ({"colour": "red"}, "unknown control setting(s): colour"),
+    ],
+)
+def test_invalid_changes_are_refused(changes: dict[str, object], expected: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        Control().changed(by="ann", reason="r", at=AT, **changes)
+    assert expected in str(caught.value)
+
+
+def test_who_and_why_are_required() -> None:
+    with pytest.raises(ValidationError, match=r"by .* must be non-empty; reason must be"):
+        Control().changed(by="", reason=" ", at=AT, paused=True)
+
+
+def test_the_change_history_is_bounded() -> None:
+    control = Control()
+    for n in range(CONTROL_HISTORY_LIMIT + 5):
+        control = control.changed(by="ann", reason=f"r{n}", at=AT, claim_budget=n + 1)
+    assert len(control.history) == CONTROL_HISTORY_LIMIT
+    assert control.history[-1].reason == f"r{CONTROL_HISTORY_LIMIT + 4}"
