@@ -19,8 +19,6 @@ import pulumi
 from infra.cron import parse_cron
 from infra.errors import CronError, InfraConfigError
 
-PROJECT_NAMESPACE = "deferred-jobs"
-
 Kind = Literal["int", "bool", "str", "list"]
 
 # Cloud Monitoring accepts a metric-absence duration of at most 23 h 30 min (inferred from the
@@ -39,12 +37,6 @@ class Setting:
     low: int | None = None
     high: int | None = None
     doc: str = ""
-
-    @property
-    def allowed(self) -> str:
-        if self.low is not None and self.high is not None:
-            return f"{self.low}-{self.high}"
-        return self.kind
 
 
 _DAY = 86_400

@@ -21,6 +21,10 @@ from services.jobs import metrics
 
 PUBSUB_UNDELIVERED = "pubsub.googleapis.com/subscription/num_undelivered_messages"
 
+# The monitored resource the scan writes its gauges on (CloudMonitoringSink's default). An
+# alert condition's filter must name the resource type as well as the metric type.
+SCAN_GAUGE_RESOURCE = "global"
+
 # The gauge every scan run writes, even while paused: its absence means no scan ran.
 SCAN_HEARTBEAT = metrics.DUE_COUNT
 
@@ -42,6 +46,11 @@ class Monitoring:
 def metric_filter(metric_type: str, *clauses: str) -> str:
     """A Cloud Monitoring filter on one metric type, plus extra clauses."""
     return " AND ".join((f'metric.type="{metric_type}"', *clauses))
+
+
+def gauge_filter(gauge: metrics.GaugeMetric) -> str:
+    """The filter for one of the scan's custom gauges."""
+    return metric_filter(gauge.type, f'resource.type="{SCAN_GAUGE_RESOURCE}"')
 
 
 def log_metric_filter(log_metric: metrics.LogMetric, names: Names) -> str:
@@ -196,7 +205,7 @@ def _alerts(
             f"{config.overdue_for_min} min: the scan is not keeping up, or is paused.",
             _threshold(
                 "Oldest overdue age above SLO",
-                metric_filter(metrics.OLDEST_OVERDUE_AGE.type),
+                gauge_filter(metrics.OLDEST_OVERDUE_AGE),
                 above=config.overdue_age_slo_s,
                 for_s=config.overdue_for_min * 60,
                 align_s=scan_align,
@@ -209,7 +218,7 @@ def _alerts(
             f"{config.stuck_claims_for_min} min: publishes are failing or scans crash.",
             _threshold(
                 "Stuck claims present",
-                metric_filter(metrics.STUCK_CLAIMS.type),
+                gauge_filter(metrics.STUCK_CLAIMS),
                 above=0,
                 for_s=config.stuck_claims_for_min * 60,
                 align_s=scan_align,
@@ -223,7 +232,7 @@ def _alerts(
             monitoring.AlertPolicyConditionArgs(
                 display_name="Scan runs absent",
                 condition_absent=monitoring.AlertPolicyConditionConditionAbsentArgs(
-                    filter=metric_filter(SCAN_HEARTBEAT.type),
+                    filter=gauge_filter(SCAN_HEARTBEAT),
                     duration=f"{config.scan_absent_s}s",
                     trigger=monitoring.AlertPolicyConditionConditionAbsentTriggerArgs(count=1),
                 ),
@@ -300,8 +309,7 @@ def _chart(title: str, filter_: str, aligner: str) -> dict[str, Any]:
 def dashboard_definition(config: StackConfig, names: Names) -> dict[str, Any]:
     """The dashboard JSON: one chart per scan gauge, per log-based metric, and the queues."""
     widgets = [
-        _chart(gauge.description, metric_filter(gauge.type), "ALIGN_MAX")
-        for gauge in metrics.SCAN_GAUGES
+        _chart(gauge.description, gauge_filter(gauge), "ALIGN_MAX") for gauge in metrics.SCAN_GAUGES
     ]
     widgets += [
         _chart(

@@ -212,11 +212,18 @@ def test_slack_channel_without_its_secret_token_fails_naming_it() -> None:
         run_stack("dev", overrides={"slackChannel": "#jobs"})
 
 
-def test_deploy_guide_documents_every_key() -> None:
-    guide = (ROOT / "docs" / "deploy.md").read_text()
+def test_deploy_guide_documents_every_key_with_its_default_and_range() -> None:
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in (ROOT / "docs" / "deploy.md").read_text().splitlines()
+        if line.startswith("| `")
+    }
     for setting in SETTINGS:
-        assert f"`{setting.name}`" in guide, setting.name
-    assert "`slackAuthToken`" in guide
+        row = rows[f"`{setting.name}`"]
+        if setting.kind == "int":
+            assert f"`{setting.default}`" in row, setting.name
+            assert f"{setting.low}\N{EN DASH}{setting.high}" in row, setting.name
+    assert "`slackAuthToken`" in rows
 
 
 def test_pulumi_project_points_main_at_infra() -> None:

@@ -373,3 +373,21 @@ def test_name_prefix_renames_every_named_resource() -> None:
         "dj-stage-scheduler",
         "dj-stage-pusher",
     }
+
+
+def test_every_alert_filter_names_a_metric_and_a_resource_type(stack: StackRun) -> None:
+    # Cloud Monitoring requires both in an alert condition's filter.
+    for policy in stack.of_type("monitoring/alertPolicy:AlertPolicy"):
+        for condition in policy.state["conditions"]:
+            body = condition.get("conditionThreshold") or condition["conditionAbsent"]
+            assert 'resource.type="' in body["filter"], policy.name
+
+
+def test_gauge_alerts_watch_the_resource_the_scan_writes_its_gauges_on() -> None:
+    from infra.monitoring import SCAN_GAUGE_RESOURCE
+    from services.jobs.metrics import CloudMonitoringSink, ScanReport
+
+    report = ScanReport("run-1", 0.0, 0, 0, 0, 0, 0, 0, 0.0)
+    series = CloudMonitoringSink(client=None, project="p").time_series(report)
+    assert {s.resource.type for s in series} == {SCAN_GAUGE_RESOURCE}
+    assert {s.metric.type for s in series} == {g.type for g in metrics.SCAN_GAUGES}
