@@ -487,14 +487,22 @@ class Broker:
         retention = limits.seconds(state.config.message_retention_duration)
         with_attempts = state.config.HasField("dead_letter_policy")
         leased: list[Any] = []
+        size = 0
         while state.ready and len(leased) < count:
-            message_id = state.ready.popleft()
+            message_id = state.ready[0]
             entry = state.entries.get(message_id)
             if entry is None or entry.state is not _State.READY:
+                state.ready.popleft()
                 continue
             if now - entry.published_at > retention:
+                state.ready.popleft()
                 del state.entries[message_id]
                 continue
+            message_size = entry.message.ByteSize()
+            if leased and size + message_size > limits.MAX_RESPONSE_BYTES:
+                break
+            state.ready.popleft()
+            size += message_size
             leased.append(self._lease(state, message_id, entry, now + deadline_s, owner))
             if with_attempts:
                 leased[-1].delivery_attempt = entry.attempts

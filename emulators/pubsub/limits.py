@@ -14,6 +14,9 @@ MAX_ATTRIBUTES = 100
 MAX_ATTRIBUTE_KEY_BYTES = 256
 MAX_ATTRIBUTE_VALUE_BYTES = 1024
 MAX_ORDERING_KEY_BYTES = 1024
+# With PUBSUB_EMULATOR_HOST the client library opens a plain channel with gRPC's default 4 MiB
+# receive limit, so a response carries at most this much (but always at least one message).
+MAX_RESPONSE_BYTES = 3_500_000
 
 MIN_ACK_DEADLINE_S = 10
 MAX_ACK_DEADLINE_S = 600

@@ -184,7 +184,10 @@ class SubscriberService:
                 if received is None:
                     return
                 if received:
-                    yield protos.StreamingPullResponse(received_messages=received)
+                    response = protos.StreamingPullResponse(received_messages=received)
+                    ordered = self._broker.get_subscription(name).enable_message_ordering
+                    response.subscription_properties.message_ordering_enabled = ordered
+                    yield response
         finally:
             stream.close()
             self._broker.release_owner(stream)

@@ -219,3 +219,49 @@ def test_projects_are_separated_by_resource_name(
     assert listed == [topic]
     assert list(other.received_messages) == []
     assert list(publisher_client.list_topic_subscriptions(topic=topic)) == [sub]
+
+
+def test_subscribe_with_small_flow_control_still_receives_everything(
+    publisher_client: pubsub_v1.PublisherClient,
+    subscriber_client: pubsub_v1.SubscriberClient,
+    pubsub_project: str,
+    topic: str,
+) -> None:
+    sub = _subscribe(subscriber_client, pubsub_project, topic, "throttled")
+    for i in range(30):
+        publisher_client.publish(topic, f"m{i}".encode())
+    publisher_client.publish(topic, b"last").result(timeout=30)
+    seen: set[bytes] = set()
+    lock = threading.Lock()
+
+    def on_message(message: pubsub_v1.subscriber.message.Message) -> None:
+        with lock:
+            seen.add(message.data)
+        message.ack()
+
+    future = subscriber_client.subscribe(
+        sub, on_message, flow_control=pubsub_v1.types.FlowControl(max_messages=2)
+    )
+    try:
+        wait_until(lambda: len(seen) == 31, what="31 distinct messages")
+    finally:
+        future.cancel()
+        future.result(timeout=10)
+
+    assert b"last" in seen
+
+
+def test_large_messages_are_delivered_whole(
+    publisher_client: pubsub_v1.PublisherClient,
+    subscriber_client: pubsub_v1.SubscriberClient,
+    pubsub_project: str,
+    topic: str,
+) -> None:
+    sub = _subscribe(subscriber_client, pubsub_project, topic, "large")
+    payloads = [bytes([i]) * 4_000_000 for i in range(3)]
+    for payload in payloads:
+        publisher_client.publish(topic, payload).result(timeout=30)
+
+    received = pull_some(subscriber_client, sub, 3)
+
+    assert sorted(m.message.data for m in received) == payloads

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
 import pytest
 from google.api_core import exceptions
 from google.cloud import pubsub_v1
@@ -215,3 +216,20 @@ def test_list_calls_page_through_every_resource(
     )
 
     assert [t.name for t in pager] == created
+
+
+def test_undecodable_request_bytes_are_invalid_argument_and_server_keeps_serving(
+    pubsub_emulator: Any, raw_publisher: Any, topic: str
+) -> None:
+    with grpc.insecure_channel(pubsub_emulator.address) as channel:
+        publish = channel.unary_unary(
+            "/google.pubsub.v1.Publisher/Publish",
+            request_serializer=lambda raw: raw,
+            response_deserializer=lambda raw: raw,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            publish(b"\xff\xff\xff\xff garbage", timeout=10)
+
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    response = _publish_raw(raw_publisher, topic, [types.PubsubMessage(data=b"still here")])
+    assert len(response.message_ids) == 1
