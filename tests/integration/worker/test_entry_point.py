@@ -1,0 +1,83 @@
+"""The deployed entry point: functions-framework's app for `--target=worker`, configured only
+through JOBS_* variables, building its own real clients against the emulators."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import functions_framework
+import google.cloud.storage as storage
+import pytest
+from google.cloud import firestore
+
+from services.jobs.clock import SystemClock
+from services.jobs.model import NewJob
+from services.jobs.state import State
+from services.jobs.store import FirestoreJobStore
+from services.worker import main
+from services.worker import settings as keys
+from tests.integration.worker.harness import PUSHER, envelope
+
+AUDIENCE = "https://worker-abc123-uc.a.run.app/"
+
+
+@pytest.fixture
+def entry_point_env(
+    monkeypatch: pytest.MonkeyPatch, firestore_project: str, oidc_server: Any
+) -> Iterator[None]:
+    for key, value in {
+        keys.PROJECT: firestore_project,
+        keys.WORKER_AUDIENCE: AUDIENCE,
+        keys.WORKER_ALLOWED_INVOKERS: PUSHER,
+        keys.OIDC_CERTS_URL: oidc_server.certs_url,
+        keys.LOG_LEVEL: "WARNING",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(main, "_handler", None)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_functions_framework_target_processes_a_push_end_to_end(
+    entry_point_env: None,
+    firestore_client: firestore.Client,
+    storage_client: storage.Client,
+    storage_bucket: storage.Bucket,
+    oidc_server: Any,
+) -> None:
+    storage_bucket.blob("src/a.mp4").upload_from_string(b"video")
+    store = FirestoreJobStore(firestore_client, SystemClock())
+    store.schedule(
+        NewJob(
+            "job-1",
+            "media.delete_source",
+            "media-1",
+            SystemClock().now(),
+            {"bucket": storage_bucket.name, "object": "src/a.mp4"},
+        )
+    )
+    [claimed] = store.claim_due(SystemClock().now(), "run-1", 10)
+    store.mark_enqueued(claimed.job_id, claimed.generation, "m-1")
+    source = Path(main.__file__)
+    app = functions_framework.create_app(target="worker", source=str(source))
+    client = app.test_client()
+    token = oidc_server.issuer.mint(AUDIENCE, PUSHER)
+
+    refused = client.post("/", data=envelope("job-1", claimed.generation))
+    response = client.post(
+        "/",
+        data=envelope("job-1", claimed.generation),
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+    assert refused.status_code == 401
+    assert response.status_code == 204
+    job = store.get("job-1")
+    assert job is not None and job.state is State.COMPLETED
+    assert not storage_bucket.blob("src/a.mp4").exists()
