@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import zoneinfo
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -323,10 +324,20 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
             errors.append(
                 f"{service}MinInstances={low} must be at most {service}MaxInstances={high}"
             )
+    if not _is_time_zone(values["timeZone"]):
+        errors.append(f"timeZone={values['timeZone']!r} is not a tz database name (e.g. Etc/UTC)")
     for email in values["alertEmails"]:
         if not _EMAIL.match(email):
             errors.append(f"alertEmails: {email!r} is not an email address")
     return _check_schedule(values["schedule"], errors)
+
+
+def _is_time_zone(name: str) -> bool:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        return False
+    return True
 
 
 def _check_names(values: dict[str, Any], errors: list[str]) -> None:

@@ -66,6 +66,8 @@ class CronSchedule:
 
         Two years starting on a leap year see every month length and weekday combination that
         matters for the short schedules this project accepts.
+        The gap is measured on the schedule's own wall clock: a daylight-saving change in a
+        non-UTC time zone can stretch one gap by up to an hour.
         """
         offsets = sorted(h * 60 + m for h in self.hours for m in self.minutes)
         run_days = [

@@ -117,6 +117,7 @@ def test_values_at_the_edges_of_their_ranges_are_accepted(overrides: dict[str, A
         ({"scanMinInstances": 3, "scanMaxInstances": 1}, "scanMinInstances=3"),
         ({"alertEmails": ["not-an-address"]}, "alertEmails: 'not-an-address'"),
         ({"namePrefix": "Deferred_Jobs"}, "namePrefix='Deferred_Jobs'"),
+        ({"timeZone": "Mars/Olympus_Mons"}, "timeZone='Mars/Olympus_Mons' is not a tz"),
         ({"namePrefix": "a-prefix-much-too-long-for-ids"}, "namePrefix="),
         ({"pushAckDeadlineS": "soon"}, "pushAckDeadlineS='soon' is not a valid int"),
         ({"deletionProtection": "yes"}, "deletionProtection='yes' is not a valid bool"),
