@@ -67,22 +67,27 @@ class SortedIndex:
         if i < len(self.entries) and self.entries[i] == (key, name):
             del self.entries[i]
 
+    def span(
+        self, low: SortKey, low_inclusive: bool, high: SortKey, high_inclusive: bool
+    ) -> tuple[int, int]:
+        """Positions [lo, hi) of the entries whose key lies between the bounds."""
+        entries = self.entries
+        # (key,) sorts before every (key, name) and (key, _MAX_NAME) after: bound sentinels.
+        lo = bisect.bisect_left(entries, (low,)) if low_inclusive else _after(entries, low)
+        hi = _after(entries, high) if high_inclusive else bisect.bisect_left(entries, (high,))
+        return lo, max(lo, hi)
+
     def between(
         self, low: SortKey, low_inclusive: bool, high: SortKey, high_inclusive: bool
     ) -> list[str]:
-        entries = self.entries
-        # A name sorts after every real key prefix tuple of the same key: use sentinels.
-        lo = bisect.bisect_left(entries, (low,)) if low_inclusive else _after(entries, low)
-        hi = _after(entries, high) if high_inclusive else bisect.bisect_left(entries, (high,))
-        return [name for _, name in entries[lo:hi]] if hi > lo else []
+        lo, hi = self.span(low, low_inclusive, high, high_inclusive)
+        return [name for _, name in self.entries[lo:hi]]
 
     def count_between(
         self, low: SortKey, low_inclusive: bool, high: SortKey, high_inclusive: bool
     ) -> int:
-        entries = self.entries
-        lo = bisect.bisect_left(entries, (low,)) if low_inclusive else _after(entries, low)
-        hi = _after(entries, high) if high_inclusive else bisect.bisect_left(entries, (high,))
-        return max(0, hi - lo)
+        lo, hi = self.span(low, low_inclusive, high, high_inclusive)
+        return hi - lo
 
 
 def _after(entries: list[tuple[SortKey, str]], key: SortKey) -> int:

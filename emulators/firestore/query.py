@@ -315,17 +315,70 @@ def _term_candidates(db: Database, cid: str, term: Term) -> tuple[int, Callable[
     return -1, lambda: ()
 
 
+def _range_bounds(term: Term) -> tuple[SortKey, bool, SortKey, bool]:
+    key = term.keys[0]
+    rank = key[0]
+    if term.op in (_FieldOp.LESS_THAN, _FieldOp.LESS_THAN_OR_EQUAL):
+        return (rank,), True, key, term.op == _FieldOp.LESS_THAN_OR_EQUAL
+    return key, term.op == _FieldOp.GREATER_THAN_OR_EQUAL, (rank + 1,), False
+
+
 def _range_candidates(
     db: Database, cid: str, term: Term
 ) -> tuple[int, Callable[[], Iterable[str]]]:
     index = db.sorted_index(cid, term.path)
-    key = term.keys[0]
-    rank = key[0]
-    if term.op in (_FieldOp.LESS_THAN, _FieldOp.LESS_THAN_OR_EQUAL):
-        bounds = ((rank,), True, key, term.op == _FieldOp.LESS_THAN_OR_EQUAL)
-    else:
-        bounds = (key, term.op == _FieldOp.GREATER_THAN_OR_EQUAL, (rank + 1,), False)
+    bounds = _range_bounds(term)
     return index.count_between(*bounds), lambda: index.between(*bounds)
+
+
+def _ordered_walk(db: Database, query: Query) -> Result | None:
+    """Serve ``order by f [, __name__] limit n`` by walking f's sorted index in order,
+    stopping after n matches; None when the query does not have that shape or an equality
+    index already narrows it well."""
+    if query.limit is None or query.all_descendants or not query.collection_id:
+        return None
+    if len(query.orders) != 2 or query.orders[1][0] != NAME_PATH:
+        return None
+    (path, desc), (_, name_desc) = query.orders
+    if path == NAME_PATH or desc != name_desc:
+        return None
+    cid = query.collection_id
+    terms = query.filter.terms if query.filter is not None else []
+    for term in terms:
+        if term.op not in _RANGE_OPS:
+            size, _ = _term_candidates(db, cid, term)
+            if 0 <= size <= _INDEX_WORTH_BUILDING:
+                return None
+    index = db.sorted_index(cid, path)
+    lo, hi = 0, len(index.entries)
+    for term in terms:
+        if term.op in _RANGE_OPS and term.path == path:
+            t_lo, t_hi = index.span(*_range_bounds(term))
+            lo, hi = max(lo, t_lo), min(hi, t_hi)
+    positions = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
+    in_scope = _in_scope(query)
+    matches = query.filter.matches if query.filter is not None else None
+    order_paths = [p for p, _ in query.orders]
+    desc_flags = [d for _, d in query.orders]
+    cursors = query.start is not None or query.end is not None
+    wanted = query.offset + query.limit
+    found: list[Stored] = []
+    entries = index.entries
+    docs = db.docs
+    for i in positions:
+        if len(found) >= wanted:
+            break
+        name = entries[i][1]
+        stored = docs.get(name)
+        if stored is None or not in_scope(name):
+            continue
+        if matches is not None and not matches(stored):
+            continue
+        if cursors and not _within_cursors(stored, query, order_paths, desc_flags):
+            continue
+        found.append(stored)
+    skipped = min(query.offset, len(found))
+    return Result(found[skipped : skipped + query.limit], skipped)
 
 
 def candidates(db: Database, query: Query, read_us: int | None) -> Iterable[Stored]:
@@ -378,6 +431,15 @@ def _compare(a: list[SortKey], b: list[SortKey], desc: list[bool]) -> int:
 
 def run(db: Database, query: Query, read_us: int | None = None) -> Result:
     """Matching documents in query order, after cursors, offset and limit."""
+    if read_us is None:
+        walked = _ordered_walk(db, query)
+        if walked is not None:
+            return walked
+    return scan(db, query, read_us)
+
+
+def scan(db: Database, query: Query, read_us: int | None = None) -> Result:
+    """The general plan: narrow candidates by an index, filter, sort, then cursors and limit."""
     matches = query.filter.matches if query.filter is not None else None
     order_paths = [p for p, _ in query.orders]
     found = []

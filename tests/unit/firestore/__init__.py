@@ -1,0 +1,1 @@
+"""Unit tests of the Firestore emulator's pure logic (values, field paths, indexes)."""

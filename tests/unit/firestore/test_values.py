@@ -1,0 +1,103 @@
+"""Value ordering, field paths and the sorted index: pure logic, no server."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from emulators.firestore.database import SortedIndex
+from emulators.firestore.errors import InvalidArgument
+from emulators.firestore.values import (
+    ArrayValue,
+    MapValue,
+    Value,
+    format_field_path,
+    parse_field_path,
+    sort_key,
+)
+
+
+def _ts(seconds: int) -> Value:
+    v = Value()
+    v.timestamp_value.seconds = seconds
+    return v
+
+
+ORDERED = [
+    Value(null_value=0),
+    Value(boolean_value=False),
+    Value(boolean_value=True),
+    Value(double_value=math.nan),
+    Value(double_value=-math.inf),
+    Value(integer_value=-3),
+    Value(double_value=0.5),
+    Value(integer_value=1),
+    Value(double_value=math.inf),
+    _ts(0),
+    _ts(10),
+    Value(string_value=""),
+    Value(string_value="a"),
+    Value(string_value="é"),
+    Value(string_value="\uffff"),
+    Value(string_value="😀"),
+    Value(bytes_value=b""),
+    Value(bytes_value=b"\x01"),
+    Value(reference_value="projects/p/databases/d/documents/a/b"),
+    Value(reference_value="projects/p/databases/d/documents/a/b/c/d"),
+    Value(reference_value="projects/p/databases/d/documents/aa/b"),
+    Value(array_value=ArrayValue(values=[])),
+    Value(array_value=ArrayValue(values=[Value(integer_value=1)])),
+    Value(array_value=ArrayValue(values=[Value(integer_value=1), Value(integer_value=0)])),
+    Value(array_value=ArrayValue(values=[Value(integer_value=2)])),
+    Value(map_value=MapValue(fields={})),
+    Value(map_value=MapValue(fields={"a": Value(integer_value=2)})),
+    Value(map_value=MapValue(fields={"b": Value(integer_value=1)})),
+]
+
+
+def test_sort_keys_follow_firestores_cross_type_order() -> None:
+    keys = [sort_key(v) for v in ORDERED]
+    assert keys == sorted(keys)
+    assert len(set(keys)) == len(keys)
+
+
+def test_integer_and_double_of_equal_value_are_equal() -> None:
+    assert sort_key(Value(integer_value=1)) == sort_key(Value(double_value=1.0))
+    assert sort_key(Value(double_value=-0.0)) == sort_key(Value(integer_value=0))
+
+
+@pytest.mark.parametrize(
+    ("text", "segments"),
+    [
+        ("a", ("a",)),
+        ("a.b_c.d1", ("a", "b_c", "d1")),
+        ("`a.b`.c", ("a.b", "c")),
+        ("`with \\` tick`", ("with ` tick",)),
+        ("`1st`", ("1st",)),
+    ],
+)
+def test_field_paths_parse(text: str, segments: tuple[str, ...]) -> None:
+    assert parse_field_path(text) == segments
+
+
+@pytest.mark.parametrize("text", ["", "a..b", ".a", "a.", "1st", "a-b", "`open", "a.`b`c"])
+def test_invalid_field_paths_are_invalid_argument(text: str) -> None:
+    with pytest.raises(InvalidArgument):
+        parse_field_path(text)
+
+
+@given(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4))
+def test_formatting_a_field_path_parses_back_to_the_same_segments(segments: list[str]) -> None:
+    assert parse_field_path(format_field_path(tuple(segments))) == tuple(segments)
+
+
+def test_sorted_index_ranges_are_inclusive_or_exclusive_as_asked() -> None:
+    index = SortedIndex([((2, 1, i), f"d{i}") for i in range(5)])
+    index.add((2, 1, 2), "d2b")
+    index.remove((2, 1, 4), "d4")
+    assert index.between((2,), True, (2, 1, 2), True) == ["d0", "d1", "d2", "d2b"]
+    assert index.between((2, 1, 2), False, (3,), False) == ["d3"]
+    assert index.count_between((2, 1, 1), True, (2, 1, 3), False) == 3
