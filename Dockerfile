@@ -19,8 +19,8 @@ RUN groupadd --system --gid 10001 app \
 # installs exactly what was tested; pyproject.toml keeps the compatible ranges.
 COPY constraints.txt pyproject.toml README.md ./
 COPY services ./services
-RUN pip install --constraint constraints.txt . \
-    && chown -R app:app /app
+RUN pip install --constraint constraints.txt .
+# The code stays owned by root: the app user can read it, not change it.
 
 USER app
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -391,3 +392,18 @@ def test_gauge_alerts_watch_the_resource_the_scan_writes_its_gauges_on() -> None
     series = CloudMonitoringSink(client=None, project="p").time_series(report)
     assert {s.resource.type for s in series} == {SCAN_GAUGE_RESOURCE}
     assert {s.metric.type for s in series} == {g.type for g in metrics.SCAN_GAUGES}
+
+
+def test_dashboard_charts_every_gauge_log_metric_and_both_subscriptions(stack: StackRun) -> None:
+    dashboard = json.loads(
+        stack.one("monitoring/dashboard:Dashboard", "dashboard").state["dashboardJson"]
+    )
+    filters = [
+        data["timeSeriesQuery"]["timeSeriesFilter"]["filter"]
+        for widget in dashboard["gridLayout"]["widgets"]
+        for data in widget["xyChart"]["dataSets"]
+    ]
+    charted = {f.split('"')[1] for f in filters}
+    assert {g.type for g in metrics.SCAN_GAUGES} | {m.type for m in metrics.LOG_METRICS} <= charted
+    for subscription in ("subscription", "dead_letter_subscription"):
+        assert any(f'subscription_id="{stack.outputs[subscription]}"' in f for f in filters)
