@@ -9,6 +9,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+from services.cli.errors import UsageError
 from services.cli.output import Report, fields, table
 from services.cli.planner import describe, format_duration, plan_drain
 from services.cli.session import Session
@@ -55,7 +56,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--reserve", type=float, default=10.0, help="%% of the rate kept for normal traffic"
     )
-    p.add_argument("--max-per-run", type=int, help="per-run budget (default: control's)")
+    p.add_argument(
+        "--max-per-run",
+        type=int,
+        help="per-run budget (default: control's, capped by JOBS_SCAN_MAX_PER_RUN when set)",
+    )
     p.add_argument(
         "--interval", help="scan interval, e.g. 5m (default: JOBS_SCAN_INTERVAL_S, else 300 s)"
     )
@@ -143,6 +148,14 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
         control = store.get_control()
         backlog = store.stats(session.now(), control.claim_timeout).due_count
         budget = args.max_per_run if args.max_per_run is not None else control.claim_budget
+    ceiling = _deployment_ceiling(session)
+    if budget is not None and ceiling is not None and budget > ceiling:
+        # The scan never claims more than the deployment allows, whatever the control says.
+        session.stderr.write(
+            f"note: the deployment caps a run at {ceiling:,} (JOBS_SCAN_MAX_PER_RUN, Pulumi "
+            f"key scanMaxPerRun); planning with {ceiling:,}, not {budget:,}\n"
+        )
+        budget = ceiling
     rate = args.rate if args.rate is not None else control.catch_up_rate
     result = plan_drain(
         backlog, rate, args.reserve / 100.0, max_per_run=budget, interval_s=interval_s
@@ -166,6 +179,16 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
         "human": describe(result),
     }
     return Report(data=data, text=text)
+
+
+def _deployment_ceiling(session: Session) -> int | None:
+    text = session.env("JOBS_SCAN_MAX_PER_RUN")
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise UsageError(f"JOBS_SCAN_MAX_PER_RUN={text!r} is not an integer") from exc
 
 
 def _claim_timeout(session: Session, text: str | None) -> timedelta:

@@ -101,6 +101,30 @@ def test_plan_names_the_budget_when_it_is_the_bottleneck(jobsctl: Jobsctl) -> No
     assert "jobsctl control set --max-per-run 15000" in result.out
 
 
+def test_plan_respects_the_deployment_ceiling_on_the_per_run_budget(
+    jobsctl: Jobsctl, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("JOBS_SCAN_MAX_PER_RUN", "500")
+    result = jobsctl(
+        "plan",
+        "--due",
+        "1000",
+        "--rate",
+        "10",
+        "--max-per-run",
+        "2000",
+        "--interval",
+        "100",
+        "--reserve",
+        "0",
+        "--json",
+    )
+    assert result.code == ExitCode.OK
+    # 500 per 100 s = 5/s, below the 10/s asked for: 200 s, limited by the budget.
+    assert (result.json()["max_per_run"], result.json()["seconds"]) == (500, 200)
+    assert "scanMaxPerRun" in result.err
+
+
 def test_plan_refuses_impossible_inputs(jobsctl: Jobsctl) -> None:
     assert jobsctl("plan", "--due", "10", "--rate", "0").code == ExitCode.USAGE
     assert jobsctl("plan", "--due", "10", "--reserve", "100").code == ExitCode.USAGE
