@@ -252,8 +252,12 @@ def create_app(
     app = flask.Flask("deferred_jobs_worker")
     app.extensions[EXTENSION] = handler
 
-    @app.route("/", methods=["POST", "GET", "PUT", "DELETE", "PATCH"])
-    def push() -> flask.Response:
+    # Any path, as under functions-framework: the push endpoint's path is the operator's.
+    methods = ["POST", "GET", "PUT", "DELETE", "PATCH"]
+
+    @app.route("/", methods=methods, defaults={"path": ""})
+    @app.route("/<path:path>", methods=methods)
+    def push(path: str) -> flask.Response:
         return handler.handle(flask.request)
 
     return app

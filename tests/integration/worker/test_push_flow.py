@@ -13,7 +13,9 @@ import pytest
 
 from services.jobs.state import State
 from services.worker.errors import TransientError
+from services.worker.media import SourceDeleter
 from tests.integration.worker.harness import LEASE, PushTopic, WorkerHarness, envelope, wait_until
+from tests.integration.worker.storage_proxy import flaky_storage
 
 PushFactory = Callable[..., PushTopic]
 
@@ -267,3 +269,22 @@ def test_transient_error_with_no_attempt_left_fails_the_job_and_acknowledges(
     response = worker.post(envelope("job-1", claimed.generation))
     assert response.status_code == 200 and response.json()["outcome"] == "failed"
     assert worker.job("job-1").state is State.FAILED
+
+
+def test_storage_answering_503_over_http_is_retried_through_pubsub_until_it_recovers(
+    worker: WorkerHarness, push: PushFactory, storage_emulator: Any
+) -> None:
+    topic = push()
+    worker.schedule("job-1", worker.upload("src/a.mp4"))
+    with flaky_storage(storage_emulator.url) as (outage, client):
+        worker.deleter.inner = SourceDeleter(client)
+        outage.fail_deletes = 2
+        claimed = worker.claim_one("job-1")
+        worker.enqueue(claimed, topic.publish(claimed))
+
+        wait_until(_state_is(worker, "job-1", State.COMPLETED), what="job-1 completed")
+
+    assert outage.answered[503] == 2
+    assert worker.counter.statuses[503] == 2 and worker.counter.statuses[204] == 1
+    assert worker.deleter.deletions == 1
+    assert worker.objects() == set()

@@ -198,3 +198,14 @@ def test_only_post_is_accepted() -> None:
 
 def test_app_is_a_flask_app_with_the_handler_registered() -> None:
     assert isinstance(Env().app, flask.Flask)
+
+
+def test_any_path_reaches_the_handler_as_under_functions_framework() -> None:
+    env = Env()
+    env.store.add("job-1")
+    assert (
+        env.client.post(
+            "/push/jobs", data=envelope(), headers={"Authorization": "Bearer t"}
+        ).status_code
+        == 204
+    )
