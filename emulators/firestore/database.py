@@ -21,6 +21,7 @@ from emulators.firestore.values import FieldPath, SortKey, get_field, kind, sort
 Document = document_types.Document.pb()
 
 IndexKey = tuple[str, FieldPath]
+VERSION_RETENTION_US = 3600 * 1_000_000
 
 
 class Stored:
@@ -185,7 +186,15 @@ class Database:
             self.by_group[collection_id].add(name)
             self._index(stored)
         self.ever_by_group[collection_id].add(name)
-        self.history.setdefault(name, []).append((time_us, stored))
+        versions = self.history.setdefault(name, [])
+        versions.append((time_us, stored))
+        # Keep versions a read_time may still ask for (production: the last hour), no more.
+        cutoff = time_us - VERSION_RETENTION_US
+        drop = 0
+        while drop + 1 < len(versions) and versions[drop + 1][0] <= cutoff:
+            drop += 1
+        if drop:
+            del versions[:drop]
 
     def _index(self, stored: Stored) -> None:
         cid = stored.collection_id

@@ -219,15 +219,20 @@ class Engine:
         self._release(victim)
         self.cond.notify_all()
 
-    def _try_acquire(self, txn: Transaction, key: LockKey) -> bool:
-        """Take ``key`` for ``txn`` if possible without waiting (True also when doomed)."""
+    def _try_acquire(self, txn: Transaction, key: LockKey, take: bool = True) -> bool:
+        """Take ``key`` for ``txn`` if possible without waiting (True also when doomed).
+
+        With ``take=False`` only report whether it is free: a query that waited re-runs and
+        locks its new result instead of a document it may no longer return.
+        """
         while True:
             if txn.wounded:
                 return True
             owner = self.owners.get(key)
             if owner is None or owner is txn:
-                self.owners[key] = txn
-                txn.locks.add(key)
+                if take:
+                    self.owners[key] = txn
+                    txn.locks.add(key)
                 return True
             if self._expired(owner, time.monotonic()):
                 self._finish(owner)
@@ -254,11 +259,11 @@ class Engine:
             current = self.owners.get(current.waiting_on)
         return []
 
-    def _wait_for(self, txn: Transaction, key: LockKey, deadline: float) -> None:
+    def _wait_for(self, txn: Transaction, key: LockKey, deadline: float, take: bool = True) -> None:
         """Wait (lock released) until ``key`` is free, ``txn`` is doomed, or the deadline."""
         txn.waiting_on = key
         try:
-            while not self._try_acquire(txn, key):
+            while not self._try_acquire(txn, key, take):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise Aborted("Transaction lock timeout.")
@@ -327,7 +332,7 @@ class Engine:
                         break
                 if blocked is None:
                     break
-                self._wait_for(txn, blocked, deadline)
+                self._wait_for(txn, blocked, deadline, take=False)
             signature = [(s.name, s.update_us) for s in result.docs]
             txn.queries.append((query, signature))
             for stored in result.docs:
