@@ -21,25 +21,19 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from emulators.launcher import DEFAULT_PROJECT, READY_LINE, free_port, port_is_free
+from services.cli.backends import Backends
+from services.jobs.clock import SystemClock
+from services.jobs.store import FirestoreJobStore
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
 from services.local.scheduler import Attempt, LocalScheduler, token_from_issuer_url
-from services.local.stack import (
-    Child,
-    PortInUse,
-    StackError,
-    Supervisor,
-    free_port,
-    port_accepts,
-    port_is_free,
-)
+from services.local.stack import Child, PortInUse, StackError, Supervisor, port_accepts
 from services.local.topology import Names, PushPolicy, Topology, create_topology
 
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_PROJECT = "deferred-jobs-local"
 HOST = "127.0.0.1"
-READY_LINE = "# emulators ready"  # what `python -m emulators` prints once everything listens
 _EMULATOR_START_S = {False: 60.0, True: 180.0}  # built-in, official (JVMs start slowly)
 _SERVICE_START_S = 60.0
 _POLL_S = 0.5
@@ -102,7 +96,7 @@ def check_ports(ports: Ports) -> None:
         if port in seen:
             raise StackError(f"{flag} and --{seen[port]}-port are both {port}")
         seen[port] = name.replace("_", "-")
-        if not port_is_free(port):
+        if not port_is_free(HOST, port):
             raise PortInUse(name, port, flag)
 
 
@@ -116,7 +110,10 @@ class LocalSystem:
         self.endpoints = Endpoints()
         self.topology = Topology(options.project, Names.for_prefix())
         self.demo: Demo = plan_demo()
-        self._clients: dict[str, Any] = {}
+        self.clock = SystemClock()
+        self._backends: Backends | None = None
+        self._store: FirestoreJobStore | None = None
+        self._storage: Any = None
 
     def run(self) -> int:
         """Start, show progress, stop. Returns 0, or raises StackError (children stopped)."""
@@ -138,15 +135,16 @@ class LocalSystem:
         self.options.log_dir.mkdir(parents=True, exist_ok=True)
         self._start_emulators()
         self._start_services()
+        backends = self.backends()
         create_topology(
             self.topology,
             self.endpoints.worker_url,
-            self._client("publisher"),
-            self._client("subscriber"),
+            backends.publisher(),
+            backends.subscriber(),
             PushPolicy(),
         )
         if self.options.demo:
-            seed_demo(self.demo, self._client("store"), self._client("storage"), _now())
+            seed_demo(self.demo, self.store(), self.storage(), self.clock.now())
         self._write_env_file()
         self._banner()
 
@@ -174,8 +172,8 @@ class LocalSystem:
 
     def _start_services(self) -> None:
         ports = self.options.ports
-        scan_port = ports.scan or free_port()
-        worker_port = ports.worker or free_port()
+        scan_port = ports.scan or free_port(HOST)
+        worker_port = ports.worker or free_port(HOST)
         self.endpoints.scan_url = f"http://{HOST}:{scan_port}"
         self.endpoints.worker_url = f"http://{HOST}:{worker_port}"
         common = {
@@ -250,7 +248,7 @@ class LocalSystem:
                 with suppress(queue.Empty):
                     self._report_attempt(attempts.get(timeout=_POLL_S))
                 if self.options.demo and not announced:
-                    status = demo_status(self.demo, self._client("store"), self._client("storage"))
+                    status = demo_status(self.demo, self.store(), self.storage())
                     if status.done:
                         announced = True
                         self._say(_done_line(status))
@@ -269,7 +267,7 @@ class LocalSystem:
             scheduler.stop()
 
     def _report_attempt(self, attempt: Attempt) -> None:
-        counts = self._client("store").stats(_now(), timedelta(minutes=10)).per_state
+        counts = self.store().stats(self.clock.now(), timedelta(minutes=10)).per_state
         states = " ".join(f"{state.value} {n}" for state, n in counts.items())
         if attempt.succeeded:
             b = attempt.body
@@ -286,25 +284,36 @@ class LocalSystem:
     # -- stop ---------------------------------------------------------------------------
 
     def stop(self) -> None:
-        for name in ("publisher", "subscriber"):
-            client = self._clients.pop(name, None)
-            if client is not None:
-                _close_quietly(client)
-        firestore = self._clients.pop("firestore", None)
-        if firestore is not None:
-            _close_quietly(firestore)
-        self._clients.clear()
+        if self._backends is not None:
+            self._backends.close()
         pids = ", ".join(f"{n} {p}" for n, p in self.endpoints.pids.items())
         self.supervisor.stop_all()
         if pids:
             self._say(f"stopped: {pids}")
 
-    # -- helpers ------------------------------------------------------------------------
+    # -- clients of this process (built once the emulator hosts are in os.environ) ------
 
-    def _client(self, name: str) -> Any:
-        if name not in self._clients:
-            self._clients[name] = _build_client(name, self.options.project, self._clients)
-        return self._clients[name]
+    def backends(self) -> Backends:
+        if self._backends is None:
+            self._backends = Backends(self.options.project, os.environ)
+        return self._backends
+
+    def store(self) -> FirestoreJobStore:
+        if self._store is None:
+            self._store = FirestoreJobStore(self.backends().firestore(), self.clock)
+        return self._store
+
+    def storage(self) -> Any:
+        if self._storage is None:
+            import google.cloud.storage as storage
+            from google.auth.credentials import AnonymousCredentials
+
+            self._storage = storage.Client(
+                project=self.options.project, credentials=AnonymousCredentials()
+            )
+        return self._storage
+
+    # -- helpers ------------------------------------------------------------------------
 
     def _write_env_file(self) -> None:
         lines = [f"export {k}={v}" for k, v in self._shell_exports().items()]
@@ -348,46 +357,6 @@ def _done_line(status: DemoStatus) -> str:
     )
 
 
-def _build_client(name: str, project: str, cache: dict[str, Any]) -> Any:
-    if name == "firestore":
-        from google.cloud import firestore
-
-        return firestore.Client(project=project)
-    if name == "store":
-        from services.jobs.clock import SystemClock
-        from services.jobs.store import FirestoreJobStore
-
-        if "firestore" not in cache:
-            cache["firestore"] = _build_client("firestore", project, cache)
-        return FirestoreJobStore(cache["firestore"], SystemClock())
-    if name == "storage":
-        import google.cloud.storage as storage
-        from google.auth.credentials import AnonymousCredentials
-
-        return storage.Client(project=project, credentials=AnonymousCredentials())
-    import google.cloud.pubsub_v1 as pubsub_v1
-
-    if name == "publisher":
-        return pubsub_v1.PublisherClient()
-    return pubsub_v1.SubscriberClient()
-
-
-def _close_quietly(client: Any) -> None:
-    for method in ("stop", "close"):
-        call = getattr(client, method, None)
-        if call is not None:
-            try:
-                call()
-            except Exception:  # closing is best effort; the process exits next
-                logger.debug("closing %r failed", client, exc_info=True)
-    transport = getattr(client, "_transport", None)
-    if transport is not None and hasattr(transport, "close"):
-        try:
-            transport.close()
-        except Exception:
-            logger.debug("closing the transport of %r failed", client, exc_info=True)
-
-
 def _base_environment() -> dict[str, str]:
     """This environment without JOBS_* (a developer's shell must not leak into the services)."""
     return {k: v for k, v in os.environ.items() if not k.startswith("JOBS_")}
@@ -407,12 +376,6 @@ def _read(path: Path) -> str:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
-
-
-def _now() -> Any:
-    from services.jobs.clock import SystemClock
-
-    return SystemClock().now()
 
 
 @contextmanager

@@ -19,10 +19,11 @@ from google.api_core import exceptions as gexc
 from services.cli.errors import BackendUnavailable
 from services.cli.output import Report, table
 from services.cli.session import Session
+from services.local.topology import Names
 
-DEFAULT_PREFIX = "deferred-jobs"  # infra's default namePrefix
-DEFAULT_TOPIC = f"{DEFAULT_PREFIX}-jobs"
-DEFAULT_DEAD_LETTER_SUBSCRIPTION = f"{DEFAULT_PREFIX}-dead-letter-pull"
+# infra's names for its default namePrefix (JOBS_TOPIC / JOBS_DEAD_LETTER_SUBSCRIPTION override).
+DEFAULT_TOPIC = Names.for_prefix().topic
+DEFAULT_DEAD_LETTER_SUBSCRIPTION = Names.for_prefix().dead_letter_subscription
 # Attributes Pub/Sub adds when it dead-letters a message; they are not the job's.
 DEAD_LETTER_ATTRIBUTE_PREFIX = "CloudPubSubDeadLetter"
 _PULL_BATCH = 100
@@ -163,6 +164,8 @@ def _pull(session: Session, subscriber: Any, path: str, limit: int) -> list[Dead
     except BaseException:
         _release(subscriber, path, list(letters.values()))
         raise
+    if letters:
+        progress.finish()
     return list(letters.values())
 
 

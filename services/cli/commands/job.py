@@ -13,7 +13,8 @@ from services.cli.timespec import parse_time
 from services.jobs.model import DEFAULT_MAX_ATTEMPTS, Job, NewJob, derive_job_id
 from services.jobs.state import State
 
-LIST_PAGE = 100
+PAGE = 50  # one page on screen
+ALL_PAGE = 500  # the store's largest page, for --all
 DEFAULT_ACTION = "media.delete_source"
 
 
@@ -70,7 +71,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     when.add_argument("--due-before", metavar="TIME", help="due_at before TIME")
     when.add_argument("--overdue", action="store_true", help="deferred and due now or earlier")
     when.add_argument("--claimed-before", metavar="TIME", help="claimed before TIME (-10m)")
-    p.add_argument("--limit", type=int, default=50, help="page size, 1-500 (default 50)")
+    p.add_argument(
+        "--limit", type=int, help=f"page size, 1-500 (default {PAGE}; {ALL_PAGE} with --all)"
+    )
     pages = p.add_mutually_exclusive_group()
     pages.add_argument("--cursor", help="continue from a previous page's next cursor")
     pages.add_argument("--all", action="store_true", help="follow every page (progress on stderr)")
@@ -139,16 +142,14 @@ def list_jobs(session: Session, args: argparse.Namespace) -> Report:
     }
     store = session.store()
     if not args.all:
-        page = store.list_jobs(**filters, limit=args.limit, cursor=args.cursor)
+        page = store.list_jobs(**filters, limit=args.limit or PAGE, cursor=args.cursor)
         jobs, next_cursor = list(page.jobs), page.next_cursor
     else:
         jobs, next_cursor = [], None
         progress = session.progress("listing jobs")
         cursor = None
         while True:
-            page = store.list_jobs(
-                **filters, limit=min(args.limit, 500) or LIST_PAGE, cursor=cursor
-            )
+            page = store.list_jobs(**filters, limit=args.limit or ALL_PAGE, cursor=cursor)
             jobs.extend(page.jobs)
             progress.advance(len(page.jobs))
             cursor = page.next_cursor

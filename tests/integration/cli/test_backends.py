@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from emulators.launcher import free_port
 from services.cli.errors import ExitCode
-from services.local.stack import free_port
 from tests.integration.cli.conftest import Jobsctl
 
 JOBSCTL = Path(sys.executable).with_name("jobsctl")
@@ -23,7 +23,7 @@ JOBSCTL = Path(sys.executable).with_name("jobsctl")
 def test_an_unreachable_firestore_emulator_is_exit_code_3(
     jobsctl: Jobsctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{free_port()}")
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{free_port('127.0.0.1')}")
     result = jobsctl("stats")
     assert result.code == ExitCode.UNAVAILABLE
     assert "Firestore emulator at 127.0.0.1:" in result.err and "not reachable" in result.err
@@ -32,7 +32,7 @@ def test_an_unreachable_firestore_emulator_is_exit_code_3(
 def test_an_unreachable_pubsub_emulator_is_exit_code_3(
     jobsctl: Jobsctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{free_port()}")
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{free_port('127.0.0.1')}")
     result = jobsctl("dead-letters", "list")
     assert result.code == ExitCode.UNAVAILABLE
     assert "Pub/Sub emulator" in result.err

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.local.stack import ChildDied, PortInUse, Supervisor, port_is_free
+from emulators.launcher import port_is_free
+from services.local.stack import ChildDied, PortInUse, Supervisor
 from services.local.system import Ports, check_ports
 
 # A child that starts a grandchild (as gunicorn starts its workers), prints its PID, and waits.
@@ -93,6 +94,6 @@ def test_a_port_in_use_is_named_with_its_flag() -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        assert not port_is_free(port)
+        assert not port_is_free("127.0.0.1", port)
         with pytest.raises(PortInUse, match=f"port {port} for scan .* --scan-port"):
             check_ports(Ports(**{**Ports.all_free().__dict__, "scan": port}))
