@@ -313,18 +313,22 @@ class Engine:
             return docs, read_us if read_us is not None else self.now_us(), new_id
 
     def run_query(
-        self, database: DatabaseKey, query: Query, consistency: Consistency
+        self,
+        database: DatabaseKey,
+        query: Query,
+        consistency: Consistency,
+        ordered: bool = True,
     ) -> tuple[Result, int, bytes | None]:
         """Run ``query``; in a read-write transaction, lock what it returns, re-running after
         any wait so the result reflects the latest committed state."""
         with self.cond, self._reading(database, consistency) as (txn, new_id, read_us):
             db = self.database(database)
             if txn is None or txn.read_only:
-                result = run(db, query, read_us)
+                result = run(db, query, read_us, ordered)
                 return result, read_us if read_us is not None else self.now_us(), new_id
             deadline = time.monotonic() + self.lock_timeout_s
             while True:
-                result = run(db, query, None)
+                result = run(db, query, None, ordered)
                 blocked = None
                 for stored in result.docs:
                     if not self._try_acquire(txn, (database, stored.name)):
@@ -333,7 +337,7 @@ class Engine:
                 if blocked is None:
                     break
                 self._wait_for(txn, blocked, deadline, take=False)
-            signature = [(s.name, s.update_us) for s in result.docs]
+            signature = sorted((s.name, s.update_us) for s in result.docs)
             txn.queries.append((query, signature))
             for stored in result.docs:
                 txn.reads.setdefault(stored.name, stored.update_us)
@@ -388,7 +392,7 @@ class Engine:
             if (current.update_us if current else 0) != seen:
                 raise Aborted(f"Document {name} changed since this transaction read it.")
         for query, signature in txn.queries:
-            now = [(s.name, s.update_us) for s in run(db, query, None).docs]
+            now = sorted((s.name, s.update_us) for s in run(db, query, None, False).docs)
             if now != signature:
                 raise Aborted("A query's result changed since this transaction ran it.")
 

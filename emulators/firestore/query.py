@@ -429,16 +429,27 @@ def _compare(a: list[SortKey], b: list[SortKey], desc: list[bool]) -> int:
     return 0
 
 
-def run(db: Database, query: Query, read_us: int | None = None) -> Result:
+def needs_order(query: Query) -> bool:
+    """Whether the result order matters (limit, offset or cursors); aggregations without them
+    can skip sorting."""
+    return (
+        query.limit is not None
+        or query.offset > 0
+        or query.start is not None
+        or query.end is not None
+    )
+
+
+def run(db: Database, query: Query, read_us: int | None = None, ordered: bool = True) -> Result:
     """Matching documents in query order, after cursors, offset and limit."""
     if read_us is None:
         walked = _ordered_walk(db, query)
         if walked is not None:
             return walked
-    return scan(db, query, read_us)
+    return scan(db, query, read_us, ordered)
 
 
-def scan(db: Database, query: Query, read_us: int | None = None) -> Result:
+def scan(db: Database, query: Query, read_us: int | None = None, ordered: bool = True) -> Result:
     """The general plan: narrow candidates by an index, filter, sort, then cursors and limit."""
     matches = query.filter.matches if query.filter is not None else None
     order_paths = [p for p, _ in query.orders]
@@ -449,7 +460,7 @@ def scan(db: Database, query: Query, read_us: int | None = None) -> Result:
         if any(stored.key(p) is None for p in order_paths):
             continue
         found.append(stored)
-    for path, desc in reversed(query.orders):
+    for path, desc in reversed(query.orders if ordered or needs_order(query) else []):
         found.sort(key=lambda s, p=path: s.key(p), reverse=desc)  # type: ignore[misc]
     desc_flags = [d for _, d in query.orders]
     if query.start is not None or query.end is not None:

@@ -308,7 +308,9 @@ class FirestoreService:
             raise InvalidArgument("At least one aggregation is required.")
         if len(aggregations) > 5:
             raise InvalidArgument("At most 5 aggregations per query.")
-        result, read_us, new_id = self.engine.run_query(database, query, _consistency(request))
+        result, read_us, new_id = self.engine.run_query(
+            database, query, _consistency(request), ordered=False
+        )
         fields: dict[str, Any] = {}
         entries = 0
         for i, spec in enumerate(aggregations, start=1):

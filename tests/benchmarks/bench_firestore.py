@@ -91,6 +91,13 @@ def query_latency(client: Any, collection: str, now: dt.datetime) -> tuple[float
     return first, statistics.median(runs), len(found)
 
 
+def count_latency(client: Any, collection: str) -> tuple[int, float]:
+    query = client.collection(collection).where(filter=FieldFilter("state", "==", "deferred"))
+    start = time.perf_counter()
+    value = int(query.count().get()[0][0].value)
+    return value, time.perf_counter() - start
+
+
 def main() -> None:
     with emulator_process() as address:
         os.environ["FIRESTORE_EMULATOR_HOST"] = address
@@ -144,6 +151,11 @@ def main() -> None:
         ):
             seconds = load(client, name, shape)
             first, median, count = query_latency(client, name, now)
+            counted, count_s = count_latency(client, name)
+            print(
+                f"count() of state==deferred over {TOTAL_DOCS:,} docs ({describe}): "
+                f"{counted:,} in {count_s * 1000:,.1f} ms"
+            )
             print(
                 f"query state==deferred and due_at<=now order by due_at limit 500 over "
                 f"{TOTAL_DOCS:,} docs ({describe}; loaded in {seconds:,.1f} s): "
