@@ -14,7 +14,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from emulators.launcher import DEFAULT_PROJECT, READY_LINE, free_port, port_is_free
+from emulators.oidc.server import CERTS_PATH, TOKEN_PATH
 from services.cli.backends import Backends
 from services.jobs.clock import SystemClock
 from services.jobs.store import FirestoreJobStore
@@ -229,42 +230,53 @@ class LocalSystem:
     def watch(self) -> int:
         """Trigger the scan on schedule; a line per run; return once done (or on Ctrl-C)."""
         attempts: queue.Queue[Attempt] = queue.Queue()
-        token_url = self.endpoints.exports["JOBS_OIDC_CERTS_URL"].replace(
-            "/oauth2/v1/certs", "/token"
-        )
-        scheduler = LocalScheduler(
-            url=self.endpoints.scan_url,
-            audience=self.endpoints.scan_url,
-            invoker_email=self.topology.scheduler_email,
-            interval_s=self.options.scan_every_s,
-            tokens=token_from_issuer_url(token_url),
-            on_attempt=attempts.put,
-        ).start()
-        deadline = time.monotonic() + self.options.timeout_s if self.options.timeout_s else None
-        announced = False
+        scheduler = self._scheduler(attempts.put).start()
+        timeout_s = self.options.timeout_s
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        done = not self.options.demo
         try:
             while True:
                 self.supervisor.check_alive()
                 with suppress(queue.Empty):
-                    self._report_attempt(attempts.get(timeout=_POLL_S))
-                if self.options.demo and not announced:
-                    status = demo_status(self.demo, self.store(), self.storage())
-                    if status.done:
-                        announced = True
-                        self._say(_done_line(status))
-                        if self.options.exit_when_done:
-                            return 0
-                        self._say("still running: Ctrl-C stops every process")
-                if deadline is not None and time.monotonic() > deadline:
-                    raise DemoTimeout(
-                        f"the demo's due jobs did not complete within {self.options.timeout_s:g} s;"
-                        f" logs in {self.options.log_dir}"
-                    )
+                    attempt = attempts.get(timeout=_POLL_S)
+                    self._report_attempt(attempt)
+                    if attempt.succeeded and self.options.exit_when_done and not self.options.demo:
+                        return 0  # nothing seeded: one good scan run is all there is to wait for
+                if not done:
+                    done = self._demo_done(deadline)
+                    if done and self.options.exit_when_done:
+                        return 0
         except KeyboardInterrupt:
             self._say("stopping…")
             return 0
         finally:
             scheduler.stop()
+
+    def _scheduler(self, on_attempt: Callable[[Attempt], None]) -> LocalScheduler:
+        certs_url = self.endpoints.exports["JOBS_OIDC_CERTS_URL"]
+        return LocalScheduler(
+            url=self.endpoints.scan_url,
+            audience=self.endpoints.scan_url,
+            invoker_email=self.topology.scheduler_email,
+            interval_s=self.options.scan_every_s,
+            tokens=token_from_issuer_url(certs_url.replace(CERTS_PATH, TOKEN_PATH)),
+            on_attempt=on_attempt,
+        )
+
+    def _demo_done(self, deadline: float | None) -> bool:
+        """Whether the demo is done (said once); DemoTimeout once `deadline` passed."""
+        status = demo_status(self.demo, self.store(), self.storage())
+        if status.done:
+            self._say(_done_line(status))
+            if not self.options.exit_when_done:
+                self._say("still running: Ctrl-C stops every process")
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            raise DemoTimeout(
+                f"the demo's due jobs did not complete within {self.options.timeout_s:g} s; "
+                f"logs in {self.options.log_dir}"
+            )
+        return False
 
     def _report_attempt(self, attempt: Attempt) -> None:
         counts = self.store().stats(self.clock.now(), timedelta(minutes=10)).per_state
