@@ -176,17 +176,21 @@ def envelope(delivery: PushDelivery) -> bytes:
     """The JSON body production POSTs to a wrapped push endpoint."""
     message: Any = delivery.message
     publish_time = message.publish_time.ToJsonString()
-    payload: dict[str, Any] = {
-        "message": {
-            "data": base64.b64encode(message.data).decode("ascii"),
-            "attributes": dict(message.attributes),
+    body: dict[str, Any] = {}
+    # Like production's proto3 JSON mapping, empty data and attributes are left out.
+    if message.data:
+        body["data"] = base64.b64encode(message.data).decode("ascii")
+    if message.attributes:
+        body["attributes"] = dict(message.attributes)
+    body.update(
+        {
             "messageId": message.message_id,
             "message_id": message.message_id,
             "publishTime": publish_time,
             "publish_time": publish_time,
-        },
-        "subscription": delivery.subscription,
-    }
+        }
+    )
+    payload: dict[str, Any] = {"message": body, "subscription": delivery.subscription}
     if message.ordering_key:
         payload["message"]["orderingKey"] = message.ordering_key
     if delivery.delivery_attempt is not None:

@@ -123,10 +123,13 @@ def test_push_without_oidc_token_sends_no_authorization_header(
 ) -> None:
     with RecordingEndpoint() as endpoint:
         push_subscription("no-auth", push_config={"push_endpoint": endpoint.url})
-        publisher_client.publish(topic, b"x").result(timeout=30)
+        publisher_client.publish(topic, b"", only="attributes").result(timeout=30)
         wait_until(lambda: endpoint.count() >= 1, what="a push request")
 
     assert "Authorization" not in endpoint.requests[0].headers
+    message = json.loads(endpoint.requests[0].body)["message"]
+    assert "data" not in message
+    assert message["attributes"] == {"only": "attributes"}
 
 
 def test_push_500s_are_retried_with_growing_gaps_then_dead_lettered(
