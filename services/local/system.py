@@ -354,7 +354,8 @@ class LocalSystem:
                 f"demo: bucket {self.demo.bucket}; {len(self.demo.due)} jobs due now, "
                 "1 due in 30 days, 1 cancelled"
             )
-        self._say(f"in another shell: source {self.options.log_dir / 'env'} && jobsctl stats")
+        jobsctl = Path(sys.executable).with_name("jobsctl")
+        self._say(f"in another shell: source {self.options.log_dir / 'env'} && {jobsctl} stats")
 
     def _say(self, line: str) -> None:
         self.out.write(line + "\n")

@@ -151,3 +151,26 @@ def test_json_errors_are_json_on_stdout_too(jobsctl: Jobsctl) -> None:
     result = jobsctl("show", "nope", "--json")
     assert result.code == ExitCode.REFUSED
     assert result.json() == {"error": "job 'nope' not found", "exit_code": 1}
+
+
+def test_cancel_of_a_running_job_records_a_request_for_the_worker(
+    jobsctl: Jobsctl, seed: Callable[..., str], store: FirestoreJobStore
+) -> None:
+    seed("j1", due=timedelta(minutes=-1))
+    [claimed] = store.claim_due(datetime.now(UTC), "run-1", 10)
+    store.start("j1", claimed.generation, timedelta(minutes=5), "worker-1")
+    result = jobsctl("cancel", "j1", "--reason", "stop it", "--json")
+    assert result.code == ExitCode.OK
+    job = store.get("j1")
+    assert job is not None and job.state == "running"
+    assert job.cancel_requested is not None and job.cancel_requested.reason == "stop it"
+    assert "cancel requested" in jobsctl("cancel", "j1", "--reason", "again").out
+
+
+def test_reschedule_of_an_unknown_job_is_refused_and_a_bad_time_is_usage(
+    jobsctl: Jobsctl, seed: Callable[..., str]
+) -> None:
+    seed("j1", due=timedelta(days=1))
+    assert jobsctl("reschedule", "nope", "--due", "+1d", "--reason", "x").code == ExitCode.REFUSED
+    bad = jobsctl("reschedule", "j1", "--due", "next week", "--reason", "x")
+    assert bad.code == ExitCode.USAGE
