@@ -233,3 +233,17 @@ def test_undecodable_request_bytes_are_invalid_argument_and_server_keeps_serving
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     response = _publish_raw(raw_publisher, topic, [types.PubsubMessage(data=b"still here")])
     assert len(response.message_ids) == 1
+
+
+def test_new_subscription_reports_production_defaults(
+    subscriber_client: pubsub_v1.SubscriberClient, pubsub_project: str, topic: str
+) -> None:
+    sub = f"projects/{pubsub_project}/subscriptions/defaults"
+    created = _create_sub(subscriber_client, {"name": sub, "topic": topic})
+
+    listed = list(subscriber_client.list_subscriptions(project=f"projects/{pubsub_project}"))
+
+    assert created.ack_deadline_seconds == 10
+    assert created.message_retention_duration.total_seconds() == 7 * 24 * 3600
+    assert created.state == pubsub_v1.types.Subscription.State.ACTIVE
+    assert [s.name for s in listed] == [sub]

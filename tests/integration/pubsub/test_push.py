@@ -297,3 +297,27 @@ def test_push_answered_after_the_ack_deadline_is_retried(
 
     ids = [json.loads(r.body)["message"]["messageId"] for r in endpoint.requests]
     assert ids[:2] == [message_id, message_id]
+
+
+def test_modify_push_config_switches_a_subscription_between_pull_and_push(
+    publisher_client: pubsub_v1.PublisherClient,
+    subscriber_client: pubsub_v1.SubscriberClient,
+    pubsub_project: str,
+    topic: str,
+) -> None:
+    sub = f"projects/{pubsub_project}/subscriptions/switching"
+    subscriber_client.create_subscription(name=sub, topic=topic)
+    first_id = publisher_client.publish(topic, b"first").result(timeout=30)
+    with RecordingEndpoint() as endpoint:
+        subscriber_client.modify_push_config(
+            subscription=sub, push_config={"push_endpoint": endpoint.url}
+        )
+        wait_until(lambda: endpoint.count() >= 1, what="the waiting message pushed")
+        subscriber_client.modify_push_config(subscription=sub, push_config={})
+    publisher_client.publish(topic, b"second").result(timeout=30)
+
+    (pulled,) = pull_some(subscriber_client, sub, 1)
+
+    assert json.loads(endpoint.requests[0].body)["message"]["messageId"] == first_id
+    assert pulled.message.data == b"second"
+    assert subscriber_client.get_subscription(subscription=sub).push_config.push_endpoint == ""
