@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TextIO
 
 from google.api_core import exceptions as gexc
 
@@ -19,6 +19,7 @@ from services.cli.planner import PlanError
 from services.cli.timespec import TimeSpecError
 from services.jobs import errors as jobs_errors
 from services.jobs.clock import Clock, SystemClock
+from services.jobs.store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class Session:
     database_flag: str | None = None
     clock: Clock = field(default_factory=SystemClock)
     backends: Backends = field(init=False)
-    _store: Any = field(default=None, init=False, repr=False)
+    _store: FirestoreJobStore | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.backends = Backends(self.project_flag, self.environ, self.database_flag)
@@ -56,11 +57,9 @@ class Session:
     def now(self) -> datetime:
         return self.clock.now()
 
-    def store(self) -> Any:
+    def store(self) -> FirestoreJobStore:
         """The jobs store over the configured Firestore."""
         if self._store is None:
-            from services.jobs.store import FirestoreJobStore
-
             self._store = FirestoreJobStore(self.backends.firestore(), clock=self.clock)
         return self._store
 
