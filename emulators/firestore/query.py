@@ -57,6 +57,7 @@ class Filter:
     matches: Matcher
     terms: list[Term] = field(default_factory=list)  # indexable conjuncts (AND only)
     inequality_paths: list[FieldPath] = field(default_factory=list)
+    exact: bool = False  # one equality/in term: its index answers it without re-checking
 
 
 @dataclass
@@ -243,7 +244,8 @@ def _compile_field(pb: Any, database: DatabaseKey) -> Filter:
     keys = _operand_keys(pb, path, database)
     key = keys[0]
     if op == _FieldOp.EQUAL:
-        return Filter(lambda d: d.key(path) == key, [Term(op, path, keys)])
+        exact = path != NAME_PATH
+        return Filter(lambda d: d.key(path) == key, [Term(op, path, keys)], exact=exact)
     if op == _FieldOp.NOT_EQUAL:
         return Filter(lambda d: d.key(path) not in (None, _NULL_KEY, key), [], [path])
     if op in _RANGE_OPS:
@@ -257,7 +259,8 @@ def _compile_field(pb: Any, database: DatabaseKey) -> Filter:
         return Filter(in_range, [Term(op, path, keys)], [path])
     if op == _FieldOp.IN:
         wanted = set(keys)
-        return Filter(lambda d: d.key(path) in wanted, [Term(op, path, keys)])
+        exact = path != NAME_PATH
+        return Filter(lambda d: d.key(path) in wanted, [Term(op, path, keys)], exact=exact)
     if op == _FieldOp.NOT_IN:
         excluded = set(keys)
         if _NULL_KEY in excluded:
@@ -452,12 +455,16 @@ def run(db: Database, query: Query, read_us: int | None = None, ordered: bool = 
 def scan(db: Database, query: Query, read_us: int | None = None, ordered: bool = True) -> Result:
     """The general plan: narrow candidates by an index, filter, sort, then cursors and limit."""
     matches = query.filter.matches if query.filter is not None else None
+    if query.filter is not None and query.filter.exact and read_us is None and query.collection_id:
+        matches = None  # the candidates came from this very equality index
     order_paths = [p for p, _ in query.orders]
+    # __name__ is always present; only other ordered fields can be missing.
+    field_orders = [p for p in order_paths if p != NAME_PATH]
     found = []
     for stored in candidates(db, query, read_us):
         if matches is not None and not matches(stored):
             continue
-        if any(stored.key(p) is None for p in order_paths):
+        if field_orders and any(stored.key(p) is None for p in field_orders):
             continue
         found.append(stored)
     for path, desc in reversed(query.orders if ordered or needs_order(query) else []):
