@@ -63,7 +63,9 @@ class ScanStore(Protocol):
         self, now: datetime, claim_timeout: timedelta, limit: int, run_id: str
     ) -> Sequence[Any]: ...
 
-    def claim_due(self, now: datetime, run_id: str, limit: int) -> Sequence[ClaimedJob]: ...
+    def claim_due(
+        self, now: datetime, run_id: str, limit: int, *, page_size: int
+    ) -> Sequence[ClaimedJob]: ...
 
     def mark_enqueued(self, job_id: str, generation: int, message_id: str, at: datetime) -> Any: ...
 
@@ -101,7 +103,7 @@ class ScanLimits:
     interval_s: float = 60.0
     claim_timeout_s: float = 600.0
     reclaim_limit: int = 500
-    mark_workers: int = 8
+    mark_workers: int = 16
 
 
 class Scanner:
@@ -214,7 +216,8 @@ class Scanner:
                 return "time"
             want = min(self._limits.page_size, remaining)
             try:
-                claims = list(self._store.claim_due(now, run_id, want))
+                # One claim transaction per page: JOBS_SCAN_PAGE_SIZE sets its size.
+                claims = list(self._store.claim_due(now, run_id, want, page_size=want))
             except errors.StoreUnavailable as exc:
                 raise StoreUnreachable(f"cannot claim due jobs: {exc}") from exc
             except errors.LostRace as exc:

@@ -48,8 +48,11 @@ class FakeStore:
         self.due.extend(taken)
         return [Reclaimed(i, State.CLAIMED, State.DEFERRED, 1) for i in taken]
 
-    def claim_due(self, now: datetime, run_id: str, limit: int) -> Sequence[ClaimedJob]:
+    def claim_due(
+        self, now: datetime, run_id: str, limit: int, *, page_size: int = 100
+    ) -> Sequence[ClaimedJob]:
         self._check("claim_due")
+        assert page_size == limit  # the scanner claims each of its pages in one transaction
         self.claim_calls.append(limit)
         if self.on_claim:
             self.on_claim()
