@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
@@ -30,7 +31,8 @@ class AdminServer:
 
     def __init__(self, host: str, port: int, target: AdminTarget) -> None:
         handler = type("_BoundAdminHandler", (_AdminHandler,), {"target": target})
-        self._server = ThreadingHTTPServer((host, port), handler)
+        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
+        self._server = server_class((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="pubsub-admin", daemon=True
@@ -47,6 +49,10 @@ class AdminServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
 
 
 class _AdminHandler(BaseHTTPRequestHandler):

@@ -108,6 +108,7 @@ class Broker:
         self._timer_seq = itertools.count()
         self._message_ids = itertools.count(1)
         self._owners: Counter[object] = Counter()
+        self._owner_bytes: Counter[object] = Counter()
         self._push_total = 0
         self._closed = False
         self.stats = Stats()
@@ -137,6 +138,7 @@ class Broker:
             self._subs.clear()
             self._timers.clear()
             self._owners.clear()
+            self._owner_bytes.clear()
             self.stats = Stats()
             self._ready_cv.notify_all()
 
@@ -309,8 +311,13 @@ class Broker:
         max_outstanding: int,
         wait_s: float,
         is_done: Callable[[], bool],
+        max_outstanding_bytes: int = 0,
     ) -> list[Any] | None:
-        """Messages for one StreamingPull; [] after `wait_s` idle, None once the stream is over."""
+        """Messages for one StreamingPull; [] after `wait_s` idle, None once the stream is over.
+
+        Like production, the stream's flow control (`max_outstanding_messages` / `_bytes` of its
+        first request) bounds how much it holds unacknowledged.
+        """
         end = self._clock() + wait_s
         with self._lock:
             while True:
@@ -320,6 +327,8 @@ class Broker:
                 room = limits.MAX_PUBLISH_MESSAGES
                 if max_outstanding > 0:
                     room = min(room, max_outstanding - self._owners[owner])
+                if max_outstanding_bytes > 0 and self._owner_bytes[owner] >= max_outstanding_bytes:
+                    room = 0
                 if room > 0:
                     got = self._lease_ready(state, room, deadline_s, owner)
                     if got:
@@ -337,6 +346,7 @@ class Broker:
                     if entry.owner is owner:
                         entry.owner = None
             self._owners.pop(owner, None)
+            self._owner_bytes.pop(owner, None)
 
     def acknowledge(self, name: str, ack_ids: Iterable[str]) -> None:
         names.subscription(name)
@@ -518,6 +528,7 @@ class Broker:
         if owner is not None:
             entry.owner = owner
             self._owners[owner] += 1
+            self._owner_bytes[owner] += entry.message.ByteSize()
         self._add_timer(due, state.name, message_id, entry.generation)
         self.stats.delivered += 1
         if entry.attempts > 1:
@@ -555,6 +566,7 @@ class Broker:
     def _end_lease(self, entry: _Entry) -> None:
         if entry.owner is not None:
             self._owners[entry.owner] -= 1
+            self._owner_bytes[entry.owner] -= entry.message.ByteSize()
             entry.owner = None
 
     def _fail(self, state: _Subscription, entry: _Entry, now: float) -> None:

@@ -23,9 +23,10 @@ STREAM_IDLE_S = 1.0
 class _Stream:
     """One StreamingPull: its ack deadline, flow control, and whether it is over."""
 
-    def __init__(self, deadline_s: int, max_outstanding: int) -> None:
+    def __init__(self, deadline_s: int, max_outstanding: int, max_bytes: int) -> None:
         self.deadline_s = deadline_s
         self.max_outstanding = max_outstanding
+        self.max_bytes = max_bytes
         self.error: PubsubEmulatorError | None = None
         self._done = threading.Event()
 
@@ -154,7 +155,11 @@ class SubscriberService:
         names.subscription(name)
         limits.check_ack_deadline(first.stream_ack_deadline_seconds)
         self._broker.get_subscription(name)
-        stream = _Stream(first.stream_ack_deadline_seconds, first.max_outstanding_messages)
+        stream = _Stream(
+            first.stream_ack_deadline_seconds,
+            first.max_outstanding_messages,
+            first.max_outstanding_bytes,
+        )
         self._apply(name, first, stream)
 
         def on_done() -> None:
@@ -178,6 +183,7 @@ class SubscriberService:
                     stream.max_outstanding,
                     STREAM_IDLE_S,
                     stream.is_done,
+                    stream.max_bytes,
                 )
                 if stream.error is not None:
                     raise stream.error

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections import Counter
+from collections.abc import Iterator
 
 from google.cloud import pubsub_v1
 from google.protobuf import duration_pb2
@@ -265,3 +267,38 @@ def test_large_messages_are_delivered_whole(
     received = pull_some(subscriber_client, sub, 3)
 
     assert sorted(m.message.data for m in received) == payloads
+
+
+def test_streaming_pull_holds_back_beyond_the_streams_outstanding_limit(
+    publisher_client: pubsub_v1.PublisherClient,
+    subscriber_client: pubsub_v1.SubscriberClient,
+    pubsub_project: str,
+    topic: str,
+) -> None:
+    sub = _subscribe(subscriber_client, pubsub_project, topic, "raw-stream")
+    for i in range(5):
+        publisher_client.publish(topic, f"m{i}".encode()).result(timeout=30)
+    outgoing: queue.Queue[pubsub_v1.types.StreamingPullRequest | None] = queue.Queue()
+    outgoing.put(
+        pubsub_v1.types.StreamingPullRequest(
+            subscription=sub, stream_ack_deadline_seconds=60, max_outstanding_messages=2
+        )
+    )
+
+    def requests() -> Iterator[pubsub_v1.types.StreamingPullRequest]:
+        while (request := outgoing.get()) is not None:
+            yield request
+
+    # The generated method: one raw bidi stream, no client-side flow control or leasing.
+    responses = subscriber_client.api.streaming_pull(requests=requests())
+    try:
+        first = list(next(responses).received_messages)
+        outgoing.put(pubsub_v1.types.StreamingPullRequest(ack_ids=[m.ack_id for m in first]))
+        second = list(next(responses).received_messages)
+    finally:
+        outgoing.put(None)
+        responses.cancel()
+
+    assert len(first) == 2
+    assert len(second) == 2
+    assert not {m.message.message_id for m in first} & {m.message.message_id for m in second}
