@@ -85,6 +85,7 @@ class Endpoints:
     scan_url: str = ""
     worker_url: str = ""
     pids: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def check_ports(ports: Ports) -> None:
@@ -143,6 +144,7 @@ class LocalSystem:
             backends.publisher(),
             backends.subscriber(),
             PushPolicy(),
+            lenient=self.options.official,
         )
         if self.options.demo:
             seed_demo(self.demo, self.store(), self.storage(), self.clock.now())
@@ -166,7 +168,9 @@ class LocalSystem:
             timeout_s=_EMULATOR_START_S[options.official],
             what="its emulators ready",
         )
-        self.endpoints.exports = _parse_exports(env_file.read_text())
+        text = env_file.read_text()
+        self.endpoints.exports = _parse_exports(text)
+        self.endpoints.notes = [line[1:].strip() for line in text.splitlines() if line[:1] == "#"]
         self.endpoints.pids["emulators"] = child.pid
         # This process's own clients (topology, demo, progress) talk to the same emulators.
         os.environ.update(self.endpoints.exports)
@@ -345,6 +349,8 @@ class LocalSystem:
         self._say(f"scan    {e.scan_url}  (pid {e.pids['scan']})")
         self._say(f"worker  {e.worker_url}  (pid {e.pids['worker']})")
         self._say(f"emulators (pid {e.pids['emulators']}); logs in {self.options.log_dir}")
+        for note in e.notes:
+            self._say(f"emulators: {note}")
         self._say(
             f"scheduler: POST {e.scan_url} every {self.options.scan_every_s:g} s as "
             f"{self.topology.scheduler_email}"

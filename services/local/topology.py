@@ -100,10 +100,13 @@ def create_topology(
     publisher: Any,
     subscriber: Any,
     policy: PushPolicy | None = None,
+    *,
+    lenient: bool = False,
 ) -> None:
     """Create both topics, the dead-letter pull subscription and the push subscription.
 
     Already existing resources are kept (a re-run against long-lived emulators is fine).
+    `lenient` (Google's emulator) drops the retry and dead-letter policies if refused.
     """
     policy = policy or PushPolicy()
     _ignore_exists(publisher.create_topic, name=topology.topic)
@@ -117,31 +120,40 @@ def create_topology(
             "message_retention_duration": _duration(MAX_RETENTION_S),
         },
     )
-    _ignore_exists(
-        subscriber.create_subscription,
-        request={
-            "name": topology.push_subscription,
-            "topic": topology.topic,
-            # For push, the ack deadline is also the HTTP timeout of each delivery.
-            "ack_deadline_seconds": policy.ack_deadline_s,
-            "message_retention_duration": _duration(MAX_RETENTION_S),
-            "push_config": {
-                "push_endpoint": worker_url,
-                "oidc_token": {
-                    "service_account_email": topology.pusher_email,
-                    "audience": worker_url,
-                },
-            },
-            "retry_policy": {
-                "minimum_backoff": _duration(policy.min_backoff_s),
-                "maximum_backoff": _duration(policy.max_backoff_s),
-            },
-            "dead_letter_policy": {
-                "dead_letter_topic": topology.dead_letter_topic,
-                "max_delivery_attempts": policy.dead_letter_attempts,
+    push = {
+        "name": topology.push_subscription,
+        "topic": topology.topic,
+        # For push, the ack deadline is also the HTTP timeout of each delivery.
+        "ack_deadline_seconds": policy.ack_deadline_s,
+        "message_retention_duration": _duration(MAX_RETENTION_S),
+        "push_config": {
+            "push_endpoint": worker_url,
+            "oidc_token": {
+                "service_account_email": topology.pusher_email,
+                "audience": worker_url,
             },
         },
-    )
+        "retry_policy": {
+            "minimum_backoff": _duration(policy.min_backoff_s),
+            "maximum_backoff": _duration(policy.max_backoff_s),
+        },
+        "dead_letter_policy": {
+            "dead_letter_topic": topology.dead_letter_topic,
+            "max_delivery_attempts": policy.dead_letter_attempts,
+        },
+    }
+    try:
+        _ignore_exists(subscriber.create_subscription, request=push)
+    except (gexc.InvalidArgument, gexc.MethodNotImplemented):
+        if not lenient:
+            raise
+        # Google's emulator does not document retry and dead-letter policies; run without them
+        # rather than not at all, and say so.
+        logger.warning("the emulator refused the retry/dead-letter policies; push without them")
+        _ignore_exists(
+            subscriber.create_subscription,
+            request={k: v for k, v in push.items() if not k.endswith("_policy")},
+        )
 
 
 def _duration(seconds: int) -> duration_pb2.Duration:

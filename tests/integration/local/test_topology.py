@@ -5,6 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from google.api_core.exceptions import InvalidArgument
+
 from infra.names import Names as InfraNames
 from services.local.topology import Names, PushPolicy, Topology, create_topology
 
@@ -50,3 +53,38 @@ def test_push_subscription_carries_oidc_for_the_worker_and_dead_letters_to_a_pul
     pulled = subscriber_client.get_subscription(subscription=topology.dead_letter_subscription)
     assert pulled.topic == topology.dead_letter_topic
     assert not pulled.push_config.push_endpoint
+
+
+def _refuse_the_push_subscription(pubsub_emulator: Any) -> None:
+    # CreateSubscription runs twice: the dead-letter pull subscription passes (a tiny delay),
+    # the push subscription with its policies is refused, as Google's emulator might.
+    pubsub_emulator.inject_fault("CreateSubscription", delay_s=0.001)
+    pubsub_emulator.inject_fault("CreateSubscription", status="INVALID_ARGUMENT")
+
+
+def test_lenient_mode_drops_refused_policies_but_keeps_oidc_push(
+    pubsub_emulator: Any, pubsub_project: str, publisher_client: Any, subscriber_client: Any
+) -> None:
+    topology = Topology(pubsub_project, Names.for_prefix())
+    _refuse_the_push_subscription(pubsub_emulator)
+    try:
+        create_topology(
+            topology, "http://127.0.0.1:9/", publisher_client, subscriber_client, lenient=True
+        )
+    finally:
+        pubsub_emulator.clear_faults()
+    push = subscriber_client.get_subscription(subscription=topology.push_subscription)
+    assert push.push_config.oidc_token.audience == "http://127.0.0.1:9/"
+    assert not push.dead_letter_policy.dead_letter_topic
+
+
+def test_strict_mode_reports_a_refused_push_subscription(
+    pubsub_emulator: Any, pubsub_project: str, publisher_client: Any, subscriber_client: Any
+) -> None:
+    topology = Topology(pubsub_project, Names.for_prefix())
+    _refuse_the_push_subscription(pubsub_emulator)
+    try:
+        with pytest.raises(InvalidArgument):
+            create_topology(topology, "http://127.0.0.1:9/", publisher_client, subscriber_client)
+    finally:
+        pubsub_emulator.clear_faults()
