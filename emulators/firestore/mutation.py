@@ -86,16 +86,15 @@ def apply(write: Any, name: str, current: Stored | None, commit_us: int) -> Outc
         return Outcome(name, None, current is not None, WriteResult(), True)
     transforms: list[Any]
     if op == "transform":
-        fields = Document()
+        doc = Document()
         if current is not None:
-            fields.fields.MergeFrom(current.doc.fields)
+            doc.fields.MergeFrom(current.doc.fields)
         transforms = list(write.transform.field_transforms)
     else:
-        fields = _updated_fields(write, current)
+        doc = _updated_fields(write, current)
         transforms = list(write.update_transforms)
-    results = [_transform(fields.fields, t, commit_us) for t in transforms]
-    doc = Document(name=name)
-    doc.fields.MergeFrom(fields.fields)
+    doc.name = name
+    results = [_transform(doc.fields, t, commit_us) for t in transforms]
     if doc.ByteSize() > MAX_DOCUMENT_BYTES:
         raise InvalidArgument("Document exceeds the maximum size of 1 MiB.")
     changed = current is None or current.doc.fields != doc.fields

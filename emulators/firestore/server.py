@@ -19,7 +19,7 @@ from emulators.firestore.service import FirestoreService
 logger = logging.getLogger(__name__)
 
 _MAX_MESSAGE = 64 * 1024 * 1024
-_WORKERS = 64
+_WORKERS = 128
 
 
 class PortInUse(EmulatorError):

@@ -266,3 +266,26 @@ def test_query_billing_counts_returned_documents_with_a_minimum_of_one(
     assert stats["document_reads"] == 1
     assert stats["index_entries_counted"] == 11
     assert stats["calls"] == {"RunAggregationQuery": 1}
+
+
+def test_documents_skipped_by_an_offset_are_billed(numbers: Any, firestore_stats: Any) -> None:
+    firestore_stats.reset()
+    assert ids(numbers.order_by("i").offset(4).limit(2)) == ["n4", "n5"]
+    assert firestore_stats.get()["document_reads"] == 6
+
+
+def test_reads_inside_a_transaction_are_billed_like_reads_outside(
+    numbers: Any, firestore_stats: Any
+) -> None:
+    client = numbers._client
+    firestore_stats.reset()
+
+    @firestore.transactional
+    def read_three(transaction: Any) -> list[str]:
+        query = numbers.where(filter=FieldFilter("i", "<", 3))
+        return [d.id for d in query.stream(transaction=transaction)]
+
+    assert read_three(client.transaction()) == ["n0", "n1", "n2"]
+    stats = firestore_stats.get()
+    assert stats["document_reads"] == 3
+    assert stats["calls"] == {"BeginTransaction": 1, "Commit": 1, "RunQuery": 1}
