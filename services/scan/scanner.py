@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from services.jobs import errors
 from services.jobs.clock import Clock
 from services.jobs.control import Control
-from services.jobs.metrics import MetricsSink, NullSink
+from services.jobs.metrics import LOG_EVENT, MetricsSink, NullSink
 from services.jobs.model import ClaimedJob, ErrorInfo, Stats
 from services.jobs.publisher import PublishError
 from services.jobs.runs import RunLogError, ScanRun
@@ -33,6 +33,9 @@ from services.scan.budget import EnqueueBudget, TimeBudget, enqueue_budget
 from services.scan.summary import Backlog, RunTally, StopReason, log_fields, scan_report
 
 logger = logging.getLogger(__name__)
+
+# The event of the ERROR line of a run that Firestore stopped (not counted as a scan run).
+EVENT_SCAN_FAILED = "scan_failed"
 
 # Pub/Sub error messages can be long; the job record keeps a readable prefix.
 _MAX_ERROR_CHARS = 500
@@ -149,13 +152,6 @@ class Scanner:
         budget = self.budget_for(control)
         claim_timeout = self.claim_timeout_for(control)
 
-        if control.paused:
-            stopped: StopReason = "paused"
-        elif dry_run:
-            stopped = "dry_run"
-        else:
-            stopped = self._work(run_id, started_at, budget, claim_timeout, tally)
-
         def finish(backlog: Backlog, reason: StopReason) -> ScanRun:
             return tally.finish(
                 run_id=run_id,
@@ -169,10 +165,23 @@ class Scanner:
             )
 
         try:
+            if control.paused:
+                stopped: StopReason = "paused"
+            elif dry_run:
+                stopped = "dry_run"
+            else:
+                stopped = self._work(run_id, started_at, budget, claim_timeout, tally)
             backlog = self._measure(claim_timeout)
-        except errors.StoreUnavailable as exc:
-            run = finish(Backlog(), "unavailable")
-            raise StoreUnreachable(f"cannot measure the backlog: {exc}", run) from exc
+        except StoreUnreachable as exc:
+            # What the run did before Firestore went away (its published messages are real)
+            # goes in the 503 body and an ERROR line. No gauges: the backlog is unknown, and
+            # zeros would hide the overdue alert. No `scan_run` event: this run did not finish.
+            exc.run = finish(Backlog(), "unavailable")
+            logger.error(
+                "scan run stopped: Firestore unavailable",
+                extra={"fields": {**log_fields(exc.run), LOG_EVENT: EVENT_SCAN_FAILED}},
+            )
+            raise
         run = finish(backlog, stopped)
         self._report(run)
         if run.publish_failed and not run.published:
@@ -330,7 +339,10 @@ class Scanner:
     # --- signals ---------------------------------------------------------------------------
 
     def _measure(self, claim_timeout: timedelta) -> Backlog:
-        stats = self._store.stats(self._clock.now(), claim_timeout)
+        try:
+            stats = self._store.stats(self._clock.now(), claim_timeout)
+        except errors.StoreUnavailable as exc:
+            raise StoreUnreachable(f"cannot measure the backlog: {exc}") from exc
         return Backlog(
             due_count=stats.due_count,
             oldest_overdue_age_s=stats.oldest_overdue_age_s or 0.0,

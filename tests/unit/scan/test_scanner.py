@@ -6,10 +6,17 @@ from datetime import timedelta
 
 import pytest
 
+from services.jobs import errors
 from services.jobs.clock import FakeClock
 from services.jobs.control import Control
 from services.jobs.metrics import InMemorySink
-from services.scan.scanner import QueueUnreachable, ScanLimits, Scanner, StoreUnreachable
+from services.scan.scanner import (
+    EVENT_SCAN_FAILED,
+    QueueUnreachable,
+    ScanLimits,
+    Scanner,
+    StoreUnreachable,
+)
 from tests.unit.scan.fakes import T0, Crash, CrashingPublisher, FakePublisher, FakeStore
 
 LIMITS = ScanLimits(
@@ -138,6 +145,31 @@ def test_an_unreachable_store_stops_the_run(operation: str) -> None:
     store = FakeStore(due=ids(5), unavailable={operation})
     with pytest.raises(StoreUnreachable, match="firestore down"):
         make(store)[0].run()
+
+
+def test_firestore_lost_mid_run_reports_what_was_done_without_gauges(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = FakeStore(due=ids(30))
+    calls: list[int] = []
+
+    def second_page_fails() -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise errors.StoreUnavailable("firestore down")
+
+    store.on_claim = second_page_fails
+    scanner, publisher, sink = make(store)
+    with pytest.raises(StoreUnreachable) as raised:
+        scanner.run()
+    run = raised.value.run
+    assert run is not None
+    assert (run.claimed, run.published, run.stopped_because) == (10, 10, "unavailable")
+    assert len(publisher.sent) == 10 and len(store.enqueued) == 10
+    assert sink.reports == []  # an unknown backlog is not reported as zero
+    (line,) = [r for r in caplog.records if getattr(r, "fields", {}).get("event")]
+    assert line.fields["event"] == EVENT_SCAN_FAILED  # type: ignore[attr-defined]
+    assert line.levelname == "ERROR"
 
 
 def test_a_crash_after_claiming_leaves_the_claims_for_the_reclaimer() -> None:
