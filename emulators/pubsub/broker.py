@@ -54,6 +54,9 @@ class _Entry:
 @dataclass(eq=False)
 class _Subscription:
     config: Any
+    # Unique per created subscription: ack IDs carry it, so an ack ID is worthless on another
+    # subscription or on a deleted-and-recreated one of the same name.
+    serial: int
     entries: dict[str, _Entry] = field(default_factory=dict)
     ready: deque[str] = field(default_factory=deque)
     push_in_flight: int = 0
@@ -80,17 +83,17 @@ class PushDelivery:
     _state: _Subscription
 
 
-def _ack_id(message_id: str, generation: int) -> str:
-    return f"{message_id}-{generation}"
+def _ack_id(serial: int, message_id: str, generation: int) -> str:
+    return f"{serial}-{message_id}-{generation}"
 
 
-def _parse_ack_id(ack_id: str) -> tuple[str, int]:
-    message_id, _, generation = ack_id.rpartition("-")
-    if not message_id or not generation.isdigit():
+def _parse_ack_id(ack_id: str) -> tuple[int, str, int]:
+    parts = ack_id.split("-")
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):
         raise InvalidArgument(
             f"You have passed an invalid ack ID to the service (ack_id={ack_id})."
         )
-    return message_id, int(generation)
+    return int(parts[0]), parts[1], int(parts[2])
 
 
 class Broker:
@@ -107,6 +110,7 @@ class Broker:
         self._timers: list[tuple[float, int, str, str, int]] = []
         self._timer_seq = itertools.count()
         self._message_ids = itertools.count(1)
+        self._sub_serials = itertools.count(1)
         self._owners: Counter[object] = Counter()
         self._owner_bytes: Counter[object] = Counter()
         self._push_total = 0
@@ -217,7 +221,7 @@ class Broker:
                 raise AlreadyExists("Subscription already exists")
             self._require_topic(config.topic)
             self._normalize(config)
-            self._subs[config.name] = _Subscription(config)
+            self._subs[config.name] = _Subscription(config, next(self._sub_serials))
             self._topic_subs[config.topic].add(config.name)
             return config
 
@@ -353,7 +357,9 @@ class Broker:
         parsed = [_parse_ack_id(a) for a in ack_ids]
         with self._lock:
             state = self._require_sub(name)
-            for message_id, _generation in parsed:
+            for serial, message_id, _generation in parsed:
+                if serial != state.serial:
+                    continue
                 # Best effort, like production: a late ack of an expired lease still removes it.
                 entry = state.entries.pop(message_id, None)
                 if entry is not None:
@@ -368,8 +374,8 @@ class Broker:
         with self._lock:
             state = self._require_sub(name)
             now = self._clock()
-            for message_id, generation in parsed:
-                entry = state.entries.get(message_id)
+            for serial, message_id, generation in parsed:
+                entry = state.entries.get(message_id) if serial == state.serial else None
                 if entry is None or entry.generation != generation:
                     continue
                 if entry.state is not _State.LEASED:
@@ -404,7 +410,7 @@ class Broker:
             self._push_total -= 1
             state = self._subs.get(delivery.subscription)
             if state is delivery._state:
-                message_id, generation = _parse_ack_id(delivery.ack_id)
+                _serial, message_id, generation = _parse_ack_id(delivery.ack_id)
                 entry = state.entries.get(message_id)
                 if entry is not None and entry.generation == generation:
                     if acked:
@@ -534,7 +540,7 @@ class Broker:
         if entry.attempts > 1:
             self.stats.redelivered += 1
         received = protos.ReceivedMessage()
-        received.ack_id = _ack_id(message_id, entry.generation)
+        received.ack_id = _ack_id(state.serial, message_id, entry.generation)
         received.message.CopyFrom(entry.message)
         return received
 

@@ -302,3 +302,21 @@ def test_streaming_pull_holds_back_beyond_the_streams_outstanding_limit(
     assert len(first) == 2
     assert len(second) == 2
     assert not {m.message.message_id for m in first} & {m.message.message_id for m in second}
+
+
+def test_ack_id_of_one_subscription_does_not_ack_another(
+    publisher_client: pubsub_v1.PublisherClient,
+    subscriber_client: pubsub_v1.SubscriberClient,
+    pubsub_project: str,
+    topic: str,
+) -> None:
+    first = _subscribe(subscriber_client, pubsub_project, topic, "first")
+    second = _subscribe(subscriber_client, pubsub_project, topic, "second")
+    message_id = publisher_client.publish(topic, b"fan-out").result(timeout=30)
+    (from_first,) = pull_some(subscriber_client, first, 1, ack=False)
+
+    subscriber_client.acknowledge(subscription=second, ack_ids=[from_first.ack_id])
+    subscriber_client.acknowledge(subscription=first, ack_ids=[from_first.ack_id])
+    (from_second,) = pull_some(subscriber_client, second, 1)
+
+    assert from_second.message.message_id == message_id

@@ -145,7 +145,7 @@ def test_bad_ack_requests_are_invalid_argument(
         subscriber_client.acknowledge(subscription=sub, ack_ids=["not-an-ack-id"], retry=NO_RETRY)
     with pytest.raises(exceptions.InvalidArgument):
         subscriber_client.modify_ack_deadline(
-            subscription=sub, ack_ids=["1-1"], ack_deadline_seconds=601, retry=NO_RETRY
+            subscription=sub, ack_ids=["1-1-1"], ack_deadline_seconds=601, retry=NO_RETRY
         )
     with pytest.raises(exceptions.InvalidArgument):
         subscriber_client.pull(subscription=sub, max_messages=0, retry=NO_RETRY)

@@ -147,7 +147,7 @@ def test_push_500s_are_retried_with_growing_gaps_then_dead_lettered(
         push_subscription(
             "failing-worker",
             push_config={"push_endpoint": endpoint.url},
-            retry_policy={"minimum_backoff": _ms(100), "maximum_backoff": _ms(2000)},
+            retry_policy={"minimum_backoff": _ms(200), "maximum_backoff": _ms(5000)},
             dead_letter_policy={"dead_letter_topic": dead_topic, "max_delivery_attempts": 5},
         )
         publisher_client.publish(topic, b"doomed").result(timeout=30)
@@ -159,7 +159,7 @@ def test_push_500s_are_retried_with_growing_gaps_then_dead_lettered(
     bodies = [json.loads(r.body) for r in endpoint.requests]
     assert attempts_seen == 5
     assert [b["deliveryAttempt"] for b in bodies] == [1, 2, 3, 4, 5]
-    # Backoff doubles from 100 ms: each gap is longer than the one before.
+    # Backoff doubles from 200 ms (0.2, 0.4, 0.8, 1.6 s): each gap is longer than the last.
     assert all(later > earlier for earlier, later in itertools.pairwise(gaps)), gaps
     assert dead.message.data == b"doomed"
     assert dead.message.attributes["CloudPubSubDeadLetterSourceDeliveryCount"] == "5"
