@@ -48,7 +48,8 @@ def push_subscription(
 
 
 def _ms(value: int) -> duration_pb2.Duration:
-    return duration_pb2.Duration(nanos=value * 1_000_000)
+    seconds, millis = divmod(value, 1000)
+    return duration_pb2.Duration(seconds=seconds, nanos=millis * 1_000_000)
 
 
 def test_push_posts_production_envelope_with_oidc_token_for_the_audience(
