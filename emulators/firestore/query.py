@@ -10,7 +10,7 @@ from google.cloud.firestore_v1.types import query as query_types
 
 from emulators.firestore.database import Database, Stored
 from emulators.firestore.errors import InvalidArgument, Unimplemented
-from emulators.firestore.names import DatabaseKey, documents_root, parse_document, parse_parent
+from emulators.firestore.names import DatabaseKey, documents_root, parse_parent
 from emulators.firestore.values import (
     NAME_PATH,
     FieldPath,
@@ -494,8 +494,3 @@ def _within_cursors(
         if c > 0 or (c == 0 and not inclusive):
             return False
     return True
-
-
-def parse_reference_name(name: str) -> str:
-    """Validate a document reference used inside a query (raises INVALID_ARGUMENT)."""
-    return parse_document(name).full

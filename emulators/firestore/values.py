@@ -30,33 +30,12 @@ _SIMPLE_SEGMENT = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
 _RESERVED = re.compile(r"^__.*__$")
 MAX_DEPTH = 20
 
-# Rank of each kind of value in Firestore's cross-type ordering.
-TYPE_RANK = {
-    None: -1,
-    "null_value": 0,
-    "boolean_value": 1,
-    "integer_value": 2,
-    "double_value": 2,
-    "timestamp_value": 3,
-    "string_value": 4,
-    "bytes_value": 5,
-    "reference_value": 6,
-    "geo_point_value": 7,
-    "array_value": 8,
-    "map_value": 10,
-}
+# Vectors (maps tagged __type__: __vector__) sort between arrays (8) and maps (10).
 _VECTOR_RANK = 9
 
 
 def kind(value: Any) -> str | None:
     return value.WhichOneof("value_type")
-
-
-def rank(value: Any) -> int:
-    k = kind(value)
-    if k == "map_value" and _is_vector(value):
-        return _VECTOR_RANK
-    return TYPE_RANK[k]
 
 
 def _is_vector(value: Any) -> bool:
@@ -188,7 +167,8 @@ def validate_fields(fields: Any, depth: int = 0) -> None:
     for name, value in fields.items():
         if not name:
             raise InvalidArgument("Field name cannot be empty.")
-        if _RESERVED.match(name) and not (name == "__type__" and depth >= 0):
+        # __type__ is how the client tags vector values ({__type__: __vector__, value: [...]}).
+        if _RESERVED.match(name) and name != "__type__":
             raise InvalidArgument(f"Field name {name!r} is reserved (matches __.*__).")
         if kind(value) == "map_value":
             validate_fields(value.map_value.fields, depth + 1)
@@ -242,7 +222,3 @@ def walk(fields: Any, prefix: FieldPath = ()) -> Iterator[tuple[FieldPath, Any]]
         yield path, value
         if value.WhichOneof("value_type") == "map_value":
             yield from walk(value.map_value.fields, path)
-
-
-def values_equal(a: Any, b: Any) -> bool:
-    return sort_key(a) == sort_key(b)

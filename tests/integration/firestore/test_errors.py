@@ -85,6 +85,16 @@ BAD_REQUESTS: dict[str, Callable[[Any], Any]] = {
     "reserved field name": lambda c: _commit(
         c, [_update(c, "jobs/a", {"__secret__": {"integer_value": 1}})]
     ),
+    "array directly inside an array": lambda c: _commit(
+        c,
+        [
+            _update(
+                c,
+                "jobs/a",
+                {"a": {"array_value": {"values": [{"array_value": {"values": []}}]}}},
+            )
+        ],
+    ),
     "document over 1 MiB": lambda c: _commit(
         c, [_update(c, "jobs/a", {"blob": {"bytes_value": b"x" * (1024 * 1024 + 10)}})]
     ),
