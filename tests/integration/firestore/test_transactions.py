@@ -194,16 +194,29 @@ def test_exception_inside_transactional_function_rolls_back(firestore_client: An
 
 
 @pytest.fixture
-def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A private emulator whose transactions expire (and locks time out) within a second."""
+def private_emulator(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Start a private emulator with the given timeouts; returns a client of it."""
     from emulators.firestore.server import start
 
-    emulator = start(transaction_timeout_s=1.0, transaction_idle_timeout_s=0.5, lock_timeout_s=0.2)
-    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", emulator.address)
-    client = firestore.Client(project="short-timeouts")
-    yield client
-    client.close()
-    emulator.stop()
+    started: list[tuple[Any, Any]] = []
+
+    def make(**timeouts: float) -> Any:
+        emulator = start(**timeouts)
+        monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", emulator.address)
+        client = firestore.Client(project="private")
+        started.append((emulator, client))
+        return client
+
+    yield make
+    for emulator, client in started:
+        client.close()
+        emulator.stop()
+
+
+@pytest.fixture
+def short_timeouts(private_emulator: Any) -> Any:
+    """Transactions expire within a second (idle 0.5 s, total 1 s)."""
+    return private_emulator(transaction_timeout_s=1.0, transaction_idle_timeout_s=0.5)
 
 
 def test_a_transaction_idle_past_its_timeout_is_refused(short_timeouts: Any) -> None:
@@ -221,16 +234,17 @@ def test_a_transaction_idle_past_its_timeout_is_refused(short_timeouts: Any) -> 
     assert ref.get().get("n") == 1
 
 
-def test_a_transaction_older_than_its_total_timeout_is_refused(short_timeouts: Any) -> None:
+def test_a_transaction_older_than_its_total_timeout_is_refused(private_emulator: Any) -> None:
     import time
 
-    ref = short_timeouts.collection("jobs").document("a")
+    client = private_emulator(transaction_timeout_s=0.6, transaction_idle_timeout_s=60)
+    ref = client.collection("jobs").document("a")
     ref.set({"n": 1})
-    transaction = short_timeouts.transaction()
+    transaction = client.transaction()
     transaction._begin()
     ref.get(transaction=transaction)
     with pytest.raises(exceptions.InvalidArgument, match="expired"):
-        for _ in range(8):  # never idle for 0.5 s, but alive for more than 1 s in total
+        for _ in range(8):  # busy, never idle for a minute, but older than 0.6 s
             time.sleep(0.25)
             ref.get(transaction=transaction)
 
@@ -252,13 +266,14 @@ def test_an_expired_transaction_releases_its_locks(short_timeouts: Any) -> None:
     assert ref.get().get("n") == 2
 
 
-def test_waiting_for_a_lock_past_the_lock_deadline_is_aborted(short_timeouts: Any) -> None:
-    ref = short_timeouts.collection("jobs").document("a")
+def test_waiting_for_a_lock_past_the_lock_deadline_is_aborted(private_emulator: Any) -> None:
+    client = private_emulator(lock_timeout_s=0.2)
+    ref = client.collection("jobs").document("a")
     ref.set({"n": 1})
-    holder = short_timeouts.transaction()
+    holder = client.transaction()
     holder._begin()
     ref.get(transaction=holder)
-    waiter = short_timeouts.transaction()
+    waiter = client.transaction()
     waiter._begin()
     with pytest.raises(exceptions.Aborted):
         ref.get(transaction=waiter)
