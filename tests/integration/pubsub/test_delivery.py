@@ -320,3 +320,47 @@ def test_ack_id_of_one_subscription_does_not_ack_another(
     (from_second,) = pull_some(subscriber_client, second, 1)
 
     assert from_second.message.message_id == message_id
+
+
+def test_concurrent_publishers_and_two_subscribers_lose_no_message(
+    publisher_client: pubsub_v1.PublisherClient,
+    subscriber_client: pubsub_v1.SubscriberClient,
+    pubsub_project: str,
+    topic: str,
+) -> None:
+    sub = _subscribe(subscriber_client, pubsub_project, topic, "shared-work")
+    published: list[str] = []
+    received: set[str] = set()
+    lock = threading.Lock()
+
+    def publish_many(worker: int) -> None:
+        futures = [publisher_client.publish(topic, f"{worker}-{i}".encode()) for i in range(1000)]
+        ids = [f.result(timeout=60) for f in futures]
+        with lock:
+            published.extend(ids)
+
+    def on_message(message: pubsub_v1.subscriber.message.Message) -> None:
+        with lock:
+            received.add(message.message_id)
+        message.ack()
+
+    second_client = pubsub_v1.SubscriberClient()
+    streams = [
+        subscriber_client.subscribe(sub, on_message),
+        second_client.subscribe(sub, on_message),
+    ]
+    publishers = [threading.Thread(target=publish_many, args=(w,)) for w in range(4)]
+    try:
+        for thread in publishers:
+            thread.start()
+        for thread in publishers:
+            thread.join(timeout=60)
+        wait_until(lambda: len(received) >= 4000, timeout_s=60, what="4000 distinct messages")
+    finally:
+        for stream in streams:
+            stream.cancel()
+            stream.result(timeout=10)
+        second_client.close()
+
+    assert len(published) == 4000
+    assert received == set(published)
