@@ -28,6 +28,7 @@ DEFAULT_DEAD_LETTER_SUBSCRIPTION = Names.for_prefix().dead_letter_subscription
 DEAD_LETTER_ATTRIBUTE_PREFIX = "CloudPubSubDeadLetter"
 _PULL_BATCH = 100
 _PULL_TIMEOUT_S = 5.0
+_PUBLISH_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -123,15 +124,20 @@ def replay_dead_letters(session: Session, args: argparse.Namespace) -> Report:
     progress = session.progress("replaying", len(chosen))
     replayed: list[DeadLetter] = []
     try:
-        for letter in chosen:
-            future = publisher.publish(
-                topic, letter.job_id.encode("utf-8"), **letter.job_attributes
-            )
-            future.result(timeout=30)
-            # Ack only once the job ID is safely back on the jobs topic.
-            subscriber.acknowledge(subscription=path, ack_ids=[letter.ack_id])
-            replayed.append(letter)
-            progress.advance()
+        for start in range(0, len(chosen), _PULL_BATCH):
+            batch = chosen[start : start + _PULL_BATCH]
+            futures = [
+                publisher.publish(topic, d.job_id.encode("utf-8"), **d.job_attributes)
+                for d in batch
+            ]
+            for future in futures:
+                future.result(timeout=_PUBLISH_TIMEOUT_S)
+            # Ack only once every job ID of the batch is safely back on the jobs topic. If one
+            # publish fails, the whole batch stays dead-lettered; replaying it again may publish
+            # some IDs twice, which the worker treats like any duplicate delivery.
+            subscriber.acknowledge(subscription=path, ack_ids=[d.ack_id for d in batch])
+            replayed.extend(batch)
+            progress.advance(len(batch))
     finally:
         progress.finish()
         _release(subscriber, path, [d for d in chosen if d not in replayed])
