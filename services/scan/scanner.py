@@ -14,6 +14,7 @@ No ID is ever dropped silently.
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import uuid
 from collections.abc import Sequence
@@ -216,6 +217,22 @@ class Scanner:
     ) -> StopReason:
         tally.reclaimed = self._reclaim(run_id, claim_timeout)
         time_budget = TimeBudget(started_at, self._limits.time_budget_s)
+        # The marks of one page run while the next page is claimed and published; at most
+        # one page of marks is outstanding, and the run waits for all of them before it ends.
+        in_flight: list[futures.Future[None]] = []
+        try:
+            return self._claim_pages(run_id, budget, time_budget, tally, in_flight)
+        finally:
+            _wait_all(in_flight)
+
+    def _claim_pages(
+        self,
+        run_id: str,
+        budget: EnqueueBudget,
+        time_budget: TimeBudget,
+        tally: RunTally,
+        in_flight: list[futures.Future[None]],
+    ) -> StopReason:
         remaining = budget.limit
         while True:
             if remaining <= 0:
@@ -237,7 +254,10 @@ class Scanner:
             tally.add_claimed(len(claims))
             remaining -= len(claims)
             published_before = tally.published
-            self._publish_page(run_id, claims, tally)
+            previous = list(in_flight)
+            in_flight.extend(self._publish_page(run_id, claims, tally))
+            _wait_all(previous)
+            del in_flight[: len(previous)]
             if claims and tally.published == published_before:
                 # The whole page failed: Pub/Sub is most likely down. Claiming more would
                 # only cycle more records through claimed -> deferred.
@@ -261,7 +281,10 @@ class Scanner:
             )
         return len(reclaimed)
 
-    def _publish_page(self, run_id: str, claims: Sequence[ClaimedJob], tally: RunTally) -> None:
+    def _publish_page(
+        self, run_id: str, claims: Sequence[ClaimedJob], tally: RunTally
+    ) -> list[futures.Future[None]]:
+        """Publish every claim, wait for every publish, and start recording the outcomes."""
         pending: list[tuple[ClaimedJob, futures.Future[str] | None, Exception | None]] = []
         for claim in claims:
             try:
@@ -272,13 +295,17 @@ class Scanner:
         marks = []
         for claim, maybe_future, early_error in pending:
             message_id, error = self._outcome(maybe_future, early_error)
+            at = self._clock.now()
+            if message_id is not None:
+                tally.add_published((at - claim.claimed_at).total_seconds())
+                mark = functools.partial(self._mark_enqueued, claim, message_id, at, tally)
+            else:
+                tally.add_failed(claim.job_id)
+                mark = functools.partial(self._mark_failed, claim, error)
             # Each mark runs in the request's context so its log lines keep trace and run_id.
             context = contextvars.copy_context()
-            marks.append(
-                self._marker.submit(context.run, self._record, claim, message_id, error, tally)
-            )
-        for mark in marks:
-            mark.result()
+            marks.append(self._marker.submit(context.run, mark))
+        return marks
 
     def _outcome(
         self, future: futures.Future[str] | None, early_error: Exception | None
@@ -292,21 +319,6 @@ class Scanner:
             return None, exc
         except Exception as exc:  # the publish failed; the error is recorded on the job
             return None, exc
-
-    def _record(
-        self,
-        claim: ClaimedJob,
-        message_id: str | None,
-        error: Exception | None,
-        tally: RunTally,
-    ) -> None:
-        at = self._clock.now()
-        if message_id is not None:
-            tally.add_published((at - claim.claimed_at).total_seconds())
-            self._mark_enqueued(claim, message_id, at, tally)
-        else:
-            tally.add_failed(claim.job_id)
-            self._mark_failed(claim, error)
 
     def _mark_enqueued(
         self, claim: ClaimedJob, message_id: str, at: datetime, tally: RunTally
@@ -360,6 +372,13 @@ class Scanner:
                 self._runs.record(run)
             except RunLogError as exc:
                 logger.warning("could not record the scan run: %s", exc)
+
+
+def _wait_all(marks: list[futures.Future[None]]) -> None:
+    """Wait for every mark; a mark's unexpected error surfaces here, after all have run."""
+    futures.wait(marks)
+    for mark in marks:
+        mark.result()
 
 
 def _error_code(error: Exception | None) -> str:

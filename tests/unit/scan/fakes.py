@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ class FakeStore:
     failed: dict[str, ErrorInfo] = field(default_factory=dict)
     claim_calls: list[int] = field(default_factory=list)
     lose_marks: set[str] = field(default_factory=set)
+    mark_delay_s: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _check(self, op: str) -> None:
@@ -67,6 +69,7 @@ class FakeStore:
 
     def mark_enqueued(self, job_id: str, generation: int, message_id: str, at: datetime) -> None:
         self._check("mark_enqueued")
+        time.sleep(self.mark_delay_s)
         if job_id in self.lose_marks:
             raise errors.StaleGeneration(job_id, generation, generation + 1)
         with self._lock:

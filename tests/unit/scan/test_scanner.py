@@ -52,6 +52,16 @@ def test_a_run_claims_publishes_and_marks_each_due_job_once() -> None:
     assert [r.claimed for r in sink.reports] == [25]
 
 
+def test_a_run_reports_only_after_every_page_is_marked() -> None:
+    # Marks of one page overlap the next page's claim; slow marks must still all be done
+    # (and counted) by the time the run reports.
+    store = FakeStore(due=ids(40), mark_delay_s=0.01)
+    scanner, _, sink = make(store)
+    run = scanner.run()
+    assert sorted(store.enqueued) == ids(40)
+    assert (run.claimed, run.published, sink.reports[0].published) == (40, 40, 40)
+
+
 def test_a_run_stops_at_the_per_run_cap_and_leaves_the_rest_due() -> None:
     store = FakeStore(due=ids(250))
     scanner, publisher, _ = make(store)
