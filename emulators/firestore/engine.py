@@ -131,10 +131,11 @@ class Engine:
                 read_us = self.now_us()
         elif mode == "read_write" and options.read_write.retry_transaction:
             retried = options.read_write.retry_transaction
+            # Keep the retried transaction's place in line. It is normally finished already;
+            # if it is still live (another thread shares the client's retry state) leave it be.
             previous = self.transactions.get(retried)
             if previous is not None:
                 priority = previous.priority
-                self._finish(previous)
             elif retried in self.finished:
                 priority = self.finished[retried]
         txn = Transaction(

@@ -356,3 +356,28 @@ def test_new_transaction_on_a_query_returns_a_usable_transaction(firestore_clien
         }
     )
     assert jobs.document("a").get().get("state") == "claimed"
+
+
+def test_concurrent_transfers_between_accounts_preserve_the_total(firestore_client: Any) -> None:
+    import random
+
+    accounts = firestore_client.collection("accounts")
+    refs = [accounts.document(f"acct{i}") for i in range(4)]
+    for ref in refs:
+        ref.set({"balance": 100})
+
+    @firestore.transactional
+    def transfer(transaction: Any, source: Any, target: Any, amount: int) -> None:
+        source_balance = source.get(transaction=transaction).get("balance")
+        target_balance = target.get(transaction=transaction).get("balance")
+        transaction.update(source, {"balance": source_balance - amount})
+        transaction.update(target, {"balance": target_balance + amount})
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(25):
+            source, target = rng.sample(refs, 2)  # opposite orders make deadlocks likely
+            transfer(firestore_client.transaction(), source, target, rng.randint(1, 10))
+
+    assert _run_in_threads(4, worker) == []
+    assert sum(ref.get().get("balance") for ref in refs) == 400
