@@ -8,7 +8,7 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from emulators.firestore.errors import EmulatorError
 
@@ -74,7 +74,7 @@ class AdminHandler(BaseHTTPRequestHandler):
             self._send(404, {"error": f"no route {path}"})
 
     def do_DELETE(self) -> None:
-        path = urlparse(self.path).path
+        path = unquote(urlparse(self.path).path)  # "(default)" may arrive as %28default%29
         match = _RESET.match(path)
         if match:
             self.emulator.reset(match.group(1), match.group(2))

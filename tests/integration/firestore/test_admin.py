@@ -35,6 +35,11 @@ def test_reset_endpoint_deletes_only_that_projects_documents(
         assert status == 200
         assert not firestore_client.collection("jobs").document("a").get().exists
         assert other.collection("jobs").document("a").get().exists
+        firestore_client.collection("jobs").document("b").set({"x": 1})
+        encoded = path.replace("(", "%28").replace(")", "%29")
+        status, _ = _http("DELETE", firestore_emulator.admin_url + encoded)
+        assert status == 200
+        assert not firestore_client.collection("jobs").document("b").get().exists
     finally:
         other.close()
 
