@@ -173,3 +173,14 @@ def test_projects_are_isolated(firestore_emulator: Any, firestore_client: Any) -
         assert not other.collection("jobs").document("a").get().exists
     finally:
         other.close()
+
+
+def test_recursive_delete_removes_documents_and_subcollections(firestore_client: Any) -> None:
+    jobs = firestore_client.collection("jobs")
+    for i in range(12):
+        jobs.document(f"j{i}").set({"i": i})
+        jobs.document(f"j{i}").collection("runs").document("r").set({"x": 1})
+    firestore_client.collection("control").document("c").set({"paused": False})
+    assert firestore_client.recursive_delete(jobs, chunk_size=5) == 24
+    assert [c.id for c in firestore_client.collections()] == ["control"]
+    assert list(firestore_client.collection_group("runs").stream()) == []
