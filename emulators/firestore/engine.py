@@ -28,7 +28,7 @@ from emulators.firestore.database import Database, Stored
 from emulators.firestore.errors import Aborted, InvalidArgument
 from emulators.firestore.mutation import Outcome, apply, micros, written_name
 from emulators.firestore.names import DatabaseKey
-from emulators.firestore.query import Query, Result, run
+from emulators.firestore.query import Query, Result, count_by_index, run
 
 LockKey = tuple[DatabaseKey, str]
 T = TypeVar("T")
@@ -343,6 +343,12 @@ class Engine:
             for stored in result.docs:
                 txn.reads.setdefault(stored.name, stored.update_us)
             return result, self.now_us(), new_id
+
+    def count(self, database: DatabaseKey, query: Query) -> tuple[int, int] | None:
+        """(matches, read time) of a latest-state count the indexes answer, else None."""
+        with self.cond:
+            counted = count_by_index(self.database(database), query)
+            return None if counted is None else (counted, self.now_us())
 
     def with_snapshot(
         self,

@@ -494,3 +494,21 @@ def _within_cursors(
         if c > 0 or (c == 0 and not inclusive):
             return False
     return True
+
+
+def count_by_index(db: Database, query: Query) -> int | None:
+    """The number of matches straight from the indexes, for a count over a whole collection
+    filtered by at most one equality/in term; None when the query needs a scan."""
+    if needs_order(query) or query.all_descendants or not query.collection_id:
+        return None
+    if len(query.orders) != 1:  # an inequality added an ordered field that may be missing
+        return None
+    cid = query.collection_id
+    collection = db.by_collection.get(f"{query.parent}/{cid}", set())
+    if query.filter is None:
+        return len(collection)
+    if not query.filter.exact or len(db.by_group.get(cid, ())) != len(collection):
+        return None  # other collections share the id: names would need a scope check
+    term = query.filter.terms[0]
+    by_value = db.eq_index.get((cid, term.path), {})
+    return sum(len(by_value.get(key, ())) for key in set(term.keys))

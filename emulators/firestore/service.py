@@ -308,18 +308,30 @@ class FirestoreService:
             raise InvalidArgument("At least one aggregation is required.")
         if len(aggregations) > 5:
             raise InvalidArgument("At most 5 aggregations per query.")
-        result, read_us, new_id = self.engine.run_query(
-            database, query, _consistency(request), ordered=False
-        )
+        consistency = _consistency(request)
+        docs: list[Stored] | int
+        new_id = None
+        counted = None
+        if consistency == Consistency() and all(
+            a.WhichOneof("operator") == "count" for a in aggregations
+        ):
+            counted = self.engine.count(database, query)
+        if counted is not None:
+            docs, read_us = counted
+        else:
+            result, read_us, new_id = self.engine.run_query(
+                database, query, consistency, ordered=False
+            )
+            docs = result.docs
         fields: dict[str, Any] = {}
         entries = 0
         for i, spec in enumerate(aggregations, start=1):
             alias = spec.alias or f"field_{i}"
             if alias in fields:
                 raise InvalidArgument(f"Duplicate aggregation alias {alias!r}.")
-            value, counted = _aggregate(spec, result.docs)
+            value, scanned = _aggregate(spec, docs)
             fields[alias] = value
-            entries = max(entries, counted)
+            entries = max(entries, scanned)
         self.billing.add(
             database[0],
             document_reads=aggregation_reads(entries),
@@ -482,17 +494,19 @@ class FirestoreService:
         return empty_pb2.Empty()
 
 
-def _aggregate(spec: Any, docs: list[Stored]) -> tuple[Any, int]:
-    """(value, index entries counted) for one aggregation over the query's documents."""
+def _aggregate(spec: Any, docs: list[Stored] | int) -> tuple[Any, int]:
+    """(value, index entries counted) for one aggregation over the query's documents (or
+    over a number of matches the indexes already counted)."""
     which = spec.WhichOneof("operator")
     if which == "count":
-        count = len(docs)
+        count = docs if isinstance(docs, int) else len(docs)
         if spec.count.HasField("up_to"):
             if spec.count.up_to.value <= 0:
                 raise InvalidArgument("count up_to must be positive.")
             count = min(count, spec.count.up_to.value)
         return Value(integer_value=count), count
     if which in ("sum", "avg"):
+        assert not isinstance(docs, int)
         path = parse_field_path(getattr(spec, which).field.field_path)
         values = []
         for stored in docs:

@@ -124,3 +124,40 @@ def test_sorted_index_follows_later_writes(desc: bool) -> None:
     got = [d.name.rsplit("/", 1)[1] for d in query_module.run(db, compiled).docs]
     expected = ["d001", "d002", "d003", "d004", "d000"]
     assert got == (list(reversed(expected)) if desc else expected)
+
+
+def _count_query(parent: str, state: str | None, op: str = "EQUAL") -> Any:
+    q: dict[str, Any] = {"from_": [{"collection_id": "jobs"}]}
+    if state is not None:
+        value = (
+            {"array_value": {"values": [_value(state), _value("zz")]}}
+            if op == "IN"
+            else _value(state)
+        )
+        q["where"] = {"field_filter": {"field": {"field_path": "s"}, "op": op, "value": value}}
+    return query_module.compile_query(parent, query.StructuredQuery.pb(query.StructuredQuery(q)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    states=st.lists(st.sampled_from(["a", "b"]), max_size=30),
+    nested=st.lists(st.sampled_from(["a", "b"]), max_size=5),
+    state=st.sampled_from([None, "a", "b"]),
+    op=st.sampled_from(["EQUAL", "IN"]),
+)
+def test_count_from_indexes_matches_a_scan(
+    states: list[str], nested: list[str], state: str | None, op: str
+) -> None:
+    db = Database(("p", "(default)"))
+    names = [f"{ROOT}/jobs/d{i:03d}" for i in range(len(states))]
+    names += [f"{ROOT}/x/y/jobs/n{i:03d}" for i in range(len(nested))]
+    for t, (name, s) in enumerate(zip(names, states + nested, strict=True), start=1):
+        doc = document.Document(name=name, fields={"s": _value(s)})
+        db.put(name, document.Document.pb(doc), t)
+    for parent in (ROOT, f"{ROOT}/x/y"):
+        compiled = _count_query(parent, state, op)
+        counted = query_module.count_by_index(db, compiled)
+        scanned = len(query_module.scan(db, compiled, ordered=False).docs)
+        assert counted is None or counted == scanned
+        if state is None or (parent == ROOT and not nested):
+            assert counted == scanned  # the indexes answer these without a scan
