@@ -4,6 +4,8 @@ import logging
 from typing import Any
 
 import pytest
+from google.api import metric_pb2
+from google.cloud import monitoring_v3
 
 from services.jobs import metrics
 from services.jobs.metrics import (
@@ -55,6 +57,15 @@ def test_cloud_sink_writes_one_gauge_point_per_scan_metric() -> None:
     assert by_type[metrics.OLDEST_OVERDUE_AGE.type].points[0].value.double_value == 42.5
     assert all(len(s.points) == 1 for s in series)
     assert due.points[0].interval.end_time.timestamp() == pytest.approx(1_700_000_000.5)
+    # The request the real client would send is a valid proto with typed values.
+    wire = monitoring_v3.CreateTimeSeriesRequest(name="projects/p1", time_series=series)
+    parsed = monitoring_v3.CreateTimeSeriesRequest.deserialize(
+        monitoring_v3.CreateTimeSeriesRequest.serialize(wire)
+    )
+    descriptor = metric_pb2.MetricDescriptor
+    kinds = {s.metric.type: (s.metric_kind, s.value_type) for s in parsed.time_series}
+    assert kinds[metrics.DUE_COUNT.type] == (descriptor.GAUGE, descriptor.INT64)
+    assert kinds[metrics.OLDEST_OVERDUE_AGE.type] == (descriptor.GAUGE, descriptor.DOUBLE)
 
 
 def test_cloud_sink_splits_writes_at_200_series_per_request() -> None:
