@@ -104,10 +104,12 @@ class PushHandler:
         body, size, too_large = read_body(request, self._max_body_bytes)
         if too_large:
             detail = f"body of {size or 'more than ' + str(self._max_body_bytes)} bytes"
+            self._log_unparsed("body_too_large")
             return self._reject("body_too_large", detail, body, headers, body_bytes=size)
         try:
             delivery = envelope.parse(body, headers)
         except MalformedDelivery as exc:
+            self._log_unparsed(exc.reason)
             return self._reject(exc.reason, str(exc), body, headers)
         with log.bound(job_id=delivery.job_id, run_id=delivery.run_id):
             outcome = self._processor.process(delivery)
@@ -121,6 +123,21 @@ class PushHandler:
                     message_id=delivery.message_id,
                 )
             return response_for(outcome)
+
+    def _log_unparsed(self, reason: str) -> None:
+        # The processor logs the outcome of every parsed delivery; this is the same one line
+        # for a delivery that never got that far.
+        logger.info(
+            "push not parsed: %s",
+            reason,
+            extra={
+                "fields": {
+                    metrics.LOG_EVENT: metrics.EVENT_WORKER_OUTCOME,
+                    metrics.LOG_OUTCOME: "rejected",
+                    "reason": reason,
+                }
+            },
+        )
 
     def _reject(
         self,

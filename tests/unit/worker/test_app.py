@@ -160,11 +160,18 @@ def test_malformed_envelope_is_acknowledged_recorded_and_logged(
     assert "authorization" not in rejection.headers
     events = [getattr(r, "fields", {}).get(metrics.LOG_EVENT) for r in caplog.records]
     assert events.count(metrics.EVENT_REJECTED) == 1
+    assert events.count(metrics.EVENT_WORKER_OUTCOME) == 1
 
 
-def test_unknown_job_is_acknowledged_and_recorded_with_its_id() -> None:
+def test_unknown_job_is_acknowledged_and_recorded_with_its_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     env = Env()
-    response = env.post(envelope("ghost"))
+    with caplog.at_level(logging.INFO):
+        response = env.post(envelope("ghost"))
+    events = [getattr(r, "fields", {}).get(metrics.LOG_EVENT) for r in caplog.records]
+    assert events.count(metrics.EVENT_REJECTED) == 1
+    assert events.count(metrics.EVENT_WORKER_OUTCOME) == 1
     assert response.status_code == 200
     [rejection] = env.recorder.rejections
     assert (rejection.reason, rejection.job_id, rejection.message_id) == (
