@@ -288,3 +288,24 @@ def test_storage_answering_503_over_http_is_retried_through_pubsub_until_it_reco
     assert worker.counter.statuses[503] == 2 and worker.counter.statuses[204] == 1
     assert worker.deleter.deletions == 1
     assert worker.objects() == set()
+
+
+def test_same_id_published_three_times_is_deleted_and_completed_once(
+    worker: WorkerHarness, push: PushFactory
+) -> None:
+    topic = push()
+    worker.schedule("job-1", worker.upload("src/a.mp4"))
+    claimed = worker.claim_one("job-1")
+    message_ids = [topic.publish(claimed) for _ in range(3)]
+    worker.enqueue(claimed, message_ids[0])
+
+    # Every copy ends acknowledged: one completion, the others duplicates (a copy that met the
+    # live lease was answered 429 and came back).
+    wait_until(
+        lambda: worker.counter.statuses[204] + worker.counter.statuses[200] == 3,
+        what="three acknowledged deliveries",
+    )
+    assert worker.counter.statuses[204] == 1
+    assert worker.deleter.deletions == 1 and worker.deleter.calls == 1
+    assert worker.completions("job-1") == 1
+    assert worker.idempotency_documents() == 1
