@@ -56,6 +56,9 @@ class PubsubEmulator:
             options=[
                 ("grpc.max_receive_message_length", _MAX_GRPC_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", _MAX_GRPC_MESSAGE_BYTES),
+                # gRPC sets SO_REUSEPORT by default, so a second emulator would silently
+                # share the port with the first; without it the bind fails as it should.
+                ("grpc.so_reuseport", 0),
             ],
         )
         for service in (
@@ -70,6 +73,7 @@ class PubsubEmulator:
             self.port = self._bind_grpc(host, port)
             self._admin = self._bind_admin(host, admin_port)
         except PortInUse:
+            self._grpc.stop(0)
             self._broker.close()
             raise
         self.admin_port = self._admin.port

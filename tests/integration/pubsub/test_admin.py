@@ -13,6 +13,7 @@ import requests
 from google.api_core import exceptions
 from google.pubsub_v1 import types
 
+from emulators.pubsub.exceptions import PortInUse
 from emulators.pubsub.server import PubsubEmulator, start
 
 
@@ -129,6 +130,13 @@ def test_cli_exits_2_with_a_clear_error_when_the_port_is_taken() -> None:
 
     assert result.returncode == 2
     assert "cannot listen" in result.stderr
+
+
+def test_second_emulator_on_a_port_in_use_is_refused(own_emulator: PubsubEmulator) -> None:
+    with pytest.raises(PortInUse):
+        start(port=own_emulator.port, issuer=own_emulator.issuer)
+    with pytest.raises(PortInUse):
+        start(admin_port=own_emulator.admin_port, issuer=own_emulator.issuer)
 
 
 def test_cli_serves_until_sigterm_then_exits_cleanly() -> None:
