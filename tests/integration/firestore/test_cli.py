@@ -54,3 +54,24 @@ def test_cli_exits_with_code_2_when_the_port_is_in_use() -> None:
         _, err = process.communicate(timeout=30)
     assert process.returncode == 2
     assert "in use" in err
+
+
+def test_cli_admin_port_defaults_to_port_plus_one() -> None:
+    import json
+    import urllib.request
+
+    with socket.socket() as probe:  # find a free pair of ports
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = _launch("--port", str(port))
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert f"admin on http://127.0.0.1:{port + 1}" in line, line
+        url = f"http://127.0.0.1:{port + 1}/stats"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert json.loads(response.read())["document_reads"] == 0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+    assert process.returncode == 0
