@@ -56,13 +56,25 @@ def test_cli_exits_with_code_2_when_the_port_is_in_use() -> None:
     assert "in use" in err
 
 
+def _free_port_pair() -> int:
+    """A port P such that P and P + 1 are both free right now."""
+    for _ in range(50):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free pair of ports")
+
+
 def test_cli_admin_port_defaults_to_port_plus_one() -> None:
     import json
     import urllib.request
 
-    with socket.socket() as probe:  # find a free pair of ports
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = _free_port_pair()
     process = _launch("--port", str(port))
     try:
         assert process.stdout is not None
