@@ -203,7 +203,13 @@ def test_concurrent_tasks_keep_their_own_bindings(
     async def main() -> None:
         await asyncio.gather(*(handle(f"r{i}") for i in range(5)))
 
-    asyncio.run(main())
+    # A private loop, not asyncio.run(): that clears the main thread's current loop, which
+    # Pulumi's mock runtime (tests/infra) relies on later in the same session.
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
     assert all(line["run_id"] == line["message"] for line in lines(stream))
     assert len(lines(stream)) == 5
 
