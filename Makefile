@@ -17,10 +17,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: venv
-	$(BIN)/python -m emulators $(ARGS)
+	$(BIN)/python -m services.local $(ARGS)
 
 emulators: venv
-	$(BIN)/python -m emulators $(ARGS)
+	$(BIN)/python -m services.local $(ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
