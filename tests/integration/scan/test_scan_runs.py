@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
+
 from services.jobs.metrics import EVENT_SCAN_RUN
 from services.scan.summary import SUMMARY_KEYS
 from tests.integration.scan.conftest import T0, Rig
@@ -67,3 +69,20 @@ def test_jobs_not_yet_due_are_left_alone(scan_rig: Callable[..., Rig]) -> None:
         "drained",
     )
     assert rig.pull() == {}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{", b"[]", b'{"dry_run": "yes"}', b'{"dry_run": true, "limit": 5}', b"x" * 2048],
+)
+def test_bad_bodies_are_refused_with_400_and_nothing_is_claimed(
+    scan_rig: Callable[..., Rig], body: bytes
+) -> None:
+    rig = scan_rig()
+    ids = rig.seed(3)
+    response = rig.post(body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.get_json()["error"] == "bad request"
+    assert response.get_json()["detail"]
+    assert rig.states(ids) == {"deferred": 3}
+    assert rig.sink.reports == []
