@@ -11,6 +11,8 @@ import pytest
 from infra import env
 from infra.config import SECRET_KEYS, SETTINGS_BY_NAME
 from services.jobs import metrics, schema
+from services.scan import settings as scan_keys
+from services.worker import settings as worker_keys
 from tests.infra.conftest import PROJECT, PROJECT_NUMBER, StackRun, run_stack, stack_config
 
 RUN_SERVICE = "cloudrunv2/service:Service"
@@ -119,47 +121,20 @@ def test_scheduler_oidc_audience_is_the_scan_url_and_the_target(stack: StackRun)
 
 def test_services_expect_the_audiences_and_invokers_that_call_them(stack: StackRun) -> None:
     scan, worker = _envs(stack, "scan"), _envs(stack, "worker")
-    assert scan[env.SCAN_AUDIENCE] == _scheduler_job(stack)["httpTarget"]["uri"]
-    assert scan[env.SCAN_ALLOWED_INVOKERS] == _email(stack, "scheduler")
-    assert scan[env.TOPIC] == stack.outputs["topic"]
-    assert worker[env.WORKER_AUDIENCE] == _push_subscription(stack)["pushConfig"]["pushEndpoint"]
-    assert worker[env.WORKER_ALLOWED_INVOKERS] == _email(stack, "pusher")
-
-
-@pytest.mark.parametrize(
-    ("service", "declared"), [("scan", env.SCAN_VARIABLES), ("worker", env.WORKER_VARIABLES)]
-)
-def test_each_service_gets_exactly_its_declared_jobs_variables(
-    stack: StackRun, service: str, declared: tuple[str, ...]
-) -> None:
-    names = [name for name in _envs(stack, service) if name.startswith("JOBS_")]
-    assert sorted(names) == sorted(declared)
-
-
-def test_each_service_settings_accept_the_environment_the_stack_sets(stack: StackRun) -> None:
-    # The services' own Settings are the other side of the contract: every variable the
-    # stack sets must be one they read, with a value they accept.
-    from services.scan.settings import ALL_KEYS as SCAN_KEYS
-    from services.scan.settings import ScanSettings
-    from services.worker.settings import ALL_KEYS as WORKER_KEYS
-    from services.worker.settings import WorkerSettings
-
-    scan, worker = _envs(stack, "scan"), _envs(stack, "worker")
-    assert set(env.SCAN_VARIABLES) <= set(SCAN_KEYS)
-    assert set(env.WORKER_VARIABLES) <= set(WORKER_KEYS)
-    scan_settings = ScanSettings.from_env({k: v for k, v in scan.items() if k.startswith("JOBS_")})
-    worker_settings = WorkerSettings.from_env(
-        {k: v for k, v in worker.items() if k.startswith("JOBS_")}
+    assert scan[scan_keys.SCAN_AUDIENCE] == _scheduler_job(stack)["httpTarget"]["uri"]
+    assert scan[scan_keys.SCAN_ALLOWED_INVOKERS] == _email(stack, "scheduler")
+    assert scan[scan_keys.TOPIC] == stack.outputs["topic"]
+    assert (
+        worker[worker_keys.WORKER_AUDIENCE]
+        == _push_subscription(stack)["pushConfig"]["pushEndpoint"]
     )
-    assert scan_settings.audience == stack.outputs["scan_url"]
-    assert worker_settings.audience == stack.outputs["worker_url"]
-    assert worker_settings.lease_s == int(worker[env.WORKER_LEASE_S])
+    assert worker[worker_keys.WORKER_ALLOWED_INVOKERS] == _email(stack, "pusher")
 
 
 def test_scan_time_budget_is_below_the_scheduler_attempt_deadline(stack: StackRun) -> None:
     deadline = _seconds(_scheduler_job(stack)["attemptDeadline"])
-    budget = int(_envs(stack, "scan")[env.SCAN_TIME_BUDGET_S])
-    publish = int(_envs(stack, "scan")[env.SCAN_PUBLISH_TIMEOUT_S])
+    budget = int(_envs(stack, "scan")[scan_keys.SCAN_TIME_BUDGET_S])
+    publish = int(_envs(stack, "scan")[scan_keys.SCAN_PUBLISH_TIMEOUT_S])
     assert 15 <= deadline <= 1800
     assert budget + publish < deadline
     assert _seconds(_service(stack, "scan")["template"]["timeout"]) >= deadline
@@ -170,7 +145,7 @@ def test_push_ack_deadline_covers_the_worker_request_timeout(stack: StackRun) ->
     timeout = _seconds(_service(stack, "worker")["template"]["timeout"])
     assert 10 <= ack <= 600
     assert timeout <= ack
-    lease = int(_envs(stack, "worker")[env.WORKER_LEASE_S])
+    lease = int(_envs(stack, "worker")[worker_keys.WORKER_LEASE_S])
     assert timeout < lease < ack
 
 
@@ -182,7 +157,7 @@ def test_dead_letter_policy_and_its_iam_are_present(stack: StackRun) -> None:
         policy["deadLetterTopic"] == f"projects/{dead_topic['project']}/topics/{dead_topic['name']}"
     )
     assert 5 <= policy["maxDeliveryAttempts"] <= 100
-    retry_later = int(_envs(stack, "worker")[env.WORKER_RETRY_LATER_AFTER_ATTEMPTS])
+    retry_later = int(_envs(stack, "worker")[worker_keys.WORKER_RETRY_LATER_AFTER_ATTEMPTS])
     assert retry_later < policy["maxDeliveryAttempts"]
     publisher = stack.one(
         "pubsub/topicIAMMember:TopicIAMMember", "pubsub-agent-publishes-dead-letters"
@@ -238,7 +213,7 @@ def test_runtimes_have_least_privilege_and_invokers_have_no_project_roles(
     assert publisher["member"] == f"serviceAccount:{_email(stack, 'scan')}"
     media = stack.one("storage/bucketIAMMember:BucketIAMMember", "worker-media-bucket").state
     assert media["member"] == f"serviceAccount:{_email(stack, 'worker')}"
-    assert media["bucket"] == _envs(stack, "worker")[env.MEDIA_BUCKET]
+    assert media["bucket"] == _envs(stack, "worker")[worker_keys.MEDIA_BUCKET]
     role = stack.one("projects/iAMCustomRole:IAMCustomRole", "media-cleaner-role").state
     assert media["role"] == role["name"]
     assert sorted(role["permissions"]) == [
@@ -323,7 +298,7 @@ def test_dead_letter_alert_watches_the_inspection_subscription(stack: StackRun) 
 def test_scan_absent_alert_waits_three_scheduler_intervals(stack: StackRun) -> None:
     policy = stack.one("monitoring/alertPolicy:AlertPolicy", "alert-scan-absent").state
     absent = policy["conditions"][0]["conditionAbsent"]
-    interval = int(_envs(stack, "scan")[env.SCAN_INTERVAL_S])
+    interval = int(_envs(stack, "scan")[scan_keys.SCAN_INTERVAL_S])
     assert _seconds(absent["duration"]) >= 3 * interval
 
 
