@@ -1,7 +1,7 @@
-"""The Firestore database, its composite indexes and TTL policies, from services.jobs.schema.
+"""The Firestore database, its composite indexes, TTL policies and index exemptions.
 
-The schema module is the one source of truth: whatever indexes and TTL fields it declares are
-created here, by iterating over them, never by copying.
+services.jobs.schema is the one source of truth: whatever indexes, TTL fields and index
+exemptions it declares are created here, by iterating over them, never by copying.
 """
 
 from __future__ import annotations
@@ -23,7 +23,40 @@ class Database:
     name: str
     database: firestore.Database | None  # None: adopted, not managed by this stack
     indexes: list[firestore.Index]
-    ttl_fields: list[firestore.Field]
+    fields: list[firestore.Field]  # one per FieldOverride: TTL policies and index exemptions
+
+
+@dataclass(frozen=True)
+class FieldOverride:
+    """One field's configuration: single-field indexing off, and a TTL policy when `ttl`.
+
+    Firestore keeps one configuration per (collection group, field), so a field that is both a
+    TTL field and an index exemption must be one firestore.Field resource: two resources for one
+    field would overwrite each other's settings on every `pulumi up`.
+    """
+
+    collection: str
+    field: str
+    ttl: bool
+
+
+def field_overrides(
+    ttl_fields: tuple[schema.TtlField, ...] | None = None,
+    exemptions: tuple[schema.IndexExemption, ...] | None = None,
+) -> tuple[FieldOverride, ...]:
+    """Every TTL field and every exemption (default: the schema's), merged by (collection, field).
+
+    TTL fields come first, then exemptions, each in declaration order. A TTL field is exempt
+    from indexing too: nothing queries it, and an indexed timestamp that grows with time caps a
+    collection's write rate (a hotspot on the index's last range).
+    """
+    ttl_fields = schema.TTL_FIELDS if ttl_fields is None else ttl_fields
+    exemptions = schema.INDEX_EXEMPTIONS if exemptions is None else exemptions
+    ttl_keys = {(ttl.collection, ttl.field) for ttl in ttl_fields}
+    keys = [(ttl.collection, ttl.field) for ttl in ttl_fields]
+    keys += [(exempt.collection, exempt.field) for exempt in exemptions]
+    unique = dict.fromkeys(keys)  # first occurrence wins the position, duplicates collapse
+    return tuple(FieldOverride(c, f, ttl=(c, f) in ttl_keys) for c, f in unique)
 
 
 def index_resource_name(index: schema.CompositeIndex) -> str:
@@ -31,8 +64,15 @@ def index_resource_name(index: schema.CompositeIndex) -> str:
     return f"index-{index.collection}-{paths}"
 
 
+def field_resource_name(override: FieldOverride) -> str:
+    # TTL fields keep the names they had before exemptions existed, so existing stacks update
+    # them in place instead of replacing them.
+    kind = "ttl" if override.ttl else "noindex"
+    return f"{kind}-{override.collection}-{override.field.replace('.', '_')}"
+
+
 def create_database(config: StackConfig, opts: pulumi.ResourceOptions) -> Database:
-    """The database (or the adopted one), then every schema index and TTL field on it."""
+    """The database (or the adopted one), then every schema index and field override on it."""
     database: firestore.Database | None = None
     children = opts
     if config.create_database:
@@ -69,19 +109,19 @@ def create_database(config: StackConfig, opts: pulumi.ResourceOptions) -> Databa
         )
         for index in schema.INDEXES
     ]
-    ttl_fields = [
+    fields = [
         firestore.Field(
-            f"ttl-{ttl.collection}-{ttl.field}",
+            field_resource_name(override),
             project=config.project,
             database=DATABASE_NAME,
-            collection=ttl.collection,
-            field=ttl.field,
-            ttl_config=firestore.FieldTtlConfigArgs(),
-            # An empty index config exempts the field from single-field indexing: nothing
-            # queries it, and an indexed timestamp caps a collection's write rate (hotspot).
+            collection=override.collection,
+            field=override.field,
+            ttl_config=firestore.FieldTtlConfigArgs() if override.ttl else None,
+            # An index config with no indexes switches off the field's automatic single-field
+            # indexes (ascending, descending, array-contains).
             index_config=firestore.FieldIndexConfigArgs(indexes=[]),
             opts=children,
         )
-        for ttl in schema.TTL_FIELDS
+        for override in field_overrides()
     ]
-    return Database(DATABASE_NAME, database, indexes, ttl_fields)
+    return Database(DATABASE_NAME, database, indexes, fields)

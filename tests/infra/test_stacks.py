@@ -10,7 +10,7 @@ import pytest
 
 from infra import env
 from infra.config import SECRET_KEYS, SETTINGS_BY_NAME
-from services.jobs import metrics, schema
+from services.jobs import metrics
 from services.scan import settings as scan_keys
 from services.worker import settings as worker_keys
 from tests.infra.conftest import PROJECT, PROJECT_NUMBER, StackRun, run_stack, stack_config
@@ -223,28 +223,6 @@ def test_runtimes_have_least_privilege_and_invokers_have_no_project_roles(
     ]
 
 
-def test_firestore_indexes_equal_the_schema(stack: StackRun) -> None:
-    declared = {
-        (index.collection, tuple((f.path, f.order) for f in index.fields))
-        for index in schema.INDEXES
-    }
-    created = {
-        (r.state["collection"], tuple((f["fieldPath"], f["order"]) for f in r.state["fields"]))
-        for r in stack.of_type("firestore/index:Index")
-    }
-    assert created == declared
-    assert len(stack.of_type("firestore/index:Index")) == len(schema.INDEXES)
-
-
-def test_ttl_policies_equal_the_schema(stack: StackRun) -> None:
-    fields = stack.of_type("firestore/field:Field")
-    assert {(r.state["collection"], r.state["field"]) for r in fields} == {
-        (ttl.collection, ttl.field) for ttl in schema.TTL_FIELDS
-    }
-    assert len(fields) == len(schema.TTL_FIELDS)
-    assert all("ttlConfig" in r.state for r in fields)
-
-
 def _alert_metric_types(run: StackRun) -> list[str]:
     types = []
     for policy in run.of_type("monitoring/alertPolicy:AlertPolicy"):
@@ -327,16 +305,6 @@ def test_example_stacks_use_only_known_keys(name: str) -> None:
             continue
         assert namespace == PROJECT, key
         assert setting in SETTINGS_BY_NAME or setting in SECRET_KEYS, key
-
-
-def test_adopting_the_existing_database_still_creates_its_indexes_and_ttl() -> None:
-    run = run_stack("dev", overrides={"createDatabase": False})
-    assert run.of_type("firestore/database:Database") == []
-    indexes = run.of_type("firestore/index:Index")
-    ttl_fields = run.of_type("firestore/field:Field")
-    assert len(indexes) == len(schema.INDEXES)
-    assert len(ttl_fields) == len(schema.TTL_FIELDS)
-    assert {r.state["database"] for r in [*indexes, *ttl_fields]} == {"(default)"}
 
 
 def test_name_prefix_renames_every_named_resource() -> None:
