@@ -22,6 +22,7 @@ MAX_SUBJECT_BYTES = 1024
 MAX_PARAMS_BYTES = 16 * 1024  # JSON-encoded, compact, UTF-8
 MAX_ATTEMPTS_LIMIT = 100
 DEFAULT_MAX_ATTEMPTS = 5
+FIRST_ATTEMPT = 1  # a new job is in its first retry cycle
 DEFAULT_ACTIONS: frozenset[str] = frozenset({"media.delete_source"})
 
 _RESERVED_NAME = re.compile(r"^__.*__$", re.DOTALL)
@@ -216,7 +217,10 @@ class Job:
     due_at: datetime
     scheduled_due_at: datetime  # the due_at first requested; never changes
     state: State
-    attempt: int  # attempts started (a worker's start counts one)
+    # The retry cycle in progress, 1..max_attempts: 1 when scheduled, + 1 per long retry
+    # (`retry_later`, or the reclaimer finding a lease expired). Quick Pub/Sub redeliveries
+    # within a cycle are counted by Pub/Sub's deliveryAttempt, never here.
+    attempt: int
     max_attempts: int
     idempotency_key: str
     created_at: datetime
@@ -251,7 +255,7 @@ class Job:
             due_at=new.due_at,
             scheduled_due_at=new.due_at,
             state=State.DEFERRED,
-            attempt=0,
+            attempt=FIRST_ATTEMPT,
             max_attempts=new.max_attempts,
             idempotency_key=new.idempotency_key or derive_idempotency_key(new.action, new.job_id),
             created_at=now,
@@ -336,7 +340,8 @@ class Job:
             due_at=due_at,
             scheduled_due_at=_as_utc(_opt(data, "scheduled_due_at") or due_at),
             state=State(data["state"]),
-            attempt=int(_opt(data, "attempt") or 0),
+            # Records written with the earlier layout's 0 are in their first cycle too.
+            attempt=max(int(_opt(data, "attempt") or FIRST_ATTEMPT), FIRST_ATTEMPT),
             max_attempts=int(_opt(data, "max_attempts") or DEFAULT_MAX_ATTEMPTS),
             idempotency_key=str(
                 _opt(data, "idempotency_key") or derive_idempotency_key(action, job_id)

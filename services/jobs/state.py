@@ -37,7 +37,7 @@ class State(StrEnum):
     COMPLETED = "completed"
     # Terminal: an operator cancelled it (or a worker honoured the request). Nobody.
     CANCELLED = "cancelled"
-    # Terminal: attempts exhausted or a permanent error. Nobody (re-schedule as a new job).
+    # Terminal: retry cycles exhausted or a permanent error. Nobody (re-schedule as a new job).
     FAILED = "failed"
 
     @property
@@ -93,17 +93,22 @@ TRANSITIONS: dict[tuple[State, State], Transition] = {
         "retry_later",
         _WORKER,
         _RECLAIMER,
-        why="worker defers to a new due_at, or the reclaimer finds the lease expired",
+        why="the next retry cycle (attempt + 1): the worker defers to a new due_at, or the "
+        "reclaimer finds the lease expired",
     ),
-    (_R, _E): _t("release", _WORKER, why="transient error; Pub/Sub redelivers the message"),
+    (_R, _E): _t(
+        "release", _WORKER, why="transient error; Pub/Sub redelivers the message (same attempt)"
+    ),
     (_R, State.FAILED): _t(
         "fail",
         _WORKER,
         _RECLAIMER,
-        why="permanent error or attempts exhausted (worker); lease expired on the last attempt",
+        why="permanent error or no retry cycle left (worker); lease expired in the last cycle",
     ),
     (_R, State.CANCELLED): _t("cancel_running", _WORKER, why="worker honours a cancel request"),
-    (_R, _R): _t("take_over", _WORKER, why="the previous attempt's lease expired; same generation"),
+    (_R, _R): _t(
+        "take_over", _WORKER, why="the previous delivery's lease expired; same generation"
+    ),
 }
 
 del _D, _CL, _E, _R, _SCAN, _RECLAIMER, _WORKER, _OPERATOR

@@ -495,9 +495,10 @@ class FirestoreJobStore:
         """Take back abandoned work, at most `limit` jobs, each audited by `reclaimer:<run_id>`.
 
         Claimed with claim.claimed_at older than now - claim_timeout → deferred (same
-        generation; the next claim bumps it). Running whose lease_until < now → deferred, or
-        failed when no attempt is left. The query runs inside each transaction, so a fresh
-        claim or a renewed lease is never touched.
+        generation; the next claim bumps it). Running whose lease_until < now (the worker
+        crashed mid-action): that retry cycle is spent, so → deferred with attempt + 1 (due at
+        once, as before), or failed when it was the last; a crash loop therefore ends. The query
+        runs inside each transaction, so a fresh claim or a renewed lease is never touched.
         """
         _require_text(run_id=run_id)
         if claim_timeout <= timedelta(0):
@@ -543,7 +544,7 @@ class FirestoreJobStore:
         until = job.lease_until.isoformat() if job.lease_until else "unknown"
         reason = f"lease of {job.lease_owner} expired at {until}"
         error = ErrorInfo("lease_expired", reason, at)
-        if job.attempt >= job.max_attempts:
+        if not _attempt_left(job):
             return self._apply(
                 job,
                 State.FAILED,
@@ -556,18 +557,28 @@ class FirestoreJobStore:
                 **_NO_LEASE,
             )
         return self._apply(
-            job, State.DEFERRED, Role.RECLAIMER, run_id, at, reason, last_error=error, **_NO_LEASE
+            job,
+            State.DEFERRED,
+            Role.RECLAIMER,
+            run_id,
+            at,
+            f"{reason}; attempt {job.attempt + 1} of {job.max_attempts} next",
+            attempt=job.attempt + 1,
+            last_error=error,
+            **_NO_LEASE,
         )
 
     # -- worker ----------------------------------------------------------------------------
 
     def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job:
-        """Take the lease: enqueued or claimed (push before enqueue) → running, attempt + 1.
+        """Take the lease: enqueued or claimed (push before enqueue) → running.
 
-        Refuses: terminal → AlreadyTerminal; another generation → StaleGeneration; a live
-        lease → LeaseHeld; no attempt left → AttemptsExhausted; deferred → InvalidTransition.
-        An expired lease of the same generation is taken over. The returned job shows
-        `cancel_requested`, which the worker must honour with `cancel_running`.
+        `attempt` is unchanged: a start (or a redelivery's restart) is part of the current retry
+        cycle, so a job in a valid state can always be started. Refuses: terminal →
+        AlreadyTerminal; another generation → StaleGeneration; a live lease → LeaseHeld;
+        deferred → InvalidTransition. An expired lease of the same generation is taken over.
+        The returned job shows `cancel_requested`, which the worker must honour with
+        `cancel_running`.
         """
         _require_text(worker_id=worker_id)
         if lease <= timedelta(0):
@@ -577,13 +588,11 @@ class FirestoreJobStore:
             if job.state.terminal:
                 raise AlreadyTerminal(job.job_id, job.state, State.RUNNING)
             _require_generation(job, generation)
-            reason = f"attempt {job.attempt + 1} of {job.max_attempts}"
+            reason = f"attempt {job.attempt} of {job.max_attempts}"
             if job.state is State.RUNNING:
                 if job.lease_live(now):
                     raise LeaseHeld(job.job_id, job.lease_owner, job.lease_until)
                 reason += f"; took over the expired lease of {job.lease_owner}"
-            if job.state is not State.DEFERRED:  # deferred is refused by the state machine
-                _require_attempt_left(job)
             return self._apply(
                 job,
                 State.RUNNING,
@@ -591,7 +600,6 @@ class FirestoreJobStore:
                 worker_id,
                 now,
                 reason,
-                attempt=job.attempt + 1,
                 lease_until=now + lease,
                 lease_owner=worker_id,
             )
@@ -624,11 +632,11 @@ class FirestoreJobStore:
 
     def release(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job:
         """Running → enqueued after a transient error, so Pub/Sub's redelivery starts it
-        again. AttemptsExhausted when no attempt is left (fail it instead)."""
+        again. `attempt` is unchanged: Pub/Sub's deliveryAttempt counts these quick retries,
+        and the worker turns them into `retry_later` at its threshold."""
 
         def change(job: Job, now: datetime) -> Job:
             self._require_lease(job, generation, worker_id)
-            _require_attempt_left(job)
             return self._apply(
                 job,
                 State.ENQUEUED,
@@ -684,20 +692,25 @@ class FirestoreJobStore:
     def retry_later(
         self, job_id: str, generation: int, due_at: datetime, error: ErrorInfo, *, worker_id: str
     ) -> Job:
-        """Running → deferred with a new due_at and last_error; the next claim publishes it
-        again. AttemptsExhausted when no attempt is left: the worker calls `fail` instead."""
+        """Running → deferred with a new due_at, last_error and attempt + 1 (the next retry
+        cycle); the next claim publishes it again. When the current attempt is the last
+        (attempt == max_attempts) it raises AttemptsExhausted and changes nothing: the worker
+        calls `fail` instead."""
         new_due = _require_aware(due_at, "due_at")
 
         def change(job: Job, now: datetime) -> Job:
             self._require_lease(job, generation, worker_id)
-            _require_attempt_left(job)
+            if not _attempt_left(job):
+                raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
             return self._apply(
                 job,
                 State.DEFERRED,
                 Role.WORKER,
                 worker_id,
                 now,
-                f"retry at {new_due.isoformat()} after {error.code}",
+                f"retry at {new_due.isoformat()} after {error.code}; "
+                f"attempt {job.attempt + 1} of {job.max_attempts} next",
+                attempt=job.attempt + 1,
                 due_at=new_due,
                 last_error=_stamped(error, now),
                 **_NO_LEASE,
@@ -875,9 +888,9 @@ def _require_generation(job: Job, generation: int) -> None:
         raise StaleGeneration(job.job_id, generation, job.generation)
 
 
-def _require_attempt_left(job: Job) -> None:
-    if job.attempt >= job.max_attempts:
-        raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
+def _attempt_left(job: Job) -> bool:
+    """Whether another retry cycle may follow the current one."""
+    return job.attempt < job.max_attempts
 
 
 def _require_aware(value: datetime, name: str) -> datetime:

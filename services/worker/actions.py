@@ -4,7 +4,8 @@ Each action comes with its `RetryPolicy`: how long to wait when its dependency s
 (the founding case: 30 days), after how many Pub/Sub deliveries a transient failure stops being
 retried soon and becomes a retry much later (below the dead-letter limit, so the message is
 acknowledged before Pub/Sub dead-letters it), and optionally a lower cap on attempts than the
-job's own `max_attempts` (every start of the job counts one attempt).
+job's own `max_attempts`. An attempt is one retry cycle: the job's first due time, then each
+long retry; the quick redeliveries inside a cycle do not count.
 
 An action receives an `ActionRequest` (never the raw job record) and returns an `ActionResult`,
 or raises `TransientError` / `DependencyDown` / `PermanentError`. It must be safe to run again
@@ -29,7 +30,7 @@ class RetryPolicy:
 
     long_retry_delay: datetime.timedelta = DEFAULT_LONG_RETRY_DELAY
     retry_later_after_attempts: int = DEFAULT_RETRY_LATER_AFTER_ATTEMPTS
-    # None: the job's own max_attempts; a number caps it lower for this action.
+    # None: the job's own max_attempts; a number caps it lower for this action (retry cycles).
     max_attempts: int | None = None
 
     def __post_init__(self) -> None:
@@ -49,7 +50,7 @@ class ActionRequest:
     action: str
     subject: str
     params: Mapping[str, Any]
-    attempt: int
+    attempt: int  # the job's retry cycle, from 1 (the same in every redelivery of a cycle)
     idempotency_key: str
 
 

@@ -12,11 +12,13 @@ The order of checks is the whole safety argument:
 4. Run the action; complete (result + idempotency document in one transaction).
 
 Failures: `PermanentError` fails the job at once. `TransientError` releases the lease and asks
-for a redelivery (`retry`), until Pub/Sub's delivery attempt reaches the action's threshold
-(below the dead-letter limit), the action says its dependency is down for long
-(`DependencyDown`), or only one attempt is left: then the job goes back to `deferred` with
-`due_at = now + long delay` (`deferred`) and the message is acknowledged. With no attempt
-left the job fails.
+for a redelivery (`retry`); the job's `attempt` is unchanged, because quick redeliveries within
+one retry cycle are counted by Pub/Sub's deliveryAttempt. When that delivery attempt reaches
+the action's threshold (below the dead-letter limit), the message carries none (no dead-letter
+policy, so nothing else would bound the loop), or the action says its dependency is down for
+long (`DependencyDown`), the job goes back to `deferred` with `due_at = now + long delay` and
+`attempt + 1` (`deferred`), and the message is acknowledged. When the current attempt was the
+last (`retry_later` raises AttemptsExhausted) the job fails.
 
 Every outcome is logged once, as `event=worker_outcome`, with the fields the log-based
 metrics extract (`services.jobs.metrics`).
@@ -63,12 +65,10 @@ class OutcomeKind(StrEnum):
     STALE = "stale"
     # Transient failure past the threshold: the job waits until now + the long delay.
     DEFERRED = "deferred"
-    # Permanent error or no attempt left: the job is terminal `failed`.
+    # Permanent error, or a long retry was due in the last attempt: the job is terminal `failed`.
     FAILED = "failed"
     # No job has this ID: acknowledged and recorded as rejected.
     UNKNOWN_JOB = "unknown_job"
-    # Attempts exhausted while another worker's lease lapsed: the reclaimer fails it.
-    EXHAUSTED = "attempts_exhausted"
     # Another worker holds a live lease: come back later (429).
     LEASE_HELD = "lease_held"
     # Transient failure, lease released: redeliver soon (503).
@@ -167,8 +167,6 @@ class Processor:
             return Outcome(OutcomeKind.STALE, job_id, str(exc)), None
         except LeaseHeld as exc:
             return Outcome(OutcomeKind.LEASE_HELD, job_id, str(exc)), None
-        except AttemptsExhausted as exc:
-            return Outcome(OutcomeKind.EXHAUSTED, job_id, str(exc)), None
         except InvalidTransition as exc:
             # Deferred again (retried later or reclaimed): a newer claim will publish it.
             return Outcome(OutcomeKind.STALE, job_id, str(exc)), None
@@ -223,23 +221,22 @@ class Processor:
         generation = delivery.generation
         code = "dependency_down" if isinstance(exc, DependencyDown) else "transient"
         error = ErrorInfo(code, str(exc))
-        if job.attempt >= _max_attempts(job, action):
-            return self._fail(job, generation, error)
-        threshold = action.policy.retry_later_after_attempts
-        reached = delivery.delivery_attempt is not None and delivery.delivery_attempt >= threshold
-        # The last attempt is spent after the long delay, not seconds after this one.
-        last_left = job.attempt + 1 >= _max_attempts(job, action)
-        try:
-            if isinstance(exc, DependencyDown) or reached or last_left:
-                due_at = self._clock.now() + action.policy.long_retry_delay
-                job = self._store.retry_later(
-                    job.job_id, generation, due_at, error, worker_id=self._worker_id
-                )
-                return Outcome(OutcomeKind.DEFERRED, job.job_id, f"due again {due_at}"), job
+        if not (isinstance(exc, DependencyDown) or _quick_retries_spent(delivery, action)):
             job = self._store.release(job.job_id, generation, error, worker_id=self._worker_id)
+            return Outcome(OutcomeKind.RETRY, job.job_id, str(exc)), job
+        # This retry cycle is over: wait the long delay, in the next attempt, if one is left.
+        # The store refuses past the job's max_attempts; an action may cap it lower.
+        cap = action.policy.max_attempts
+        if cap is not None and job.attempt >= cap:
+            return self._fail(job, generation, error)
+        due_at = self._clock.now() + action.policy.long_retry_delay
+        try:
+            job = self._store.retry_later(
+                job.job_id, generation, due_at, error, worker_id=self._worker_id
+            )
         except AttemptsExhausted:
             return self._fail(job, generation, error)
-        return Outcome(OutcomeKind.RETRY, job.job_id, str(exc)), job
+        return Outcome(OutcomeKind.DEFERRED, job.job_id, f"due again {due_at}"), job
 
     def _complete(
         self, job: Job, generation: int, result: Result, detail: str
@@ -298,6 +295,11 @@ def _as_result(result: ActionResult) -> Result:
     return Result(outcome=result.outcome, details=dict(result.details))
 
 
-def _max_attempts(job: Job, action: Action) -> int:
-    cap = action.policy.max_attempts
-    return job.max_attempts if cap is None else min(cap, job.max_attempts)
+def _quick_retries_spent(delivery: Delivery, action: Action) -> bool:
+    """Whether Pub/Sub's redeliveries of this message should stop (threshold reached).
+
+    Without a deliveryAttempt (a subscription with no dead-letter policy) the count is unknown
+    and no longer bounded by the job's attempts, so the first transient error ends the cycle.
+    """
+    attempt = delivery.delivery_attempt
+    return attempt is None or attempt >= action.policy.retry_later_after_attempts

@@ -64,7 +64,7 @@ def test_cancel_after_enqueue_makes_start_refuse(store: FirestoreJobStore) -> No
     with pytest.raises(AlreadyTerminal, match="already cancelled"):
         store.start("j", generation, LEASE, WORKER)
     job = stored(store, "j")
-    assert (job.state, job.attempt, job.lease_owner) == (State.CANCELLED, 0, None)
+    assert (job.state, job.attempt, job.lease_owner) == (State.CANCELLED, 1, None)
 
 
 def test_cancel_of_a_terminal_job_is_refused_unchanged_and_of_a_missing_one_not_found(
@@ -144,6 +144,9 @@ def test_an_expired_lease_is_reclaimed_and_the_old_workers_result_refused(
     assert job.last_error is not None
     assert job.last_error.code == "lease_expired"
     assert (job.lease_owner, job.lease_until) == (None, None)
+    # The crashed run spent its retry cycle; it is due again at once, in the next attempt.
+    assert (job.attempt, job.due_at) == (2, T0)
+    assert job.history[-1].reason.endswith("attempt 2 of 5 next")
 
     with pytest.raises(InvalidTransition):
         store.complete("j", generation, Result("deleted"), worker_id=WORKER)
@@ -161,8 +164,26 @@ def test_an_expired_lease_on_the_last_attempt_fails_the_job(
     (reclaimed,) = store.reclaim_expired(clock.now(), TIMEOUT, 10, "run-2")
     assert reclaimed.to_state is State.FAILED
     job = stored(store, "j")
-    assert job.state is State.FAILED
+    assert (job.state, job.attempt) == (State.FAILED, 1)
     assert job.expire_at == clock.now() + timedelta(days=30)
+    assert job.history[-1].reason.endswith("attempt 1 of 1 was the last")
+
+
+def test_a_crash_loop_ends_failed_after_max_attempts_reclaims(
+    store: FirestoreJobStore, clock: FakeClock
+) -> None:
+    running(store, "j", max_attempts=3)
+    states = []
+    for cycle in (1, 2, 3):
+        assert stored(store, "j").attempt == cycle
+        clock.advance(LEASE + timedelta(seconds=1))  # the worker died mid-action
+        (reclaimed,) = store.reclaim_expired(clock.now(), TIMEOUT, 10, f"reclaim-{cycle}")
+        states.append(reclaimed.to_state)
+        if reclaimed.to_state is State.DEFERRED:
+            (claim,) = store.claim_due(clock.now(), f"run-{cycle}", 1)
+            store.start("j", claim.generation, LEASE, WORKER)
+    assert states == [State.DEFERRED, State.DEFERRED, State.FAILED]
+    assert (stored(store, "j").state, stored(store, "j").attempt) == (State.FAILED, 3)
 
 
 def test_a_live_lease_is_refused_and_an_expired_one_taken_over(
@@ -173,7 +194,8 @@ def test_a_live_lease_is_refused_and_an_expired_one_taken_over(
         store.start("j", generation, LEASE, "worker-2")
     clock.advance(LEASE + timedelta(seconds=1))
     taken = store.start("j", generation, LEASE, "worker-2")
-    assert (taken.lease_owner, taken.attempt) == ("worker-2", 2)
+    # A take-over is another delivery within the same retry cycle: attempt unchanged.
+    assert (taken.lease_owner, taken.attempt) == ("worker-2", 1)
     with pytest.raises(LeaseLost, match="'worker-1' no longer holds the lease"):
         store.complete("j", generation, Result("deleted"), worker_id=WORKER)
     store.complete("j", generation, Result("deleted"), worker_id="worker-2")
@@ -236,7 +258,21 @@ def test_release_hands_the_job_back_to_the_queue_and_the_redelivery_starts_it_ag
     assert released.last_error is not None
     assert released.last_error.code == "unavailable"
     again = store.start("j", generation, LEASE, "worker-2")
-    assert (again.state, again.attempt) == (State.RUNNING, 2)
+    # Quick redeliveries are counted by Pub/Sub's deliveryAttempt, not by the record.
+    assert (again.state, again.attempt) == (State.RUNNING, 1)
+
+
+def test_release_and_start_never_refuse_or_spend_attempts_even_in_the_last_one(
+    store: FirestoreJobStore,
+) -> None:
+    generation = running(store, "j", max_attempts=1)
+    holder = WORKER
+    for n in range(3):
+        released = store.release("j", generation, DOWN, worker_id=holder)
+        assert (released.state, released.attempt) == (State.ENQUEUED, 1)
+        holder = f"worker-{n + 2}"
+        started = store.start("j", generation, LEASE, holder)
+        assert (started.state, started.attempt) == (State.RUNNING, 1)
 
 
 def test_retry_later_defers_to_the_new_due_time_until_attempts_run_out(
@@ -248,17 +284,18 @@ def test_retry_later_defers_to_the_new_due_time_until_attempts_run_out(
     assert (deferred.state, deferred.due_at, deferred.attempt) == (
         State.DEFERRED,
         T0 + month,
-        1,
+        2,
     )
+    assert deferred.history[-1].reason.endswith("attempt 2 of 2 next")
     assert store.claim_due(clock.now(), "run-2", 10) == []
     clock.advance(month)
     (claim,) = store.claim_due(clock.now(), "run-3", 10)
     assert claim.generation == 2
-    store.start("j", 2, LEASE, WORKER)
+    assert store.start("j", 2, LEASE, WORKER).attempt == 2
     with pytest.raises(AttemptsExhausted, match="attempt 2 of 2"):
         store.retry_later("j", 2, clock.now() + month, DOWN, worker_id=WORKER)
-    with pytest.raises(AttemptsExhausted):
-        store.release("j", 2, DOWN, worker_id=WORKER)
+    unchanged = stored(store, "j")
+    assert (unchanged.state, unchanged.attempt, unchanged.due_at) == (State.RUNNING, 2, T0 + month)
     failed = store.fail("j", 2, DOWN, worker_id=WORKER)
     assert failed.state is State.FAILED
     assert failed.expire_at == clock.now() + timedelta(days=30)

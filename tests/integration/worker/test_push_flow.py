@@ -154,7 +154,7 @@ def test_storage_failing_briefly_answers_503_then_the_redelivery_completes(
     assert worker.counter.statuses[204] == 1
     assert worker.deleter.calls == 3 and worker.deleter.deletions == 1
     job = worker.job("job-1")
-    assert job.attempt == 3
+    assert job.attempt == 1  # three deliveries, one retry cycle: Pub/Sub counted them
     assert worker.objects() == set()
 
 
@@ -173,6 +173,7 @@ def test_storage_down_past_the_threshold_defers_30_days_then_a_later_claim_compl
     job = worker.job("job-1")
     assert job.due_at == deferred_at + timedelta(days=30)
     assert job.last_error is not None and job.last_error.code == "transient"
+    assert job.attempt == 2  # the next retry cycle
     # Three redeliveries asked for (503), the fourth delivery acknowledged: never dead-lettered.
     assert worker.counter.statuses[503] == 3
     assert worker.counter.statuses[200] == 1
@@ -190,6 +191,7 @@ def test_storage_down_past_the_threshold_defers_30_days_then_a_later_claim_compl
     wait_until(_state_is(worker, "job-1", State.COMPLETED), what="job-1 completed")
     assert worker.objects() == set()
     assert worker.deleter.deletions == 1
+    assert worker.job("job-1").attempt == 2
 
 
 def test_stale_generation_is_acknowledged_without_acting(worker: WorkerHarness) -> None:
@@ -258,17 +260,22 @@ def test_permanent_error_fails_the_job_at_once(worker: WorkerHarness) -> None:
     assert job.state is State.FAILED and job.attempt == 1
 
 
-def test_transient_error_with_no_attempt_left_fails_the_job_and_acknowledges(
+def test_transient_errors_in_the_last_attempt_are_redelivered_then_fail_at_the_threshold(
     worker: WorkerHarness,
 ) -> None:
     worker.schedule("job-1", worker.upload("src/a.mp4"), max_attempts=1)
     claimed = worker.claim_one("job-1")
     worker.enqueue(claimed)
-    worker.deleter.failures = 1
+    worker.deleter.failures = 2
     worker.deleter.failure = lambda: TransientError("storage 503")
-    response = worker.post(envelope("job-1", claimed.generation))
+    # The only attempt still gets its quick redeliveries: release never spends attempts.
+    first = worker.post(envelope("job-1", claimed.generation, delivery_attempt=1))
+    assert first.status_code == 503
+    assert (worker.job("job-1").state, worker.job("job-1").attempt) == (State.ENQUEUED, 1)
+    # At the threshold a long retry is due, but no attempt is left: failed and acknowledged.
+    response = worker.post(envelope("job-1", claimed.generation, delivery_attempt=4))
     assert response.status_code == 200 and response.json()["outcome"] == "failed"
-    assert worker.job("job-1").state is State.FAILED
+    assert (worker.job("job-1").state, worker.job("job-1").attempt) == (State.FAILED, 1)
 
 
 def test_storage_answering_503_over_http_is_retried_through_pubsub_until_it_recovers(

@@ -44,4 +44,5 @@ def test_outage_defers_a_job_30_days_and_the_scan_run_after_them_completes_it(
     assert worker.objects() == set()
     assert worker.deleter.deletions == 1
     job = worker.job("job-1")
-    assert job.generation == 2 and job.attempt == 5
+    # Four quick deliveries in the first retry cycle, then the second cycle completed it.
+    assert job.generation == 2 and job.attempt == 2

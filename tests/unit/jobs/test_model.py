@@ -145,7 +145,21 @@ def test_a_minimal_document_written_by_another_language_is_readable() -> None:
         },
     )
     assert job.generation == 0
-    assert job.attempt == 0
+    assert job.attempt == 1  # its first retry cycle
     assert job.max_attempts == 5
     assert job.scheduled_due_at == T0
     assert job.idempotency_key == derive_idempotency_key("media.delete_source", "node-1")
+
+
+def test_a_record_written_with_attempt_0_reads_as_its_first_attempt() -> None:
+    # The earlier layout started at 0; such records are in their first retry cycle.
+    document = {
+        "action": "media.delete_source",
+        "subject": "m",
+        "due_at": T0,
+        "state": "deferred",
+        "created_at": T0,
+        "attempt": 0,
+    }
+    assert Job.from_document("node-0", document).attempt == 1
+    assert Job.from_document("node-3", {**document, "attempt": 3}).attempt == 3

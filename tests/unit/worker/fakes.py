@@ -48,6 +48,20 @@ class MemoryStore:
         self.jobs[job_id] = job
         return job
 
+    def requeue(self, job_id: str) -> Job:
+        """A deferred job claimed and enqueued again by a later scan (generation + 1)."""
+        job = self.jobs[job_id]
+        assert job.state is State.DEFERRED, job.state
+        now = self.clock.now()
+        job = dataclasses.replace(
+            job,
+            state=State.ENQUEUED,
+            claim=Claim("run-n", now, job.generation + 1),
+            enqueued_at=now,
+        )
+        self.jobs[job_id] = job
+        return job
+
     def get(self, job_id: str) -> Job | None:
         self.calls.append("get")
         return self.jobs.get(job_id)
@@ -81,13 +95,10 @@ class MemoryStore:
             raise InvalidTransition(job_id, job.state, State.RUNNING)
         if job.state is State.RUNNING and job.lease_live(now):
             raise LeaseHeld(job_id, job.lease_owner, job.lease_until)
-        if job.attempt >= job.max_attempts:
-            raise AttemptsExhausted(job_id, job.attempt, job.max_attempts)
         return self._move(
             job,
             State.RUNNING,
             worker_id,
-            attempt=job.attempt + 1,
             lease_until=now + lease,
             lease_owner=worker_id,
         )
@@ -100,8 +111,6 @@ class MemoryStore:
     def release(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job:
         self.calls.append("release")
         job = self._leased(job_id, generation, worker_id)
-        if job.attempt >= job.max_attempts:
-            raise AttemptsExhausted(job_id, job.attempt, job.max_attempts)
         return self._move(
             job, State.ENQUEUED, worker_id, last_error=error, lease_until=None, lease_owner=None
         )
@@ -136,6 +145,7 @@ class MemoryStore:
             job,
             State.DEFERRED,
             worker_id,
+            attempt=job.attempt + 1,
             due_at=due_at,
             last_error=error,
             lease_until=None,

@@ -120,7 +120,7 @@ def test_expired_lease_is_taken_over_and_the_job_completes(
     clock.advance(LEASE + timedelta(seconds=1))
     outcome = processor_for(store, clock, Script()).process(delivery())
     assert outcome.kind is OutcomeKind.COMPLETED
-    assert store.jobs["job-1"].attempt == 2
+    assert store.jobs["job-1"].attempt == 1  # a take-over is part of the same retry cycle
 
 
 def test_cancel_request_is_honoured_before_acting(store: MemoryStore, clock: FakeClock) -> None:
@@ -172,7 +172,7 @@ def test_transient_error_at_the_delivery_threshold_defers_by_the_long_delay(
     job = store.jobs["job-1"]
     assert job.state is State.DEFERRED
     assert job.due_at == START + timedelta(days=30)
-    assert job.attempt == 4
+    assert job.attempt == 2  # the quick redeliveries were one cycle; the long retry is the next
 
 
 def test_dependency_down_defers_at_once(store: MemoryStore, clock: FakeClock) -> None:
@@ -184,22 +184,72 @@ def test_dependency_down_defers_at_once(store: MemoryStore, clock: FakeClock) ->
     assert store.jobs["job-1"].due_at == START + timedelta(days=30)
 
 
-def test_last_attempt_is_spent_after_the_long_delay(store: MemoryStore, clock: FakeClock) -> None:
+def test_quick_redeliveries_never_spend_attempts(store: MemoryStore, clock: FakeClock) -> None:
     store.add("job-1", max_attempts=2)
-    outcome = processor_for(store, clock, Script(TransientError("down"))).process(delivery())
-    assert outcome.kind is OutcomeKind.DEFERRED
+    processor = processor_for(store, clock, Script(*[TransientError("down")] * 4))
+    for n in (1, 2, 3):
+        assert processor.process(delivery(attempt=n)).kind is OutcomeKind.RETRY
+        assert store.jobs["job-1"].attempt == 1
+    assert processor.process(delivery(attempt=4)).kind is OutcomeKind.DEFERRED
+    assert store.jobs["job-1"].attempt == 2
 
 
-def test_transient_error_with_no_attempt_left_fails_the_job(
+def test_transient_errors_in_the_last_attempt_are_retried_quickly_then_fail_the_job(
     store: MemoryStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     store.add("job-1", max_attempts=1)
+    processor = processor_for(store, clock, Script(*[TransientError("down")] * 4))
     with caplog.at_level(logging.INFO):
-        outcome = processor_for(store, clock, Script(TransientError("down"))).process(delivery())
-    assert outcome.kind is OutcomeKind.FAILED and outcome.acknowledged
-    assert store.jobs["job-1"].state is State.FAILED
+        kinds = [processor.process(delivery(attempt=n)).kind for n in (1, 2, 3, 4)]
+    assert kinds == [OutcomeKind.RETRY] * 3 + [OutcomeKind.FAILED]
+    job = store.jobs["job-1"]
+    assert (job.state, job.attempt) == (State.FAILED, 1)
+    assert store.calls.count("retry_later") == 1  # the store said no attempt was left
     failed = [r for r in caplog.records if _fields(r).get("event") == metrics.EVENT_JOB_FAILED]
     assert len(failed) == 1 and failed[0].levelno == logging.ERROR
+
+
+def test_each_long_retry_is_one_attempt_and_the_max_attempts_th_fails_the_job(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.add("job-1", max_attempts=3)
+    processor = processor_for(store, clock, Script(*[DependencyDown("outage")] * 3))
+    kinds = []
+    for cycle in (1, 2, 3):
+        assert store.jobs["job-1"].attempt == cycle
+        kinds.append(processor.process(delivery(generation=cycle)).kind)
+        if cycle < 3:
+            assert store.jobs["job-1"].due_at == clock.now() + timedelta(days=30)
+            clock.advance(timedelta(days=30))
+            store.requeue("job-1")
+    assert kinds == [OutcomeKind.DEFERRED, OutcomeKind.DEFERRED, OutcomeKind.FAILED]
+    job = store.jobs["job-1"]
+    assert (job.state, job.attempt) == (State.FAILED, 3)
+    assert job.last_error is not None and job.last_error.code == "dependency_down"
+
+
+def test_without_a_delivery_attempt_the_first_transient_error_defers(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    # No dead-letter policy: nothing would bound the 503 loop, so the cycle ends at once.
+    store.add("job-1")
+    outcome = processor_for(store, clock, Script(TransientError("503"))).process(
+        delivery(attempt=None)
+    )
+    assert outcome.kind is OutcomeKind.DEFERRED and outcome.acknowledged
+    assert store.jobs["job-1"].attempt == 2
+
+
+def test_an_actions_lower_attempt_cap_fails_the_job_instead_of_a_long_retry(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.add("job-1", max_attempts=5)
+    policy = RetryPolicy(max_attempts=1)
+    outcome = processor_for(store, clock, Script(DependencyDown("outage")), policy).process(
+        delivery()
+    )
+    assert outcome.kind is OutcomeKind.FAILED
+    assert "retry_later" not in store.calls
 
 
 def test_permanent_error_fails_at_once(store: MemoryStore, clock: FakeClock) -> None:
