@@ -34,8 +34,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="take back abandoned claims and expired leases (dry run unless --apply)",
         description="Show the claimed jobs older than the claim timeout and the running jobs "
-        "whose lease expired. With --apply, move them back (to deferred, or failed when out of "
-        "attempts), each audited as reclaimer:jobsctl-<id>. The scan does the same every run.",
+        "whose lease expired. With --apply, move them back to deferred (an expired lease "
+        "spends the attempt: attempt + 1, or failed in the last one), each audited as "
+        "reclaimer:jobsctl-<id>. The scan does the same every run.",
     )
     p.add_argument("--apply", action="store_true", help="reclaim them (default: dry run)")
     p.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
