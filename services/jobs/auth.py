@@ -249,10 +249,15 @@ class TokenVerifier:
             raise CertsUnavailable() from exc
         except ValueError as exc:
             raise Unauthenticated(_reason(str(exc))) from exc
+        except (TypeError, KeyError, OverflowError) as exc:
+            # A correctly signed token with claims of the wrong type (an `iat` of null, an
+            # `aud` list) trips google-auth's arithmetic; it is still just a bad token.
+            raise Unauthenticated("token claims have the wrong types") from exc
         return self._authorize(claims)
 
     def _authorize(self, claims: Mapping[str, Any]) -> Caller:
-        if claims.get("iss") not in GOOGLE_ISSUERS:
+        issuer = claims.get("iss")
+        if not isinstance(issuer, str) or issuer not in GOOGLE_ISSUERS:
             raise Unauthenticated("token issuer is not Google")
         email = claims.get("email")
         if not isinstance(email, str) or email not in self.policy.allowed_emails:
@@ -287,7 +292,9 @@ def _unverified_header(token: str) -> dict[str, Any]:
         header = json.loads(_b64url(segments[0]))
         payload = json.loads(_b64url(segments[1]))
         _b64url(segments[2])
-    except (ValueError, binascii.Error) as exc:
+    except (ValueError, binascii.Error, RecursionError) as exc:
+        # RecursionError: JSON nested deeper than the interpreter's limit (a 16 KiB token of
+        # "[" is enough); it is a malformed token like any other, never a crash.
         raise Unauthenticated("malformed token: segments are not base64url JSON") from exc
     if not isinstance(header, dict) or not isinstance(payload, dict):
         raise Unauthenticated("malformed token: header or payload is not a JSON object")

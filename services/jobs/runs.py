@@ -42,6 +42,7 @@ class ScanRun:
     published: int = 0
     publish_failed: int = 0
     reclaimed: int = 0
+    reclaim_contended: bool = False
     due_count: int = 0
     oldest_overdue_age_s: float = 0.0
     stuck_claims: int = 0
@@ -67,6 +68,7 @@ class ScanRun:
             "published": self.published,
             "publish_failed": self.publish_failed,
             "reclaimed": self.reclaimed,
+            "reclaim_contended": self.reclaim_contended,
             "due_count": self.due_count,
             "oldest_overdue_age_s": self.oldest_overdue_age_s,
             "stuck_claims": self.stuck_claims,
@@ -90,6 +92,7 @@ class ScanRun:
             published=int(data.get("published", 0)),
             publish_failed=int(data.get("publish_failed", 0)),
             reclaimed=int(data.get("reclaimed", 0)),
+            reclaim_contended=bool(data.get("reclaim_contended", False)),
             due_count=int(data.get("due_count", 0)),
             oldest_overdue_age_s=float(data.get("oldest_overdue_age_s", 0.0)),
             stuck_claims=int(data.get("stuck_claims", 0)),

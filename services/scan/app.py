@@ -7,7 +7,8 @@ functions-framework target in `main.py` hands its request to the same handler.
 Status codes: 200 with the run summary; 400 for a body that is not empty or a small JSON
 object of known options; 401 / 403 for a missing or invalid / disallowed token; 405 for a
 method other than POST; 503 when Firestore, Pub/Sub or the token certs cannot be reached
-(Cloud Scheduler retries per its retry config). The token never appears in a log line.
+(Cloud Scheduler retries per its retry config); 500, after one ERROR line with event
+`scan_crashed`, for anything unexpected. The token never appears in a log line.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from services.jobs.auth import (
     allowed_emails,
 )
 from services.jobs.clock import Clock, SystemClock
-from services.jobs.metrics import MetricsSink, build_sink
+from services.jobs.metrics import LOG_EVENT, MetricsSink, build_sink
 from services.jobs.publisher import Publisher
 from services.jobs.runs import ScanRunLog
 from services.scan.scanner import (
@@ -49,6 +50,9 @@ from services.scan.trigger import MAX_BODY_BYTES, TriggerError, parse_trigger
 logger = logging.getLogger(__name__)
 
 EXTENSION_KEY = "deferred_jobs.scan"
+
+# The event of the one ERROR line written before an unexpected 500.
+EVENT_SCAN_CRASHED = "scan_crashed"
 
 
 class Verifier(Protocol):
@@ -69,7 +73,24 @@ class ScanHandler:
     def handle(self, request: flask.Request) -> flask.Response:
         run_id = Scanner.new_run_id(self._clock.now())
         with log.bind_request(request.headers.get(log.TRACE_HEADER), self._project, run_id=run_id):
-            return self._handle(request, run_id)
+            try:
+                return self._handle(request, run_id)
+            except Exception as exc:
+                # Last resort: a bug, not an outage (those are 503s above). One structured
+                # ERROR line an alert can match, with the traceback, then a JSON 500 so
+                # Cloud Scheduler records the failure and retries per its retry config.
+                logger.exception(
+                    "scan request failed unexpectedly",
+                    extra={
+                        "fields": {
+                            LOG_EVENT: EVENT_SCAN_CRASHED,
+                            "error_type": type(exc).__qualname__,
+                        }
+                    },
+                )
+                return _json(
+                    HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error", "run_id": run_id}
+                )
 
     def _handle(self, request: flask.Request, run_id: str) -> flask.Response:
         if request.method != "POST":

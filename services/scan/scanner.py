@@ -26,10 +26,11 @@ from typing import Any, Protocol
 from services.jobs import errors
 from services.jobs.clock import Clock
 from services.jobs.control import Control
-from services.jobs.metrics import LOG_EVENT, MetricsSink, NullSink
-from services.jobs.model import ClaimedJob, ErrorInfo, Stats
+from services.jobs.metrics import EVENT_JOB_FAILED, LOG_EVENT, MetricsSink, NullSink
+from services.jobs.model import ClaimedJob, ErrorInfo, Reclaimed, Stats
 from services.jobs.publisher import PublishError
 from services.jobs.runs import RunLogError, ScanRun
+from services.jobs.state import State
 from services.scan.budget import EnqueueBudget, TimeBudget, enqueue_budget
 from services.scan.summary import Backlog, RunTally, StopReason, log_fields, scan_report
 
@@ -215,7 +216,7 @@ class Scanner:
         claim_timeout: timedelta,
         tally: RunTally,
     ) -> StopReason:
-        tally.reclaimed = self._reclaim(run_id, claim_timeout)
+        self._reclaim(run_id, claim_timeout, tally)
         time_budget = TimeBudget(started_at, self._limits.time_budget_s)
         # The marks of one page run while the next page is claimed and published; at most
         # one page of marks is outstanding, and the run waits for all of them before it ends.
@@ -265,13 +266,24 @@ class Scanner:
             if len(claims) < want:
                 return "drained"
 
-    def _reclaim(self, run_id: str, claim_timeout: timedelta) -> int:
+    def _reclaim(self, run_id: str, claim_timeout: timedelta, tally: RunTally) -> None:
         try:
             reclaimed = self._store.reclaim_expired(
                 self._clock.now(), claim_timeout, self._limits.reclaim_limit, run_id
             )
         except errors.StoreUnavailable as exc:
             raise StoreUnreachable(f"cannot reclaim expired claims: {exc}") from exc
+        except errors.LostRace as exc:
+            # As with claiming: the store already retried, another run is reclaiming the same
+            # records. They are in good hands; this run goes on to claim, and says so.
+            tally.reclaim_contended = True
+            logger.warning(
+                "reclaiming stopped by contention: %s",
+                exc,
+                extra={"fields": {"reclaim_contended": True}},
+            )
+            return
+        tally.reclaimed = len(reclaimed)
         if reclaimed:
             ids = [getattr(r, "job_id", str(r)) for r in reclaimed]
             logger.warning(
@@ -279,7 +291,9 @@ class Scanner:
                 len(ids),
                 extra={"fields": {"reclaimed_ids": ids[:100], "reclaimed": len(ids)}},
             )
-        return len(reclaimed)
+        for item in reclaimed:
+            if getattr(item, "to_state", None) == State.FAILED:
+                _log_job_failed(item)
 
     def _publish_page(
         self, run_id: str, claims: Sequence[ClaimedJob], tally: RunTally
@@ -372,6 +386,28 @@ class Scanner:
                 self._runs.record(run)
             except RunLogError as exc:
                 logger.warning("could not record the scan run: %s", exc)
+
+
+# The reason on the job_failed line of a job the reclaimer failed.
+REASON_LEASE_EXPIRED = "lease expired on the last attempt"
+
+
+def _log_job_failed(item: Reclaimed) -> None:
+    """The worker logs job_failed when an action fails for good; a worker that died on the
+    last attempt cannot, so the reclaimer does, and the FAILED_JOBS metric and alert see it."""
+    logger.error(
+        "job failed: %s",
+        REASON_LEASE_EXPIRED,
+        extra={
+            "fields": {
+                LOG_EVENT: EVENT_JOB_FAILED,
+                "job_id": item.job_id,
+                "reason": REASON_LEASE_EXPIRED,
+                "from_state": str(item.from_state),
+                "generation": item.generation,
+            }
+        },
+    )
 
 
 def _wait_all(marks: list[futures.Future[None]]) -> None:

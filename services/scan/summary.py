@@ -49,6 +49,8 @@ class RunTally:
     # Published, but the record had moved on (reclaimed and re-claimed) before we marked it:
     # the worker will drop the message as stale. Counted so it is visible, never hidden.
     mark_lost: int = 0
+    # reclaim_expired lost a race with another run's reclaimer; this run claimed anyway.
+    reclaim_contended: bool = False
     claim_to_enqueue_latency_s: float = 0.0
     failed_ids: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -97,6 +99,7 @@ class RunTally:
                 published=self.published,
                 publish_failed=self.publish_failed,
                 reclaimed=self.reclaimed,
+                reclaim_contended=self.reclaim_contended,
                 due_count=backlog.due_count,
                 oldest_overdue_age_s=backlog.oldest_overdue_age_s,
                 stuck_claims=backlog.stuck_claims,
@@ -148,6 +151,8 @@ def log_fields(run: ScanRun) -> dict[str, Any]:
     fields = response_body(run)
     fields[metrics.LOG_EVENT] = metrics.EVENT_SCAN_RUN
     fields["claim_to_enqueue_latency_s"] = round(run.claim_to_enqueue_latency_s, 3)
+    if run.reclaim_contended:
+        fields["reclaim_contended"] = True
     if run.failed_ids:
         fields["failed_ids"] = list(run.failed_ids)
     return fields

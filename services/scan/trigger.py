@@ -46,6 +46,9 @@ def parse_trigger(body: bytes) -> Trigger:
         payload: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TriggerError(f"body is not valid JSON: {exc.msg} at position {exc.pos}") from exc
+    except RecursionError as exc:
+        # 1 KiB of "[" nests deeper than the interpreter allows; it is bad input, not a crash.
+        raise TriggerError("body is not valid JSON: nested too deeply") from exc
     if not isinstance(payload, dict):
         raise TriggerError(f"body must be a JSON object (or empty), got {type(payload).__name__}")
     problems = [f"unknown key {key!r}" for key in sorted(payload) if key not in ALLOWED_KEYS]

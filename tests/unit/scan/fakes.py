@@ -24,6 +24,9 @@ class FakeStore:
     due: list[str] = field(default_factory=list)
     control: Control = field(default_factory=Control)
     expired: list[str] = field(default_factory=list)
+    # Running jobs whose lease expired on their last attempt: the reclaimer fails them.
+    expired_last_attempt: list[str] = field(default_factory=list)
+    reclaim_race: bool = False
     on_claim: Callable[[], None] | None = None
     unavailable: set[str] = field(default_factory=set)
     claimed: dict[str, int] = field(default_factory=dict)
@@ -46,9 +49,14 @@ class FakeStore:
         self, now: datetime, claim_timeout: timedelta, limit: int, run_id: str
     ) -> Sequence[Reclaimed]:
         self._check("reclaim_expired")
+        if self.reclaim_race:
+            raise errors.LostRace("another run is reclaiming the same records")
         taken, self.expired = self.expired[:limit], self.expired[limit:]
         self.due.extend(taken)
-        return [Reclaimed(i, State.CLAIMED, State.DEFERRED, 1) for i in taken]
+        failed, self.expired_last_attempt = self.expired_last_attempt, []
+        return [Reclaimed(i, State.CLAIMED, State.DEFERRED, 1) for i in taken] + [
+            Reclaimed(i, State.RUNNING, State.FAILED, 3) for i in failed
+        ]
 
     def claim_due(
         self, now: datetime, run_id: str, limit: int, *, page_size: int = 100

@@ -214,3 +214,34 @@ def test_run_ids_are_unique_and_sort_by_time() -> None:
     later = Scanner.new_run_id(T0 + timedelta(seconds=1))
     assert first != Scanner.new_run_id(T0)
     assert first < later
+
+
+def test_a_lease_the_reclaimer_fails_is_logged_as_job_failed_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from services.jobs.metrics import EVENT_JOB_FAILED
+
+    store = FakeStore(due=ids(2), expired=["stuck"], expired_last_attempt=["dead-1", "dead-2"])
+    scanner, _, _ = make(store)
+    with caplog.at_level("INFO"):
+        run = scanner.run()
+    assert run.reclaimed == 3
+    failed = [
+        r for r in caplog.records if getattr(r, "fields", {}).get("event") == EVENT_JOB_FAILED
+    ]
+    assert sorted(r.fields["job_id"] for r in failed) == ["dead-1", "dead-2"]  # type: ignore[attr-defined]
+    assert all(r.levelname == "ERROR" for r in failed)
+    assert all(r.fields["reason"] for r in failed)  # type: ignore[attr-defined]
+
+
+def test_reclaim_contention_is_recorded_and_the_run_still_claims(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = FakeStore(due=ids(5), reclaim_race=True)
+    scanner, _, _ = make(store)
+    with caplog.at_level("INFO"):
+        run = scanner.run()
+    assert (run.reclaimed, run.claimed, run.published) == (0, 5, 5)
+    assert run.reclaim_contended
+    (line,) = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "scan_run"]
+    assert line.fields["reclaim_contended"] is True  # type: ignore[attr-defined]
