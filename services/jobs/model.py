@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from services.jobs.errors import ValidationError
+from services.jobs.errors import JobsError, ValidationError
 from services.jobs.state import HistoryEntry, State
 
 SCHEMA_VERSION = 1
@@ -440,6 +440,32 @@ class Stats:
     stuck_claims: int
     expired_leases: int
     per_state: Mapping[State, int]
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the scan measures each run: count aggregations and limit-1 queries only, so its
+    cost does not grow with the terminal records kept for retention."""
+
+    oldest_overdue_age_s: float | None  # None: nothing overdue
+    due_count: int
+    stuck_claims: int  # claimed longer ago than the claim timeout
+    stale_enqueued: int  # enqueued longer ago than the enqueued timeout: the message may be gone
+    oldest_enqueued_age_s: float | None  # None: nothing enqueued
+
+
+@dataclass(frozen=True)
+class EnqueueMark:
+    """The outcome of one item of `mark_enqueued_many`: the job as written, or why not."""
+
+    job_id: str
+    generation: int
+    job: Job | None = None
+    error: JobsError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
 @dataclass(frozen=True)

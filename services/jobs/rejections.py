@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from google.api_core import exceptions as api_exceptions
+from google.api_core import retry as api_retry
 from google.cloud import firestore
 
 from services.jobs.errors import StoreUnavailable
 from services.jobs.schema import EXPIRE_AT, REJECTED
+from services.jobs.store import DEFAULT_CALL_TIMEOUT_S, CallBounds
 
 PAYLOAD_LIMIT = 4096
 DEFAULT_RETENTION = datetime.timedelta(days=30)
@@ -157,11 +159,23 @@ def _printable(prefix: bytes) -> tuple[str, PayloadEncoding]:
     return text, "utf-8"
 
 
+# What a bounded call raises when Firestore does not answer in time or at all.
+_UNAVAILABLE = (api_exceptions.GoogleAPICallError, api_exceptions.RetryError)
+
+
 class RejectionStore:
     """Writes and reads the `rejected` collection."""
 
-    def __init__(self, client: firestore.Client, *, collection: str = REJECTED) -> None:
+    def __init__(
+        self,
+        client: firestore.Client,
+        *,
+        collection: str = REJECTED,
+        timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        retry: api_retry.Retry | None = None,
+    ) -> None:
         self._collection = client.collection(collection)
+        self._bounds = CallBounds(timeout_s, retry)
 
     def record(self, rejection: Rejection) -> str:
         """Store `rejection`; returns its document ID.
@@ -172,11 +186,14 @@ class RejectionStore:
         if rejection.message_id:
             key = f"{rejection.message_id}\x00{rejection.reason}".encode()
             ref = self._collection.document(hashlib.sha256(key).hexdigest()[:40])
+            # Safe to retry: the same document gets the same content.
+            bounds = self._bounds.kwargs
         else:
             ref = self._collection.document()
+            bounds = self._bounds.write_kwargs  # a retry could leave a second document
         try:
-            ref.set(rejection.to_document())
-        except api_exceptions.GoogleAPICallError as exc:
+            ref.set(rejection.to_document(), **bounds)
+        except _UNAVAILABLE as exc:
             raise StoreUnavailable(f"cannot record a rejection: {type(exc).__name__}") from exc
         return str(ref.id)
 
@@ -188,15 +205,15 @@ class RejectionStore:
         try:
             return [
                 Rejection.from_document(snapshot.id, snapshot.to_dict() or {})
-                for snapshot in query.stream()
+                for snapshot in query.stream(**self._bounds.kwargs)
             ]
-        except api_exceptions.GoogleAPICallError as exc:
+        except _UNAVAILABLE as exc:
             raise StoreUnavailable(f"cannot read rejections: {type(exc).__name__}") from exc
 
     def get(self, rejection_id: str) -> Rejection | None:
         try:
-            snapshot = self._collection.document(rejection_id).get()
-        except api_exceptions.GoogleAPICallError as exc:
+            snapshot = self._collection.document(rejection_id).get(**self._bounds.kwargs)
+        except _UNAVAILABLE as exc:
             raise StoreUnavailable(f"cannot read a rejection: {type(exc).__name__}") from exc
         if not snapshot.exists:
             return None

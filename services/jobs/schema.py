@@ -49,6 +49,8 @@ INDEXES: tuple[CompositeIndex, ...] = (
     CompositeIndex(JOBS, (IndexField("state"), IndexField("claim.claimed_at"))),
     # reclaim_expired (expired leases), stats (expired_leases)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("lease_until"))),
+    # backlog (stale_enqueued, oldest enqueued age)
+    CompositeIndex(JOBS, (IndexField("state"), IndexField("enqueued_at"))),
 )
 
 

@@ -15,6 +15,7 @@ The keys both services share live in `CommonSettings`.
 from __future__ import annotations
 
 import builtins
+import datetime
 import logging
 import math
 import re
@@ -24,8 +25,30 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
+from services.jobs.store import DEFAULT_CALL_TIMEOUT_S, DEFAULT_TERMINAL_RETENTION
 
 PREFIX = "JOBS_"
+
+# The keys every service shares, as the names the Pulumi program and the local stack set.
+PROJECT = "JOBS_PROJECT"
+LOG_LEVEL = "JOBS_LOG_LEVEL"
+OIDC_CERTS_URL = "JOBS_OIDC_CERTS_URL"
+AUTH_CLOCK_SKEW_S = "JOBS_AUTH_CLOCK_SKEW_S"
+TERMINAL_RETENTION_S = "JOBS_TERMINAL_RETENTION_S"
+FIRESTORE_TIMEOUT_S = "JOBS_FIRESTORE_TIMEOUT_S"
+COMMON_KEYS = (
+    PROJECT,
+    LOG_LEVEL,
+    OIDC_CERTS_URL,
+    AUTH_CLOCK_SKEW_S,
+    TERMINAL_RETENTION_S,
+    FIRESTORE_TIMEOUT_S,
+)
+
+DEFAULT_TERMINAL_RETENTION_S = int(DEFAULT_TERMINAL_RETENTION.total_seconds())
+MIN_TERMINAL_RETENTION_S, MAX_TERMINAL_RETENTION_S = 3600, 10 * 365 * 86400
+DEFAULT_FIRESTORE_TIMEOUT_S = DEFAULT_CALL_TIMEOUT_S
+MIN_FIRESTORE_TIMEOUT_S, MAX_FIRESTORE_TIMEOUT_S = 0.05, 120.0
 
 
 class SettingsError(Exception):
@@ -234,24 +257,43 @@ def _range(low: object, high: object) -> builtins.str:
 
 @dataclass(frozen=True)
 class CommonSettings:
-    """Keys both services read: project, log level, OIDC verification."""
+    """Keys every service reads: project, log level, OIDC verification, how long terminal
+    records are kept, and how long one Firestore call may take."""
 
     project: builtins.str
     log_level: builtins.str = "INFO"
     oidc_certs_url: builtins.str = GOOGLE_CERTS_URL
     auth_clock_skew_s: builtins.int = DEFAULT_CLOCK_SKEW_S
+    terminal_retention_s: builtins.float = DEFAULT_TERMINAL_RETENTION_S
+    firestore_timeout_s: builtins.float = DEFAULT_FIRESTORE_TIMEOUT_S
 
     @classmethod
     def read(cls, env: EnvReader) -> CommonSettings:
         """Read the shared keys; problems are recorded on `env` for its `finish()`."""
         return cls(
-            project=env.str("JOBS_PROJECT"),
-            log_level=env.choice("JOBS_LOG_LEVEL", LOG_LEVELS, default="INFO"),
-            oidc_certs_url=env.url("JOBS_OIDC_CERTS_URL", default=GOOGLE_CERTS_URL),
+            project=env.str(PROJECT),
+            log_level=env.choice(LOG_LEVEL, LOG_LEVELS, default="INFO"),
+            oidc_certs_url=env.url(OIDC_CERTS_URL, default=GOOGLE_CERTS_URL),
             auth_clock_skew_s=env.int(
-                "JOBS_AUTH_CLOCK_SKEW_S", default=DEFAULT_CLOCK_SKEW_S, min=0, max=300
+                AUTH_CLOCK_SKEW_S, default=DEFAULT_CLOCK_SKEW_S, min=0, max=300
+            ),
+            terminal_retention_s=env.duration_s(
+                TERMINAL_RETENTION_S,
+                default=DEFAULT_TERMINAL_RETENTION_S,
+                min=MIN_TERMINAL_RETENTION_S,
+                max=MAX_TERMINAL_RETENTION_S,
+            ),
+            firestore_timeout_s=env.duration_s(
+                FIRESTORE_TIMEOUT_S,
+                default=DEFAULT_FIRESTORE_TIMEOUT_S,
+                min=MIN_FIRESTORE_TIMEOUT_S,
+                max=MAX_FIRESTORE_TIMEOUT_S,
             ),
         )
+
+    @property
+    def terminal_retention(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.terminal_retention_s)
 
     @property
     def log_level_number(self) -> builtins.int:

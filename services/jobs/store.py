@@ -15,13 +15,14 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as api_exceptions
+from google.api_core import retry as api_retry
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
@@ -44,9 +45,11 @@ from services.jobs.errors import (
 )
 from services.jobs.model import (
     DEFAULT_ACTIONS,
+    Backlog,
     CancelRequest,
     Claim,
     ClaimedJob,
+    EnqueueMark,
     ErrorInfo,
     IdempotencyRecord,
     Job,
@@ -70,7 +73,11 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CLAIM_PAGE_SIZE = 100  # documents claimed per transaction
+MARK_PAGE_SIZE = 100  # documents marked enqueued per transaction
 DEFAULT_TERMINAL_RETENTION = timedelta(days=30)
+# Without these the client waits up to 300 s for a read and 60 s for a commit when Firestore is
+# unreachable; a scan run or a push must answer 503 long before Pub/Sub or the scheduler gives up.
+DEFAULT_CALL_TIMEOUT_S = 10.0
 _TRANSACTION_ATTEMPTS = 5  # the client's own retries of an ABORTED commit
 _CONTENTION_ROUNDS = 8  # our retries, with jittered backoff, once the client gives up
 _MAX_LIST_LIMIT = 500
@@ -131,6 +138,20 @@ def expired_leases_query(now: datetime, limit: int | None) -> QuerySpec:
         equals=(("state", State.RUNNING.value),),
         ranges=(("lease_until", "<", now),),
         order_by=("lease_until",),
+        limit=limit,
+    )
+
+
+def enqueued_query(before: datetime | None, limit: int | None) -> QuerySpec:
+    """Enqueued jobs (published before `before`, when given), oldest publish first."""
+    ranges: tuple[tuple[str, str, Any], ...] = ()
+    if before is not None:
+        ranges = (("enqueued_at", "<", before),)
+    return QuerySpec(
+        schema.JOBS,
+        equals=(("state", State.ENQUEUED.value),),
+        ranges=ranges,
+        order_by=("enqueued_at",),
         limit=limit,
     )
 
@@ -196,6 +217,105 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise ValidationError(f"cursor {cursor[:40]!r} is not one this store returned") from exc
 
 
+# --- bounded calls --------------------------------------------------------------------------
+
+
+def bounded_retry(deadline_s: float) -> api_retry.Retry:
+    """Retry transient Firestore errors with backoff, giving up after `deadline_s` in all."""
+    return api_retry.Retry(
+        predicate=api_retry.if_exception_type(
+            api_exceptions.ServiceUnavailable,
+            api_exceptions.DeadlineExceeded,
+            api_exceptions.InternalServerError,
+            api_exceptions.ResourceExhausted,
+        ),
+        initial=0.1,
+        maximum=2.0,
+        multiplier=2.0,
+        timeout=deadline_s,
+    )
+
+
+@dataclass(frozen=True)
+class CallBounds:
+    """The per-call timeout and the retry every Firestore request of a store gets.
+
+    `retry` None means `bounded_retry(2 * timeout_s)`: a couple of attempts, then 503.
+    """
+
+    timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    retry: api_retry.Retry | None = None
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError("timeout_s must be positive")
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """`retry=` and `timeout=` for a read (get, query, aggregation, get_all)."""
+        return {"retry": self.retry or bounded_retry(2 * self.timeout_s), "timeout": self.timeout_s}
+
+    @property
+    def write_kwargs(self) -> dict[str, Any]:
+        """For a single write: timeout only, since a retried create would answer AlreadyExists
+        for its own first attempt."""
+        return {"retry": None, "timeout": self.timeout_s}
+
+
+class BoundedTransaction(firestore.Transaction):
+    """A transaction whose begin, commit and rollback carry a timeout.
+
+    The client's Transaction sends them with the generated defaults (60 s and its own retries)
+    and takes no timeout argument, so these three calls are re-issued here with one.
+    """
+
+    def __init__(self, client: firestore.Client, bounds: CallBounds, max_attempts: int) -> None:
+        super().__init__(client, max_attempts=max_attempts)
+        self._bounds = bounds
+
+    def _begin(self, retry_id: bytes | None = None) -> None:
+        if self.in_progress:
+            raise ValueError(f"transaction {self._id!r} already begun")
+        response = self._client._firestore_api.begin_transaction(
+            request={
+                "database": self._client._database_string,
+                "options": self._options_protobuf(retry_id),
+            },
+            metadata=self._client._rpc_metadata,
+            **self._bounds.kwargs,
+        )
+        self._id = response.transaction
+
+    def _rollback(self) -> None:
+        if not self.in_progress:
+            raise ValueError("no transaction in progress to roll back")
+        try:
+            self._client._firestore_api.rollback(
+                request={"database": self._client._database_string, "transaction": self._id},
+                metadata=self._client._rpc_metadata,
+                **self._bounds.write_kwargs,
+            )
+        finally:
+            self._clean_up()
+
+    def _commit(self) -> list[Any]:
+        if not self.in_progress:
+            raise ValueError("no transaction in progress to commit")
+        response = self._client._firestore_api.commit(
+            request={
+                "database": self._client._database_string,
+                "writes": self._write_pbs,
+                "transaction": self._id,
+            },
+            metadata=self._client._rpc_metadata,
+            **self._bounds.write_kwargs,
+        )
+        self._clean_up()
+        self.write_results = list(response.write_results)
+        self.commit_time = response.commit_time
+        return self.write_results
+
+
 # --- the store ----------------------------------------------------------------------------
 
 
@@ -211,6 +331,8 @@ class FirestoreJobStore:
         terminal_retention: timedelta = DEFAULT_TERMINAL_RETENTION,
         known_actions: Collection[str] = DEFAULT_ACTIONS,
         query_observer: Callable[[QuerySpec], None] | None = None,
+        timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        retry: api_retry.Retry | None = None,
     ) -> None:
         if history_limit < 1:
             raise ValueError("history_limit must be at least 1")
@@ -222,6 +344,7 @@ class FirestoreJobStore:
         self._retention = terminal_retention
         self._known_actions = frozenset(known_actions)
         self._observe = query_observer
+        self._bounds = CallBounds(timeout_s, retry)
 
     @property
     def clock(self) -> Clock:
@@ -243,11 +366,11 @@ class FirestoreJobStore:
         ref = self._jobs.document(valid.job_id)
         with _store_errors():
             try:
-                ref.create(job.to_document())
+                ref.create(job.to_document(), **self._bounds.write_kwargs)
                 logger.info("scheduled job %s due %s", job.job_id, job.due_at.isoformat())
                 return ScheduleResult(job, created=True)
             except api_exceptions.AlreadyExists:
-                snapshot = ref.get()
+                snapshot = ref.get(**self._bounds.kwargs)
         if not snapshot.exists:  # deleted (TTL) between our create and read
             raise LostRace(f"job {valid.job_id!r} vanished while scheduling; retry")
         existing = Job.from_document(valid.job_id, snapshot.to_dict() or {})
@@ -295,7 +418,7 @@ class FirestoreJobStore:
     def get(self, job_id: str) -> Job | None:
         """The job, or None. One read."""
         with _store_errors():
-            snapshot = self._jobs.document(job_id).get()
+            snapshot = self._jobs.document(job_id).get(**self._bounds.kwargs)
         return Job.from_document(job_id, snapshot.to_dict() or {}) if snapshot.exists else None
 
     def list_jobs(
@@ -362,10 +485,36 @@ class FirestoreJobStore:
             per_state=per_state,
         )
 
+    def backlog(
+        self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
+    ) -> Backlog:
+        """What the scan measures every run: 3 count aggregations and 2 limit-1 queries.
+
+        `stale_enqueued` counts jobs enqueued (published) before now - enqueued_timeout: their
+        message may be gone (dead letter expired, subscription recreated), so nothing else
+        would ever move them. Terminal states are never counted, so the cost stays flat as
+        retention grows; `stats` (every state) is for the operator.
+        """
+        if claim_timeout <= timedelta(0) or enqueued_timeout <= timedelta(0):
+            raise ValidationError("claim_timeout and enqueued_timeout must be positive")
+        with _store_errors():
+            oldest_due = list(self._stream(due_query(now, 1)))
+            oldest_enqueued = list(self._stream(enqueued_query(None, 1)))
+            due_count = self._count(due_query(now, None))
+            stuck = self._count(expired_claims_query(now - claim_timeout, None))
+            stale = self._count(enqueued_query(now - enqueued_timeout, None))
+        return Backlog(
+            oldest_overdue_age_s=_age(now, oldest_due, "due_at"),
+            due_count=due_count,
+            stuck_claims=stuck,
+            stale_enqueued=stale,
+            oldest_enqueued_age_s=_age(now, oldest_enqueued, "enqueued_at"),
+        )
+
     def get_control(self) -> Control:
         """The operator's control settings; defaults when the document does not exist."""
         with _store_errors():
-            snapshot = self._control_ref.get()
+            snapshot = self._control_ref.get(**self._bounds.kwargs)
         return Control.from_document(snapshot.to_dict() if snapshot.exists else None)
 
     def update_control(self, by: str, reason: str, **changes: Any) -> Control:
@@ -375,7 +524,7 @@ class FirestoreJobStore:
         ref = self._control_ref
 
         def body(transaction: firestore.Transaction) -> Control:
-            snapshot = _get_in(transaction, ref)
+            snapshot = self._get_in(transaction, ref)
             current = Control.from_document(snapshot.to_dict() if snapshot.exists else None)
             updated = current.changed(by=by, reason=reason, at=self._clock.now(), **dict(changes))
             transaction.set(ref, updated.to_document())
@@ -446,27 +595,98 @@ class FirestoreJobStore:
         _require_text(message_id=message_id)
 
         def change(job: Job, now: datetime) -> Job:
-            if job.claim is None:
-                raise InvalidTransition(job.job_id, job.state, State.ENQUEUED, "never claimed")
-            _require_generation(job, generation)
-            if job.state not in (State.CLAIMED, State.DEFERRED):
-                # Already enqueued, or the push reached a worker first: never move it
-                # backwards; record the message ID at most (a repeat call is a no-op).
-                if job.message_id == message_id:
-                    return job
-                return dataclasses.replace(job, message_id=message_id, updated_at=now)
-            return self._apply(
-                job,
-                State.ENQUEUED,
-                Role.SCAN,
-                _claimant(job),
-                now,
-                f"published as message {message_id}",
-                enqueued_at=at or now,
-                message_id=message_id,
-            )
+            return self._enqueued(job, generation, message_id, at or now, now)
 
         return self._transition(job_id, change)
+
+    def mark_enqueued_many(
+        self,
+        items: Sequence[tuple[str, int, str]],
+        at: datetime | None = None,
+        *,
+        page_size: int = MARK_PAGE_SIZE,
+    ) -> list[EnqueueMark]:
+        """`mark_enqueued` for many (job_id, generation, message_id), one transaction per page.
+
+        Each item gets exactly mark_enqueued's outcome, as an EnqueueMark in input order: the
+        job as written, or the error mark_enqueued would raise (StaleGeneration,
+        InvalidTransition, JobNotFound, ValidationError). 1 read + 1 write per job. A page
+        that cannot be written (contention, Firestore down) marks its items with that error.
+        """
+        if page_size < 1:
+            raise ValidationError("page_size must be at least 1")
+        marks: list[EnqueueMark] = []
+        for start in range(0, len(items), page_size):
+            page = list(items[start : start + page_size])
+            try:
+                marks.extend(self._run(self._mark_page, page, at))
+            except (LostRace, StoreUnavailable) as exc:
+                marks.extend(
+                    EnqueueMark(job_id, generation, error=exc) for job_id, generation, _ in page
+                )
+        return marks
+
+    def _mark_page(
+        self,
+        transaction: firestore.Transaction,
+        page: list[tuple[str, int, str]],
+        at: datetime | None,
+    ) -> list[EnqueueMark]:
+        now = self._clock.now()
+        valid = {job_id for job_id, _, message_id in page if _text_ok(job_id, message_id)}
+        refs = [self._jobs.document(job_id) for job_id in sorted(valid)]
+        before: dict[str, Job] = {}
+        if refs:
+            for snapshot in transaction.get_all(refs, **self._bounds.kwargs):
+                if snapshot.exists:
+                    before[snapshot.id] = Job.from_document(snapshot.id, snapshot.to_dict() or {})
+        current = dict(before)
+        marks = []
+        for job_id, generation, message_id in page:
+            if job_id not in valid:
+                error: JobsError = ValidationError(
+                    "job_id and message_id must be non-empty strings"
+                )
+                marks.append(EnqueueMark(job_id, generation, error=error))
+            elif job_id not in current:
+                marks.append(EnqueueMark(job_id, generation, error=JobNotFound(job_id)))
+            else:
+                try:
+                    job = self._enqueued(current[job_id], generation, message_id, at or now, now)
+                except JobsError as exc:
+                    marks.append(EnqueueMark(job_id, generation, error=exc))
+                else:
+                    current[job_id] = job
+                    marks.append(EnqueueMark(job_id, generation, job=job))
+        for job_id, job in current.items():
+            diff = _diff(before[job_id], job)
+            if diff:
+                transaction.update(self._jobs.document(job_id), diff)
+        return marks
+
+    def _enqueued(
+        self, job: Job, generation: int, message_id: str, at: datetime, now: datetime
+    ) -> Job:
+        """The job after its publish was acknowledged at `at`: the rules of mark_enqueued."""
+        if job.claim is None:
+            raise InvalidTransition(job.job_id, job.state, State.ENQUEUED, "never claimed")
+        _require_generation(job, generation)
+        if job.state not in (State.CLAIMED, State.DEFERRED):
+            # Already enqueued, or the push reached a worker first: never move it
+            # backwards; record the message ID at most (a repeat call is a no-op).
+            if job.message_id == message_id:
+                return job
+            return dataclasses.replace(job, message_id=message_id, updated_at=now)
+        return self._apply(
+            job,
+            State.ENQUEUED,
+            Role.SCAN,
+            _claimant(job),
+            now,
+            f"published as message {message_id}",
+            enqueued_at=at,
+            message_id=message_id,
+        )
 
     # Alias carrying the precondition in its name (STYLE.md).
     mark_enqueued_if_claimed = mark_enqueued
@@ -740,7 +960,7 @@ class FirestoreJobStore:
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         """The recorded result of the side effect with this key, or None. One read."""
         with _store_errors():
-            snapshot = self._idempotency.document(key).get()
+            snapshot = self._idempotency.document(key).get(**self._bounds.kwargs)
         if not snapshot.exists:
             return None
         return IdempotencyRecord.from_document(key, snapshot.to_dict() or {})
@@ -784,8 +1004,11 @@ class FirestoreJobStore:
         if job.state is State.RUNNING and job.lease_owner != worker_id:
             raise LeaseLost(job.job_id, worker_id, job.lease_owner)
 
+    def _get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
+        return next(iter(transaction.get(ref, **self._bounds.kwargs)))
+
     def _load(self, transaction: firestore.Transaction, ref: Any, job_id: str) -> Job:
-        snapshot = _get_in(transaction, ref)
+        snapshot = self._get_in(transaction, ref)
         if not snapshot.exists:
             raise JobNotFound(job_id)
         return Job.from_document(job_id, snapshot.to_dict() or {})
@@ -808,7 +1031,7 @@ class FirestoreJobStore:
         """Run `body(transaction, *args)` transactionally, retrying contention with jittered
         backoff; persistent contention raises LostRace, Firestore errors StoreUnavailable."""
         for round_ in range(_CONTENTION_ROUNDS):
-            transaction = self._client.transaction(max_attempts=_TRANSACTION_ATTEMPTS)
+            transaction = BoundedTransaction(self._client, self._bounds, _TRANSACTION_ATTEMPTS)
             try:
                 with _store_errors():
                     return firestore.transactional(body)(transaction, *args)
@@ -817,10 +1040,10 @@ class FirestoreJobStore:
         raise LostRace("gave up after repeated transaction contention; retry later")
 
     def _stream(self, spec: QuerySpec, transaction: Any = None) -> Iterator[Any]:
-        return self._query(spec).stream(transaction=transaction)
+        return self._query(spec).stream(transaction=transaction, **self._bounds.kwargs)
 
     def _count(self, spec: QuerySpec) -> int:
-        results = self._query(spec).count(alias="n").get()
+        results = self._query(spec).count(alias="n").get(**self._bounds.kwargs)
         return int(results[0][0].value) if results and results[0] else 0
 
     def _query(self, spec: QuerySpec) -> Any:
@@ -866,13 +1089,23 @@ def _store_errors() -> Iterator[None]:
         raise StoreUnavailable(f"Firestore: {exc}") from exc
 
 
-def _get_in(transaction: firestore.Transaction, ref: Any) -> Any:
-    return next(iter(transaction.get(ref)))
-
-
 def _diff(old: Job, new: Job) -> dict[str, Any]:
     before, after = old.to_document(), new.to_document()
     return {k: v for k, v in after.items() if before.get(k) != v}
+
+
+def _age(now: datetime, snapshots: list[Any], field: str) -> float | None:
+    """Seconds since `field` of the first snapshot (never negative), or None when empty."""
+    if not snapshots:
+        return None
+    value = (snapshots[0].to_dict() or {}).get(field)
+    if not isinstance(value, datetime):
+        return None
+    return max((now - value.astimezone(UTC)).total_seconds(), 0.0)
+
+
+def _text_ok(*values: object) -> bool:
+    return all(isinstance(value, str) and value for value in values)
 
 
 def _claimant(job: Job) -> str:

@@ -238,8 +238,13 @@ def create_app(
         from services.jobs.store import FirestoreJobStore
 
         client = firestore.Client(project=settings.project)
-        store = store or FirestoreJobStore(client, clock)
-        rejections = rejections or RejectionStore(client)
+        store = store or FirestoreJobStore(
+            client,
+            clock,
+            terminal_retention=settings.terminal_retention,
+            timeout_s=settings.firestore_timeout_s,
+        )
+        rejections = rejections or RejectionStore(client, timeout_s=settings.firestore_timeout_s)
     if actions is None:
         actions = default_actions(settings)
     if verifier is None:

@@ -12,7 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
-from services.jobs.settings import CommonSettings, EnvReader, SettingsError
+from services.jobs.settings import (
+    AUTH_CLOCK_SKEW_S,
+    DEFAULT_FIRESTORE_TIMEOUT_S,
+    DEFAULT_TERMINAL_RETENTION_S,
+    FIRESTORE_TIMEOUT_S,
+    LOG_LEVEL,
+    OIDC_CERTS_URL,
+    PROJECT,
+    TERMINAL_RETENTION_S,
+    CommonSettings,
+    EnvReader,
+    SettingsError,
+)
 from services.worker.actions import (
     DEFAULT_LONG_RETRY_DELAY,
     DEFAULT_RETRY_LATER_AFTER_ATTEMPTS,
@@ -20,12 +32,7 @@ from services.worker.actions import (
 )
 from services.worker.media import is_valid_bucket_name
 
-# Shared with the scan and read through CommonSettings.
-PROJECT = "JOBS_PROJECT"
-OIDC_CERTS_URL = "JOBS_OIDC_CERTS_URL"
-LOG_LEVEL = "JOBS_LOG_LEVEL"
-AUTH_CLOCK_SKEW_S = "JOBS_AUTH_CLOCK_SKEW_S"
-# The worker's own.
+# The worker's own (the shared ones are services.jobs.settings', read through CommonSettings).
 WORKER_AUDIENCE = "JOBS_WORKER_AUDIENCE"
 WORKER_ALLOWED_INVOKERS = "JOBS_WORKER_ALLOWED_INVOKERS"
 WORKER_LEASE_S = "JOBS_WORKER_LEASE_S"
@@ -39,6 +46,8 @@ ALL_KEYS = (
     OIDC_CERTS_URL,
     LOG_LEVEL,
     AUTH_CLOCK_SKEW_S,
+    TERMINAL_RETENTION_S,
+    FIRESTORE_TIMEOUT_S,
     WORKER_AUDIENCE,
     WORKER_ALLOWED_INVOKERS,
     WORKER_LEASE_S,
@@ -59,7 +68,17 @@ MAX_RETRY_LATER_AFTER_ATTEMPTS = 99
 MIN_RETRY_LATER_DELAY_S = 60
 MAX_RETRY_LATER_DELAY_S = 10 * 365 * 86400
 
-__all__ = ["ALL_KEYS", "SettingsError", "WorkerSettings"]
+__all__ = [
+    "ALL_KEYS",
+    "AUTH_CLOCK_SKEW_S",
+    "FIRESTORE_TIMEOUT_S",
+    "LOG_LEVEL",
+    "OIDC_CERTS_URL",
+    "PROJECT",
+    "TERMINAL_RETENTION_S",
+    "SettingsError",
+    "WorkerSettings",
+]
 
 
 @dataclass(frozen=True)
@@ -77,6 +96,12 @@ class WorkerSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_level: str = "INFO"
     auth_clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
+    terminal_retention_s: float = DEFAULT_TERMINAL_RETENTION_S
+    firestore_timeout_s: float = DEFAULT_FIRESTORE_TIMEOUT_S
+
+    @property
+    def terminal_retention(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.terminal_retention_s)
 
     @property
     def lease(self) -> datetime.timedelta:
@@ -131,6 +156,8 @@ class WorkerSettings:
             ),
             log_level=common.log_level,
             auth_clock_skew_s=common.auth_clock_skew_s,
+            terminal_retention_s=common.terminal_retention_s,
+            firestore_timeout_s=common.firestore_timeout_s,
         )
         env.finish()
         return settings

@@ -22,6 +22,7 @@ def test_every_query_the_store_runs_is_an_enumerated_and_served_shape(
     store.claim_due(now, "run-1", 2)
     store.reclaim_expired(now, timedelta(minutes=1), 10, "run-2")
     store.stats(now, timedelta(minutes=1))
+    store.backlog(now, timedelta(minutes=1), timedelta(days=1))
     for state in (None, *State):
         page = store.list_jobs(state=state, limit=1)
         if page.next_cursor:

@@ -15,6 +15,7 @@ from services.jobs.state import State
 from services.jobs.store import (
     QuerySpec,
     due_query,
+    enqueued_query,
     expired_claims_query,
     expired_leases_query,
     list_query,
@@ -32,6 +33,8 @@ def every_store_query() -> list[QuerySpec]:
         expired_claims_query(T, None),
         expired_leases_query(T, 10),
         expired_leases_query(T, None),
+        enqueued_query(None, 1),
+        enqueued_query(T, None),
         *(state_query(state) for state in State),
     ]
     for state, time_filter, after in itertools.product(
@@ -87,3 +90,10 @@ def test_list_refuses_filter_combinations_no_index_serves() -> None:
 def test_ttl_fields_cover_jobs_and_idempotency() -> None:
     assert schema.TtlField(schema.JOBS, "expire_at") in schema.TTL_FIELDS
     assert schema.TtlField(schema.IDEMPOTENCY, "expire_at") in schema.TTL_FIELDS
+
+
+def test_the_stale_enqueued_count_needs_the_state_enqueued_at_index() -> None:
+    shape = enqueued_query(T, None).shape
+    assert schema.needs_composite_index(shape)
+    without = tuple(i for i in schema.INDEXES if i.field_paths != ("state", "enqueued_at"))
+    assert not schema.is_served(shape, without)

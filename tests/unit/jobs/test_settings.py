@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from datetime import timedelta
 
 import pytest
 
 from services.jobs.auth import GOOGLE_CERTS_URL
-from services.jobs.settings import CommonSettings, EnvReader, SettingsError
+from services.jobs.settings import (
+    AUTH_CLOCK_SKEW_S,
+    COMMON_KEYS,
+    FIRESTORE_TIMEOUT_S,
+    LOG_LEVEL,
+    OIDC_CERTS_URL,
+    PROJECT,
+    TERMINAL_RETENTION_S,
+    CommonSettings,
+    EnvReader,
+    SettingsError,
+)
 
 
 def test_values_are_parsed_to_their_types() -> None:
@@ -153,6 +165,27 @@ def test_common_settings_defaults() -> None:
     assert common.oidc_certs_url == GOOGLE_CERTS_URL
     assert common.auth_clock_skew_s == 10
     assert common.log_level_number == logging.INFO
+    assert common.terminal_retention == timedelta(days=30)
+    assert common.firestore_timeout_s == 10.0
+
+
+def test_common_key_names_are_the_module_constants() -> None:
+    assert (PROJECT, LOG_LEVEL, OIDC_CERTS_URL, AUTH_CLOCK_SKEW_S) == (
+        "JOBS_PROJECT",
+        "JOBS_LOG_LEVEL",
+        "JOBS_OIDC_CERTS_URL",
+        "JOBS_AUTH_CLOCK_SKEW_S",
+    )
+    assert TERMINAL_RETENTION_S == "JOBS_TERMINAL_RETENTION_S"
+    assert FIRESTORE_TIMEOUT_S == "JOBS_FIRESTORE_TIMEOUT_S"
+    assert set(COMMON_KEYS) == {
+        PROJECT,
+        LOG_LEVEL,
+        OIDC_CERTS_URL,
+        AUTH_CLOCK_SKEW_S,
+        TERMINAL_RETENTION_S,
+        FIRESTORE_TIMEOUT_S,
+    }
 
 
 def test_common_settings_read_every_key() -> None:
@@ -162,18 +195,32 @@ def test_common_settings_read_every_key() -> None:
             "JOBS_LOG_LEVEL": "debug",
             "JOBS_OIDC_CERTS_URL": "http://127.0.0.1:8090/oauth2/v1/certs",
             "JOBS_AUTH_CLOCK_SKEW_S": "0",
+            "JOBS_TERMINAL_RETENTION_S": "7d",
+            "JOBS_FIRESTORE_TIMEOUT_S": "500ms",
         }
     )
     common = CommonSettings.read(env)
     env.finish()
     assert common == CommonSettings(
-        "deferred-jobs-local", "DEBUG", "http://127.0.0.1:8090/oauth2/v1/certs", 0
+        "deferred-jobs-local",
+        "DEBUG",
+        "http://127.0.0.1:8090/oauth2/v1/certs",
+        0,
+        terminal_retention_s=7 * 86400,
+        firestore_timeout_s=0.5,
     )
+    assert common.terminal_retention == timedelta(days=7)
 
 
 def test_common_settings_name_every_bad_key() -> None:
     env = EnvReader(
-        {"JOBS_LOG_LEVEL": "LOUD", "JOBS_OIDC_CERTS_URL": "nope", "JOBS_AUTH_CLOCK_SKEW_S": "-1"}
+        {
+            "JOBS_LOG_LEVEL": "LOUD",
+            "JOBS_OIDC_CERTS_URL": "nope",
+            "JOBS_AUTH_CLOCK_SKEW_S": "-1",
+            "JOBS_TERMINAL_RETENTION_S": "0",
+            "JOBS_FIRESTORE_TIMEOUT_S": "forever",
+        }
     )
     CommonSettings.read(env)
     with pytest.raises(SettingsError) as caught:
@@ -183,6 +230,8 @@ def test_common_settings_name_every_bad_key() -> None:
         "JOBS_LOG_LEVEL",
         "JOBS_OIDC_CERTS_URL",
         "JOBS_AUTH_CLOCK_SKEW_S",
+        "JOBS_TERMINAL_RETENTION_S",
+        "JOBS_FIRESTORE_TIMEOUT_S",
     ]
 
 

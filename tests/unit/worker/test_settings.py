@@ -86,3 +86,29 @@ def test_one_error_names_every_missing_and_invalid_key() -> None:
 def test_key_constants_carry_the_jobs_prefix() -> None:
     assert all(key.startswith("JOBS_") for key in s.ALL_KEYS)
     assert len(set(s.ALL_KEYS)) == len(s.ALL_KEYS)
+
+
+def test_the_shared_key_names_are_the_jobs_settings_constants() -> None:
+    from services.jobs import settings as common
+
+    for name in (
+        "PROJECT",
+        "LOG_LEVEL",
+        "OIDC_CERTS_URL",
+        "AUTH_CLOCK_SKEW_S",
+        "TERMINAL_RETENTION_S",
+        "FIRESTORE_TIMEOUT_S",
+    ):
+        assert getattr(s, name) is getattr(common, name)
+    assert set(common.COMMON_KEYS) <= set(s.ALL_KEYS)
+
+
+def test_terminal_retention_and_firestore_timeout_are_read() -> None:
+    settings = WorkerSettings.from_env(
+        {**MINIMAL, s.TERMINAL_RETENTION_S: "2d", s.FIRESTORE_TIMEOUT_S: "3s"}
+    )
+    assert settings.terminal_retention == datetime.timedelta(days=2)
+    assert settings.firestore_timeout_s == 3.0
+    defaults = WorkerSettings.from_env(MINIMAL)
+    assert defaults.terminal_retention == datetime.timedelta(days=30)
+    assert defaults.firestore_timeout_s == 10.0
