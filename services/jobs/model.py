@@ -27,6 +27,7 @@ DEFAULT_ACTIONS: frozenset[str] = frozenset({"media.delete_source"})
 
 _RESERVED_NAME = re.compile(r"^__.*__$", re.DOTALL)
 _READABLE = re.compile(r"[^A-Za-z0-9._-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -52,6 +53,28 @@ def document_id_problems(value: object, what: str = "job ID") -> list[str]:
     if size > MAX_ID_BYTES:
         problems.append(f"{what} is {size} bytes; Firestore allows at most {MAX_ID_BYTES}")
     return problems
+
+
+def job_id_problems(value: object) -> list[str]:
+    """Why `value` cannot be a job ID (empty when it can): THE rule, shared by `schedule` and
+    the worker's envelope, so a job the store accepts is never refused at delivery.
+
+    A job ID is a Firestore document ID that also travels as a Pub/Sub message body and in
+    log lines and headers: no control characters (NUL, tab, newline...), no leading or
+    trailing whitespace.
+    """
+    problems = document_id_problems(value)
+    if not isinstance(value, str) or not value:
+        return problems
+    if _CONTROL.search(value):
+        problems.append(f"job ID {value[:80]!r} contains a control character")
+    if value != value.strip():
+        problems.append(f"job ID {value[:80]!r} has leading or trailing whitespace")
+    return problems
+
+
+def is_valid_job_id(value: object) -> bool:
+    return not job_id_problems(value)
 
 
 def _digest(*parts: str) -> str:
@@ -131,7 +154,7 @@ class NewJob:
     def validated(self, known_actions: Collection[str] = DEFAULT_ACTIONS) -> NewJob:
         """This job with due_at in UTC and the idempotency key filled in, or ValidationError
         listing every problem."""
-        problems = document_id_problems(self.job_id)
+        problems = job_id_problems(self.job_id)
         if not isinstance(self.action, str) or self.action not in known_actions:
             known = ", ".join(sorted(known_actions)) or "none"
             problems.append(f"unknown action {self.action!r} (known: {known})")

@@ -24,20 +24,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from services.jobs.model import MAX_ID_BYTES, job_id_problems
+from services.jobs.publisher import ATTR_GENERATION, ATTR_RUN_ID
 from services.worker.errors import MalformedDelivery
-
-ATTR_GENERATION = "generation"
-ATTR_RUN_ID = "run_id"
 
 HEADER_MESSAGE_ID = "x-goog-pubsub-message-id"
 HEADER_SUBSCRIPTION = "x-goog-pubsub-subscription-name"
 HEADER_PUBLISH_TIME = "x-goog-pubsub-publish-time"
 HEADER_DELIVERY_ATTEMPT = "x-goog-pubsub-delivery-attempt"
 
-# Firestore document IDs: at most 1,500 bytes, no "/", not "." or "..", not "__.*__".
-MAX_JOB_ID_BYTES = 1500
-_RESERVED_ID = re.compile(r"^__.*__$", re.DOTALL)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_GENERATION = 2**63 - 1
 MAX_ATTRIBUTE_CHARS = 1024
 
@@ -59,9 +54,12 @@ def parse(body: bytes, headers: Mapping[str, str]) -> Delivery:
     """The delivery in a push request body (already size-limited) and its headers."""
     if not body:
         raise MalformedDelivery("empty_body", "the request body is empty")
-    if body.lstrip()[:1] == b"{":
+    lowered = {k.lower(): v for k, v in headers.items()}
+    # With write_metadata the metadata headers say "unwrapped", so a job ID that starts
+    # with "{" is not mistaken for an envelope.
+    if HEADER_MESSAGE_ID not in lowered and body.lstrip()[:1] == b"{":
         return _parse_wrapped(body)
-    return _parse_unwrapped(body, {k.lower(): v for k, v in headers.items()})
+    return _parse_unwrapped(body, lowered)
 
 
 def _parse_wrapped(body: bytes) -> Delivery:
@@ -119,23 +117,18 @@ def _parse_unwrapped(body: bytes, headers: Mapping[str, str]) -> Delivery:
 
 
 def job_id_from(raw: bytes) -> str:
-    """The job ID in a message's data: UTF-8, usable as a Firestore document ID."""
+    """The job ID in a message's data: UTF-8 and valid by the model's one rule
+    (`services.jobs.model.job_id_problems`)."""
     if not raw:
         raise MalformedDelivery("bad_job_id", "the job ID is empty")
-    if len(raw) > MAX_JOB_ID_BYTES:
-        raise MalformedDelivery("bad_job_id", f"the job ID is longer than {MAX_JOB_ID_BYTES} B")
+    if len(raw) > MAX_ID_BYTES:
+        raise MalformedDelivery("bad_job_id", f"the job ID is longer than {MAX_ID_BYTES} B")
     try:
         job_id = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MalformedDelivery("bad_job_id", "the job ID is not UTF-8") from exc
-    if (
-        "/" in job_id
-        or job_id in (".", "..")
-        or _RESERVED_ID.match(job_id)
-        or _CONTROL.search(job_id)
-        or job_id != job_id.strip()
-    ):
-        raise MalformedDelivery("bad_job_id", "the job ID is not a valid document ID")
+    if job_id_problems(job_id):
+        raise MalformedDelivery("bad_job_id", "the job ID is not a valid job ID")
     return job_id
 
 

@@ -17,6 +17,8 @@ from services.jobs.model import (
     derive_idempotency_key,
     derive_job_id,
     document_id_problems,
+    is_valid_job_id,
+    job_id_problems,
 )
 from services.jobs.state import HistoryEntry, State
 
@@ -92,12 +94,38 @@ def test_derived_job_ids_are_deterministic_readable_and_distinct() -> None:
     assert first == derive_job_id("media.delete_source", "media/42", "decision-7")
     assert first.startswith("media.delete_source:media_42:decision-7:")
     assert document_id_problems(first) == []
+    assert job_id_problems(first) == []
     # Sanitising maps both to the same readable text; the hash still tells them apart.
     assert derive_job_id("a", "m/1", "d") != derive_job_id("a", "m_1", "d")
     assert derive_job_id("a", "m", "d:e") != derive_job_id("a", "m:d", "e")
     long_id = derive_job_id("a", "s" * 5000, "d" * 5000)
     assert document_id_problems(long_id) == []
     assert document_id_problems(derive_job_id("__x", "y", "z__")) == []
+    assert is_valid_job_id(long_id)
+    assert is_valid_job_id(derive_job_id("a\tb", " s ", "d\x00"))
+
+
+@pytest.mark.parametrize(
+    ("job_id", "problem"),
+    [
+        (" lead", "whitespace"),
+        ("trail ", "whitespace"),
+        ("trail\u00a0", "whitespace"),
+        ("tab\there", "control character"),
+        ("nul\x00", "control character"),
+        ("line\nbreak", "control character"),
+        ("del\x7f", "control character"),
+        ("c1\x9f", "control character"),
+    ],
+)
+def test_a_job_id_the_worker_could_not_receive_is_refused(job_id: str, problem: str) -> None:
+    assert problem in "; ".join(job_id_problems(job_id))
+    assert problem in problems_of(replace(GOOD, job_id=job_id))
+    assert not is_valid_job_id(job_id)
+
+
+def test_inner_spaces_and_non_ascii_letters_are_valid_in_a_job_id() -> None:
+    assert is_valid_job_id("media 42 décision")
 
 
 def test_derived_ids_follow_the_documented_cross_language_recipe() -> None:

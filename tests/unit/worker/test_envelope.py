@@ -117,3 +117,25 @@ def test_null_attributes_count_as_missing_generation() -> None:
             {},
         )
     assert caught.value.reason == "missing_generation"
+
+
+def test_an_unwrapped_job_id_that_looks_like_json_is_read_as_a_job_id() -> None:
+    headers = {"generation": "2", "x-goog-pubsub-message-id": "m-1"}
+    delivery = parse(b"{not-an-envelope}", headers)
+    assert (delivery.job_id, delivery.generation, delivery.wrapped) == (
+        "{not-an-envelope}",
+        2,
+        False,
+    )
+
+
+def test_the_envelope_uses_the_models_job_id_rule_and_the_publishers_attribute_names() -> None:
+    from services.jobs import model, publisher
+    from services.worker import envelope
+
+    assert envelope.job_id_problems is model.job_id_problems
+    assert (envelope.ATTR_GENERATION, envelope.ATTR_RUN_ID) == (
+        publisher.ATTR_GENERATION,
+        publisher.ATTR_RUN_ID,
+    )
+    assert not hasattr(envelope, "_CONTROL") and not hasattr(envelope, "_RESERVED_ID")
