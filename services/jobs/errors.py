@@ -114,13 +114,14 @@ class LeaseHeld(LostRace):
 class LeaseLost(LostRace):
     """The caller no longer holds the job's lease (it expired and was taken or reclaimed)."""
 
-    def __init__(self, job_id: str, worker_id: str, owner: str | None) -> None:
+    def __init__(self, job_id: str, worker_id: str, owner: str | None, detail: str = "") -> None:
         self.job_id = job_id
         self.worker_id = worker_id
         self.owner = owner
-        super().__init__(
+        message = (
             f"job {job_id!r}: worker {worker_id!r} no longer holds the lease (owner: {owner!r})"
         )
+        super().__init__(f"{message}: {detail}" if detail else message)
 
 
 class StoreUnavailable(JobsError):

@@ -789,6 +789,8 @@ class FirestoreJobStore:
         )
 
     # -- worker ----------------------------------------------------------------------------
+    # cancel_running, release, complete, retry_later and fail need the caller's running lease
+    # of this generation; without it they raise LeaseLost and change nothing.
 
     def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job:
         """Take the lease: enqueued or claimed (push before enqueue) → running.
@@ -832,7 +834,7 @@ class FirestoreJobStore:
 
         def change(job: Job, now: datetime) -> Job:
             self._require_lease(job, generation, worker_id)
-            if job.state is State.RUNNING and job.cancel_requested is None:
+            if job.cancel_requested is None:
                 raise InvalidTransition(
                     job.job_id, job.state, State.CANCELLED, "no cancel was requested"
                 )
@@ -1000,9 +1002,21 @@ class FirestoreJobStore:
         )
 
     def _require_lease(self, job: Job, generation: int, worker_id: str) -> None:
-        _require_generation(job, generation)
-        if job.state is State.RUNNING and job.lease_owner != worker_id:
-            raise LeaseLost(job.job_id, worker_id, job.lease_owner)
+        """LeaseLost unless `worker_id` holds the running lease of this generation.
+
+        Whatever happened meanwhile (the lease lapsed and was reclaimed to deferred or failed,
+        taken over, the job re-claimed under a newer generation, or finished by another
+        delivery), the caller's result is no longer wanted: one error for all of it.
+        """
+        if job.state is not State.RUNNING:
+            detail = f"the job is {job.state.value}"
+        elif job.generation != generation:
+            detail = f"generation {generation} is stale; the job is at {job.generation}"
+        elif job.lease_owner != worker_id:
+            detail = "another delivery took the lease over"
+        else:
+            return
+        raise LeaseLost(job.job_id, worker_id, job.lease_owner, detail)
 
     def _get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
         return next(iter(transaction.get(ref, **self._bounds.kwargs)))

@@ -190,7 +190,9 @@ class Processor:
                 return self._fail(job, generation, error)
             return self._act(delivery, job, action)
         except (LeaseLost, StaleGeneration) as exc:
-            # Our lease lapsed and another delivery took the job over; it will finish it.
+            # Our lease lapsed while we worked: the reclaimer moved the job on (deferred or
+            # failed), another delivery took it over, or a newer claim owns it. Whoever holds
+            # it now finishes it; this delivery is done (2xx), nothing is written.
             return Outcome(OutcomeKind.STALE, job.job_id, str(exc)), job
 
     def _act(self, delivery: Delivery, job: Job, action: Action) -> tuple[Outcome, Job]:

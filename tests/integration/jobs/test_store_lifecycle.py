@@ -15,7 +15,6 @@ from services.jobs.clock import FakeClock
 from services.jobs.errors import (
     AlreadyTerminal,
     AttemptsExhausted,
-    InvalidTransition,
     JobNotFound,
     LeaseHeld,
     LeaseLost,
@@ -148,10 +147,10 @@ def test_an_expired_lease_is_reclaimed_and_the_old_workers_result_refused(
     assert (job.attempt, job.due_at) == (2, T0)
     assert job.history[-1].reason.endswith("attempt 2 of 5 next")
 
-    with pytest.raises(InvalidTransition):
+    with pytest.raises(LeaseLost, match="the job is deferred"):
         store.complete("j", generation, Result("deleted"), worker_id=WORKER)
     store.claim_due(clock.now(), "run-3", 10)
-    with pytest.raises(StaleGeneration):
+    with pytest.raises(LeaseLost, match="the job is claimed"):
         store.complete("j", generation, Result("deleted"), worker_id=WORKER)
     assert store.get_idempotency(job.idempotency_key) is None
 

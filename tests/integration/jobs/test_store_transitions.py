@@ -11,7 +11,7 @@ from google.cloud import firestore
 
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.errors import InvalidTransition, LeaseHeld
+from services.jobs.errors import InvalidTransition, LeaseHeld, LeaseLost
 from services.jobs.model import ErrorInfo, Job, Result
 from services.jobs.state import TRANSITIONS, State
 from services.jobs.store import FirestoreJobStore
@@ -114,6 +114,8 @@ OPERATIONS: dict[str, tuple[State, Operation]] = {
 
 # Operations that find their jobs by query: refusal means "not selected", not an error.
 SELECTING = {"claim_due", "reclaim_expired"}
+# Worker operations that need the caller's running lease: from any other state, LeaseLost.
+NEEDS_LEASE = {"cancel_running", "release", "complete", "retry_later", "fail"}
 # (operation, from) pairs the table allows but that leave the state as it is by design.
 STAYS = {
     ("cancel", State.RUNNING),  # records cancel_requested; the worker honours it
@@ -179,6 +181,12 @@ def test_store_operation_from_every_state(
         assert after.history[-1].to_state is target
     elif name in SELECTING:
         assert operation(store, job, clock) == []
+        assert _update_time(firestore_client, job.job_id) == before
+    elif name in NEEDS_LEASE:
+        # Not running: the caller holds no lease (it lapsed and the job moved on).
+        with pytest.raises(LeaseLost) as caught:
+            operation(store, job, clock)
+        assert caught.value.job_id == job.job_id
         assert _update_time(firestore_client, job.job_id) == before
     else:
         with pytest.raises(InvalidTransition) as caught:

@@ -74,11 +74,14 @@ class MemoryStore:
         return new
 
     def _leased(self, job_id: str, generation: int, worker_id: str) -> Job:
+        # As the store: anything but our running lease of this generation is a lost lease.
         job = self.jobs[job_id]
-        if job.generation != generation:
-            raise StaleGeneration(job_id, generation, job.generation)
-        if job.lease_owner != worker_id:
-            raise LeaseLost(job_id, worker_id, job.lease_owner)
+        if (
+            job.state is not State.RUNNING
+            or job.generation != generation
+            or job.lease_owner != worker_id
+        ):
+            raise LeaseLost(job_id, worker_id, job.lease_owner, f"the job is {job.state.value}")
         return job
 
     def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job:
