@@ -287,14 +287,19 @@ class BoundedTransaction(firestore.Transaction):
         self._id = response.transaction
 
     def _rollback(self) -> None:
+        # Called on any error in the body or commit. When begin itself failed there is
+        # nothing to roll back, and a failed rollback must not hide the error that caused it:
+        # Firestore expires an abandoned transaction on its own.
         if not self.in_progress:
-            raise ValueError("no transaction in progress to roll back")
+            return
         try:
             self._client._firestore_api.rollback(
                 request={"database": self._client._database_string, "transaction": self._id},
                 metadata=self._client._rpc_metadata,
                 **self._bounds.write_kwargs,
             )
+        except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
+            logger.warning("transaction rollback failed: %s", type(exc).__name__)
         finally:
             self._clean_up()
 
