@@ -19,6 +19,7 @@ import pulumi
 
 from infra.cron import parse_cron
 from infra.errors import CronError, InfraConfigError
+from services.scan.settings import MIN_ENQUEUED_TIMEOUT_S
 
 Kind = Literal["int", "bool", "str", "list"]
 
@@ -80,6 +81,25 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("overdueAgeSloS", "int", 3600, 1, 365 * _DAY, "oldest overdue age SLO"),
     Setting("overdueForMin", "int", 15, 1, 1410, "minutes above the SLO before alerting"),
     Setting("stuckClaimsForMin", "int", 15, 1, 1410, "minutes of stuck claims before alerting"),
+    Setting(
+        "enqueuedTimeoutS",
+        "int",
+        0,
+        0,
+        7 * _DAY,
+        "enqueued longer than this, a job is stale; 0: Pub/Sub's retry path + 1 h",
+    ),
+    Setting(
+        "staleEnqueuedForMin", "int", 30, 1, 1410, "minutes of stale enqueued jobs before alerting"
+    ),
+    Setting(
+        "terminalRetentionDays",
+        "int",
+        30,
+        1,
+        3650,
+        "days a completed, cancelled or failed job is kept (TTL)",
+    ),
     Setting("alertEmails", "list", (), doc="email notification channels"),
     Setting("slackChannel", "str", "", doc="Slack channel; needs the secret slackAuthToken"),
 )
@@ -134,9 +154,16 @@ class StackConfig:
     overdue_age_slo_s: int
     overdue_for_min: int
     stuck_claims_for_min: int
+    enqueued_timeout_s: int
+    stale_enqueued_for_min: int
+    terminal_retention_days: int
     alert_emails: tuple[str, ...]
     slack_channel: str
     slack_auth_token: pulumi.Output[str] | None = None
+
+    @property
+    def terminal_retention_s(self) -> int:
+        return self.terminal_retention_days * _DAY
 
     @property
     def scan_absent_s(self) -> int:
@@ -207,6 +234,9 @@ def parse_config(
         overdue_age_slo_s=values["overdueAgeSloS"],
         overdue_for_min=values["overdueForMin"],
         stuck_claims_for_min=values["stuckClaimsForMin"],
+        enqueued_timeout_s=values["enqueuedTimeoutS"] or _auto_enqueued_timeout_s(values),
+        stale_enqueued_for_min=values["staleEnqueuedForMin"],
+        terminal_retention_days=values["terminalRetentionDays"],
         alert_emails=tuple(values["alertEmails"]),
         slack_channel=values["slackChannel"],
         slack_auth_token=slack_auth_token,
@@ -313,6 +343,20 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
             f"deadLetterAttempts={values['deadLetterAttempts']}: the worker must defer a failing "
             "job before Pub/Sub dead-letters its message"
         )
+    path_s = pubsub_retry_path_s(
+        values["deadLetterAttempts"], values["pushAckDeadlineS"], values["maxBackoffS"]
+    )
+    if 0 < values["enqueuedTimeoutS"] < MIN_ENQUEUED_TIMEOUT_S:
+        errors.append(
+            f"enqueuedTimeoutS={values['enqueuedTimeoutS']} must be 0 (automatic) or at least "
+            f"{MIN_ENQUEUED_TIMEOUT_S:g} (the scan's minimum)"
+        )
+    elif values["enqueuedTimeoutS"] and values["enqueuedTimeoutS"] <= path_s:
+        errors.append(
+            f"enqueuedTimeoutS={values['enqueuedTimeoutS']} must exceed Pub/Sub's whole retry "
+            f"path, deadLetterAttempts x pushAckDeadlineS + (deadLetterAttempts - 1) x "
+            f"maxBackoffS = {path_s}: a message still being redelivered is not lost"
+        )
     if values["minBackoffS"] > values["maxBackoffS"]:
         errors.append(
             f"minBackoffS={values['minBackoffS']} must be at most "
@@ -330,6 +374,23 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
         if not _EMAIL.match(email):
             errors.append(f"alertEmails: {email!r} is not an email address")
     return _check_schedule(values["schedule"], errors)
+
+
+def pubsub_retry_path_s(attempts: int, ack_deadline_s: int, max_backoff_s: int) -> int:
+    """The longest a message can spend between publish and dead letter: every delivery runs to
+    the ack deadline and every wait between them is the longest backoff."""
+    return attempts * ack_deadline_s + (attempts - 1) * max_backoff_s
+
+
+# The margin of the automatic enqueued timeout beyond Pub/Sub's retry path.
+STALE_MARGIN_S = 3600
+
+
+def _auto_enqueued_timeout_s(values: Mapping[str, Any]) -> int:
+    path_s = pubsub_retry_path_s(
+        values["deadLetterAttempts"], values["pushAckDeadlineS"], values["maxBackoffS"]
+    )
+    return path_s + STALE_MARGIN_S
 
 
 def _is_time_zone(name: str) -> bool:

@@ -1,10 +1,10 @@
 """The environment variables the Pulumi program sets on the two Cloud Run services.
 
-The names are the services' own constants (services/scan/settings.py,
-services/worker/settings.py), imported, never spelled again here: a renamed variable changes
-both sides at once. Those modules are plain constants and dataclasses, so importing them does
-no work. tests/infra proves each service gets only names its Settings reads, with values its
-Settings accepts.
+The names are the services' own constants (services/jobs/settings.py for the keys both read,
+services/scan/settings.py, services/worker/settings.py), imported, never spelled again here:
+a renamed variable changes both sides at once. Those modules are plain constants and
+dataclasses, so importing them does no work. tests/infra proves each service gets only names
+its Settings reads, with values its Settings accepts.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pulumi
 
 from infra.config import StackConfig
+from services.jobs import settings as common
 from services.scan import settings as scan
 from services.worker import settings as worker
 
@@ -41,9 +42,12 @@ SCAN_VARIABLES: tuple[str, ...] = (
     scan.SCAN_INTERVAL_S,
     scan.CLAIM_TIMEOUT_S,
     scan.METRICS,
+    scan.ENQUEUED_TIMEOUT_S,
+    common.TERMINAL_RETENTION_S,
 )
 WORKER_VARIABLES: tuple[str, ...] = (
     worker.PROJECT,
+    common.TERMINAL_RETENTION_S,
     worker.WORKER_AUDIENCE,
     worker.WORKER_ALLOWED_INVOKERS,
     worker.WORKER_LEASE_S,
@@ -77,6 +81,9 @@ def scan_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi
         scan.SCAN_INTERVAL_S: str(config.scan_interval_s),
         scan.CLAIM_TIMEOUT_S: str(config.claim_timeout_s),
         scan.METRICS: SCAN_METRICS,
+        scan.ENQUEUED_TIMEOUT_S: str(config.enqueued_timeout_s),
+        # Both services finish jobs (the scan's reclaimer fails them), so both set expire_at.
+        common.TERMINAL_RETENTION_S: str(config.terminal_retention_s),
     }
 
 
@@ -90,4 +97,5 @@ def worker_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulu
         worker.RETRY_LATER_DELAY_S: str(config.retry_later_delay_s),
         worker.WORKER_RETRY_LATER_AFTER_ATTEMPTS: str(config.retry_later_after_attempts),
         worker.MEDIA_BUCKET: config.media_bucket,
+        common.TERMINAL_RETENTION_S: str(config.terminal_retention_s),
     }

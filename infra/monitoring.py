@@ -225,6 +225,20 @@ def _alerts(
                 aligner="ALIGN_MAX",
             ),
         ),
+        "stale-enqueued": (
+            "ERROR",
+            f"Jobs have been enqueued for longer than {config.enqueued_timeout_s} s (beyond "
+            f"Pub/Sub's whole retry path) for {config.stale_enqueued_for_min} min: their "
+            "messages are probably lost. Runbook: docs/runbook.md, 'Stale enqueued jobs'.",
+            _threshold(
+                "Stale enqueued jobs present",
+                gauge_filter(metrics.STALE_ENQUEUED),
+                above=0,
+                for_s=config.stale_enqueued_for_min * 60,
+                align_s=scan_align,
+                aligner="ALIGN_MAX",
+            ),
+        ),
         "scan-absent": (
             "CRITICAL",
             f"No scan run reported for {config.scan_absent_s} s (three scheduler intervals): "

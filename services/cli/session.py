@@ -7,18 +7,30 @@ import argparse
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TextIO
 
 from google.api_core import exceptions as gexc
 
 from services.cli.backends import Backends
-from services.cli.errors import CliError, ExitCode
+from services.cli.errors import CliError, ExitCode, UsageError
 from services.cli.output import Progress, Report, write
 from services.cli.planner import PlanError
 from services.cli.timespec import TimeSpecError
 from services.jobs import errors as jobs_errors
 from services.jobs.clock import Clock, SystemClock
+from services.jobs.settings import (
+    DEFAULT_FIRESTORE_TIMEOUT_S,
+    DEFAULT_TERMINAL_RETENTION_S,
+    FIRESTORE_TIMEOUT_S,
+    MAX_FIRESTORE_TIMEOUT_S,
+    MAX_TERMINAL_RETENTION_S,
+    MIN_FIRESTORE_TIMEOUT_S,
+    MIN_TERMINAL_RETENTION_S,
+    TERMINAL_RETENTION_S,
+    EnvReader,
+    SettingsError,
+)
 from services.jobs.store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
@@ -60,7 +72,13 @@ class Session:
     def store(self) -> FirestoreJobStore:
         """The jobs store over the configured Firestore."""
         if self._store is None:
-            self._store = FirestoreJobStore(self.backends.firestore(), clock=self.clock)
+            retention, timeout_s = store_bounds(self.environ)
+            self._store = FirestoreJobStore(
+                self.backends.firestore(),
+                clock=self.clock,
+                terminal_retention=retention,
+                timeout_s=timeout_s,
+            )
         return self._store
 
     def progress(self, label: str, total: int | None = None) -> Progress:
@@ -68,6 +86,30 @@ class Session:
 
     def env(self, key: str, default: str = "") -> str:
         return self.environ.get(key, "").strip() or default
+
+
+def store_bounds(environ: Mapping[str, str]) -> tuple[timedelta, float]:
+    """The services' terminal retention and per-call Firestore timeout, read from the same
+    variables with the same bounds (JOBS_TERMINAL_RETENTION_S, JOBS_FIRESTORE_TIMEOUT_S), so a
+    job cancelled by an operator expires exactly like one the services finish."""
+    env = EnvReader(environ)
+    retention_s = env.duration_s(
+        TERMINAL_RETENTION_S,
+        DEFAULT_TERMINAL_RETENTION_S,
+        min=MIN_TERMINAL_RETENTION_S,
+        max=MAX_TERMINAL_RETENTION_S,
+    )
+    timeout_s = env.duration_s(
+        FIRESTORE_TIMEOUT_S,
+        DEFAULT_FIRESTORE_TIMEOUT_S,
+        min=MIN_FIRESTORE_TIMEOUT_S,
+        max=MAX_FIRESTORE_TIMEOUT_S,
+    )
+    try:
+        env.finish()
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from exc
+    return timedelta(seconds=retention_s), timeout_s
 
 
 def run_command(session: Session, args: argparse.Namespace) -> int:

@@ -51,6 +51,15 @@ RUN_RECLAIMED = GaugeMetric(
 CLAIM_TO_ENQUEUE_LATENCY = GaugeMetric(
     "claim_to_enqueue_latency", "DOUBLE", "s", "Longest claim-to-enqueue time in one scan run."
 )
+STALE_ENQUEUED = GaugeMetric(
+    "stale_enqueued",
+    "INT64",
+    "1",
+    "Jobs enqueued longer ago than the enqueued timeout: their message may be lost.",
+)
+OLDEST_ENQUEUED_AGE = GaugeMetric(
+    "oldest_enqueued_age", "DOUBLE", "s", "Age of the oldest job waiting in the enqueued state."
+)
 
 SCAN_GAUGES: tuple[GaugeMetric, ...] = (
     OLDEST_OVERDUE_AGE,
@@ -61,6 +70,8 @@ SCAN_GAUGES: tuple[GaugeMetric, ...] = (
     RUN_PUBLISH_FAILED,
     RUN_RECLAIMED,
     CLAIM_TO_ENQUEUE_LATENCY,
+    STALE_ENQUEUED,
+    OLDEST_ENQUEUED_AGE,
 )
 
 # Structured log fields the worker writes on its one line per outcome; log-based metrics
@@ -140,6 +151,8 @@ class ScanReport:
     publish_failed: int
     reclaimed: int
     claim_to_enqueue_latency_s: float
+    stale_enqueued: int = 0
+    oldest_enqueued_age_s: float = 0.0
 
     def gauge_values(self) -> dict[GaugeMetric, int | float]:
         """Each scan gauge with this run's value, in SCAN_GAUGES order."""
@@ -152,6 +165,8 @@ class ScanReport:
             RUN_PUBLISH_FAILED: int(self.publish_failed),
             RUN_RECLAIMED: int(self.reclaimed),
             CLAIM_TO_ENQUEUE_LATENCY: float(self.claim_to_enqueue_latency_s),
+            STALE_ENQUEUED: int(self.stale_enqueued),
+            OLDEST_ENQUEUED_AGE: float(self.oldest_enqueued_age_s),
         }
         return {gauge: values[gauge] for gauge in SCAN_GAUGES}
 

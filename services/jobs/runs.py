@@ -48,10 +48,18 @@ class ScanRun:
     stuck_claims: int = 0
     claim_to_enqueue_latency_s: float = 0.0
     failed_ids: tuple[str, ...] = field(default=())
+    stale_enqueued: int = 0
+    oldest_enqueued_age_s: float = 0.0
 
     @property
     def duration_s(self) -> float:
         return max(0.0, (self.finished_at - self.started_at).total_seconds())
+
+    @property
+    def drain_rate_per_s(self) -> float:
+        """Jobs published per second of this run (0 for a run that took no time)."""
+        duration = self.duration_s
+        return self.published / duration if duration > 0 else 0.0
 
     def to_document(self, retention: timedelta) -> dict[str, Any]:
         """The Firestore document; `expire_at` = finished_at + retention (the TTL field)."""
@@ -73,6 +81,9 @@ class ScanRun:
             "oldest_overdue_age_s": self.oldest_overdue_age_s,
             "stuck_claims": self.stuck_claims,
             "claim_to_enqueue_latency_s": self.claim_to_enqueue_latency_s,
+            "stale_enqueued": self.stale_enqueued,
+            "oldest_enqueued_age_s": self.oldest_enqueued_age_s,
+            "drain_rate_per_s": self.drain_rate_per_s,
             "failed_ids": list(self.failed_ids[:MAX_FAILED_IDS]),
             "failed_ids_truncated": len(self.failed_ids) > MAX_FAILED_IDS,
             schema.EXPIRE_AT: self.finished_at + retention,
@@ -98,6 +109,8 @@ class ScanRun:
             stuck_claims=int(data.get("stuck_claims", 0)),
             claim_to_enqueue_latency_s=float(data.get("claim_to_enqueue_latency_s", 0.0)),
             failed_ids=tuple(str(i) for i in data.get("failed_ids", ())),
+            stale_enqueued=int(data.get("stale_enqueued", 0)),
+            oldest_enqueued_age_s=float(data.get("oldest_enqueued_age_s", 0.0)),
         )
 
 

@@ -168,7 +168,7 @@ def create_app(
     if store is None or runs is None:
         firestore_client = firestore_client or _firestore_client(settings.project)
     if store is None:
-        store = _store(firestore_client, clock)
+        store = _store(firestore_client, clock, settings)
     if runs is None:
         runs = ScanRunLog(firestore_client, retention=timedelta(seconds=settings.run_retention_s))
     if publisher is None:
@@ -213,8 +213,15 @@ def _firestore_client(project: str) -> Any:
     return firestore.Client(project=project)
 
 
-def _store(client: Any, clock: Clock) -> ScanStore:
+def _store(client: Any, clock: Clock, settings: ScanSettings) -> ScanStore:
     from services.jobs.store import FirestoreJobStore
 
-    store: ScanStore = FirestoreJobStore(client, clock)
+    # The retention matters here too: the reclaimer fails jobs whose last lease expired, and
+    # a failed job's expire_at is set from it. The timeout bounds every Firestore call.
+    store: ScanStore = FirestoreJobStore(
+        client,
+        clock,
+        terminal_retention=timedelta(seconds=settings.terminal_retention_s),
+        timeout_s=settings.firestore_timeout_s,
+    )
     return store

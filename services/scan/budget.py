@@ -1,4 +1,5 @@
-"""How much one scan run may do: the enqueue budget (jobs) and the time budget (seconds).
+"""How much one scan run may do: the enqueue budget (jobs) and the time budget (seconds), and
+how old a claim must be before anyone (the scan's reclaimer or `jobsctl reclaim`) takes it back.
 
 The enqueue budget protects downstream: it is the per-run cap, lowered to what the catch-up
 rate allows over one schedule interval, so a backlog drains at the rate the operator chose.
@@ -69,3 +70,15 @@ class TimeBudget:
 
     def remaining_s(self, now: datetime) -> float:
         return max(0.0, (self.deadline - now).total_seconds())
+
+
+def effective_claim_timeout(control_timeout: timedelta, floor_s: float | None) -> timedelta:
+    """The claim timeout in force: the control document's, never below the deployment's floor.
+
+    `floor_s` is JOBS_CLAIM_TIMEOUT_S (None when unset). The floor exists because a shorter
+    timeout would take back claims a scan run may still be publishing; the scan and jobsctl
+    both apply it through this one function so they can never disagree.
+    """
+    if floor_s is None:
+        return control_timeout
+    return max(control_timeout, timedelta(seconds=floor_s))

@@ -17,7 +17,7 @@ import contextvars
 import functools
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,11 +27,18 @@ from services.jobs import errors
 from services.jobs.clock import Clock
 from services.jobs.control import Control
 from services.jobs.metrics import EVENT_JOB_FAILED, LOG_EVENT, MetricsSink, NullSink
-from services.jobs.model import ClaimedJob, ErrorInfo, Reclaimed, Stats
+from services.jobs.model import Backlog as StoreBacklog
+from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, Reclaimed
 from services.jobs.publisher import PublishError
 from services.jobs.runs import RunLogError, ScanRun
 from services.jobs.state import State
-from services.scan.budget import EnqueueBudget, TimeBudget, enqueue_budget
+from services.jobs.store import MARK_PAGE_SIZE
+from services.scan.budget import (
+    EnqueueBudget,
+    TimeBudget,
+    effective_claim_timeout,
+    enqueue_budget,
+)
 from services.scan.summary import Backlog, RunTally, StopReason, log_fields, scan_report
 
 logger = logging.getLogger(__name__)
@@ -72,11 +79,15 @@ class ScanStore(Protocol):
         self, now: datetime, run_id: str, limit: int, *, page_size: int
     ) -> Sequence[ClaimedJob]: ...
 
-    def mark_enqueued(self, job_id: str, generation: int, message_id: str, at: datetime) -> Any: ...
+    def mark_enqueued_many(
+        self, items: Sequence[tuple[str, int, str]], at: datetime | None = None
+    ) -> Sequence[EnqueueMark]: ...
 
     def mark_enqueue_failed(self, job_id: str, generation: int, error: ErrorInfo) -> Any: ...
 
-    def stats(self, now: datetime, claim_timeout: timedelta) -> Stats: ...
+    def backlog(
+        self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
+    ) -> StoreBacklog: ...
 
 
 class JobPublisher(Protocol):
@@ -109,6 +120,9 @@ class ScanLimits:
     claim_timeout_s: float = 600.0
     reclaim_limit: int = 500
     mark_workers: int = 16
+    # Enqueued longer than this, a job counts as stale (its message may be lost); the
+    # deployment sets it (JOBS_ENQUEUED_TIMEOUT_S) above Pub/Sub's whole retry path.
+    enqueued_timeout_s: float = 3 * 3600.0
 
 
 class Scanner:
@@ -204,7 +218,7 @@ class Scanner:
         )
 
     def claim_timeout_for(self, control: Control) -> timedelta:
-        return max(control.claim_timeout, timedelta(seconds=self._limits.claim_timeout_s))
+        return effective_claim_timeout(control.claim_timeout, self._limits.claim_timeout_s)
 
     # --- the work of a run ----------------------------------------------------------------
 
@@ -307,19 +321,27 @@ class Scanner:
             except PublishError as exc:
                 pending.append((claim, None, exc))
         marks = []
+        published: list[tuple[str, int, str]] = []
         for claim, maybe_future, early_error in pending:
             message_id, error = self._outcome(maybe_future, early_error)
-            at = self._clock.now()
             if message_id is not None:
-                tally.add_published((at - claim.claimed_at).total_seconds())
-                mark = functools.partial(self._mark_enqueued, claim, message_id, at, tally)
+                latency = (self._clock.now() - claim.claimed_at).total_seconds()
+                tally.add_published(latency)
+                published.append((claim.job_id, claim.generation, message_id))
             else:
                 tally.add_failed(claim.job_id)
-                mark = functools.partial(self._mark_failed, claim, error)
-            # Each mark runs in the request's context so its log lines keep trace and run_id.
-            context = contextvars.copy_context()
-            marks.append(self._marker.submit(context.run, mark))
+                marks.append(self._submit(functools.partial(self._mark_failed, claim, error)))
+        at = self._clock.now()
+        # One transaction per chunk instead of one per job; chunks run side by side.
+        for start in range(0, len(published), MARK_PAGE_SIZE):
+            chunk = published[start : start + MARK_PAGE_SIZE]
+            marks.append(self._submit(functools.partial(self._mark_enqueued, chunk, at, tally)))
         return marks
+
+    def _submit(self, mark: Callable[[], None]) -> futures.Future[None]:
+        # Each mark runs in the request's context so its log lines keep trace and run_id.
+        context = contextvars.copy_context()
+        return self._marker.submit(context.run, mark)
 
     def _outcome(
         self, future: futures.Future[str] | None, early_error: Exception | None
@@ -335,22 +357,40 @@ class Scanner:
             return None, exc
 
     def _mark_enqueued(
-        self, claim: ClaimedJob, message_id: str, at: datetime, tally: RunTally
+        self, chunk: Sequence[tuple[str, int, str]], at: datetime, tally: RunTally
     ) -> None:
-        fields = {"job_id": claim.job_id, "generation": claim.generation, "message_id": message_id}
+        message_ids = {job_id: message_id for job_id, _, message_id in chunk}
         try:
-            self._store.mark_enqueued(claim.job_id, claim.generation, message_id, at)
-        except errors.LostRace as exc:
-            # Published, but a newer claim owns the record: the worker drops this message
-            # as stale and the newer claim's message does the work.
-            tally.add_mark_lost()
-            logger.warning(
-                "published job moved on before marking: %s", exc, extra={"fields": fields}
-            )
+            marks = self._store.mark_enqueued_many(chunk, at)
         except errors.JobsError as exc:
-            # The message is out but the record stays claimed: the reclaimer returns it and a
-            # later run publishes it again; the worker treats the duplicate as normal input.
-            logger.error("could not mark published job enqueued: %s", exc, extra={"fields": fields})
+            # The store reports per item; anything raised here is the whole chunk's fate.
+            marks = [EnqueueMark(job_id, generation, error=exc) for job_id, generation, _ in chunk]
+        for mark in marks:
+            if mark.error is None:
+                continue
+            fields = {
+                "job_id": mark.job_id,
+                "generation": mark.generation,
+                "message_id": message_ids.get(mark.job_id),
+            }
+            if isinstance(mark.error, errors.LostRace):
+                # Published, but a newer claim owns the record: the worker drops this message
+                # as stale and the newer claim's message does the work.
+                tally.add_mark_lost()
+                logger.warning(
+                    "published job moved on before marking: %s",
+                    mark.error,
+                    extra={"fields": fields},
+                )
+            else:
+                # The message is out but the record stays claimed: the reclaimer returns it
+                # and a later run publishes it again; the worker treats the duplicate as
+                # normal input.
+                logger.error(
+                    "could not mark published job enqueued: %s",
+                    mark.error,
+                    extra={"fields": fields},
+                )
 
     def _mark_failed(self, claim: ClaimedJob, error: Exception | None) -> None:
         info = ErrorInfo(code=_error_code(error), message=_error_message(error))
@@ -365,14 +405,19 @@ class Scanner:
     # --- signals ---------------------------------------------------------------------------
 
     def _measure(self, claim_timeout: timedelta) -> Backlog:
+        enqueued_timeout = timedelta(seconds=self._limits.enqueued_timeout_s)
         try:
-            stats = self._store.stats(self._clock.now(), claim_timeout)
+            # Counts and limit-1 queries over the live states only: its cost does not grow
+            # with the terminal records kept for retention (stats() counts every state).
+            found = self._store.backlog(self._clock.now(), claim_timeout, enqueued_timeout)
         except errors.StoreUnavailable as exc:
             raise StoreUnreachable(f"cannot measure the backlog: {exc}") from exc
         return Backlog(
-            due_count=stats.due_count,
-            oldest_overdue_age_s=stats.oldest_overdue_age_s or 0.0,
-            stuck_claims=stats.stuck_claims,
+            due_count=found.due_count,
+            oldest_overdue_age_s=found.oldest_overdue_age_s or 0.0,
+            stuck_claims=found.stuck_claims,
+            stale_enqueued=found.stale_enqueued,
+            oldest_enqueued_age_s=found.oldest_enqueued_age_s or 0.0,
         )
 
     def _report(self, run: ScanRun) -> None:

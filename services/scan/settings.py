@@ -13,17 +13,38 @@ from dataclasses import dataclass
 from services.jobs import metrics
 from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
 from services.jobs.publisher import DEFAULT_TIMEOUT_S as DEFAULT_PUBLISH_TIMEOUT_S
-from services.jobs.settings import CommonSettings, EnvReader, SettingsError
+from services.jobs.settings import (
+    AUTH_CLOCK_SKEW_S,
+    DEFAULT_FIRESTORE_TIMEOUT_S,
+    DEFAULT_TERMINAL_RETENTION_S,
+    FIRESTORE_TIMEOUT_S,
+    LOG_LEVEL,
+    OIDC_CERTS_URL,
+    PROJECT,
+    TERMINAL_RETENTION_S,
+    CommonSettings,
+    EnvReader,
+    SettingsError,
+)
 from services.scan.scanner import ScanLimits
 
-__all__ = ["ALL_KEYS", "ScanSettings", "SettingsError"]
+__all__ = [
+    "ALL_KEYS",
+    "AUTH_CLOCK_SKEW_S",
+    "FIRESTORE_TIMEOUT_S",
+    "LOG_LEVEL",
+    "OIDC_CERTS_URL",
+    "PROJECT",
+    "TERMINAL_RETENTION_S",
+    "ScanSettings",
+    "SettingsError",
+    "claim_timeout_floor_s",
+]
 
-PROJECT = "JOBS_PROJECT"
+# The scan's own (the shared ones are services.jobs.settings', read through CommonSettings).
 TOPIC = "JOBS_TOPIC"
 SCAN_AUDIENCE = "JOBS_SCAN_AUDIENCE"
 SCAN_ALLOWED_INVOKERS = "JOBS_SCAN_ALLOWED_INVOKERS"
-OIDC_CERTS_URL = "JOBS_OIDC_CERTS_URL"
-AUTH_CLOCK_SKEW_S = "JOBS_AUTH_CLOCK_SKEW_S"
 SCAN_TIME_BUDGET_S = "JOBS_SCAN_TIME_BUDGET_S"
 SCAN_MAX_PER_RUN = "JOBS_SCAN_MAX_PER_RUN"
 SCAN_PAGE_SIZE = "JOBS_SCAN_PAGE_SIZE"
@@ -33,15 +54,18 @@ CLAIM_TIMEOUT_S = "JOBS_CLAIM_TIMEOUT_S"
 RECLAIM_LIMIT = "JOBS_RECLAIM_LIMIT"
 METRICS = "JOBS_METRICS"
 SCAN_RUN_RETENTION_S = "JOBS_SCAN_RUN_RETENTION_S"
-LOG_LEVEL = "JOBS_LOG_LEVEL"
+ENQUEUED_TIMEOUT_S = "JOBS_ENQUEUED_TIMEOUT_S"
 
 ALL_KEYS = (
     PROJECT,
+    OIDC_CERTS_URL,
+    LOG_LEVEL,
+    AUTH_CLOCK_SKEW_S,
+    TERMINAL_RETENTION_S,
+    FIRESTORE_TIMEOUT_S,
     TOPIC,
     SCAN_AUDIENCE,
     SCAN_ALLOWED_INVOKERS,
-    OIDC_CERTS_URL,
-    AUTH_CLOCK_SKEW_S,
     SCAN_TIME_BUDGET_S,
     SCAN_MAX_PER_RUN,
     SCAN_PAGE_SIZE,
@@ -51,7 +75,7 @@ ALL_KEYS = (
     RECLAIM_LIMIT,
     METRICS,
     SCAN_RUN_RETENTION_S,
-    LOG_LEVEL,
+    ENQUEUED_TIMEOUT_S,
 )
 
 # Cloud Scheduler's attempt deadline is at most 30 min; a run should end well inside it.
@@ -64,8 +88,17 @@ DEFAULT_PAGE_SIZE = 200
 MAX_PAGE_SIZE = 500
 DEFAULT_INTERVAL_S = 60.0  # Cloud Scheduler's finest schedule is every minute
 DEFAULT_CLAIM_TIMEOUT_S = 600.0
+_MIN_CLAIM_TIMEOUT_S, _MAX_CLAIM_TIMEOUT_S = 1.0, 7 * 86400.0
 DEFAULT_RECLAIM_LIMIT = 500
 DEFAULT_RUN_RETENTION_S = 30 * 86400.0
+# A job enqueued longer ago than this is "stale": its message should long since have been
+# delivered, retried (each try ends by the 600 s ack deadline; backoff at most 600 s between
+# tries) and, after the 5 delivery attempts the infra sets, dead-lettered: about 5 x (600 +
+# 600) s = 100 min at the extreme, far less at the push settings the infra uses. The default is
+# above that path so a slow but healthy redelivery is never counted; the infra sets it per
+# stack. Bounds: at least 5 minutes, at most 7 days (Pub/Sub's longest message retention).
+DEFAULT_ENQUEUED_TIMEOUT_S = 2 * 3600.0
+MIN_ENQUEUED_TIMEOUT_S, MAX_ENQUEUED_TIMEOUT_S = 300.0, 7 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +121,9 @@ class ScanSettings:
     metrics: metrics.MetricsKind = "cloud"
     run_retention_s: float = DEFAULT_RUN_RETENTION_S
     log_level: str = "INFO"
+    enqueued_timeout_s: float = DEFAULT_ENQUEUED_TIMEOUT_S
+    terminal_retention_s: float = DEFAULT_TERMINAL_RETENTION_S
+    firestore_timeout_s: float = DEFAULT_FIRESTORE_TIMEOUT_S
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ScanSettings:
@@ -113,7 +149,10 @@ class ScanSettings:
                 SCAN_PUBLISH_TIMEOUT_S, DEFAULT_PUBLISH_TIMEOUT_S, min=0.1, max=600.0
             ),
             claim_timeout_s=env.duration_s(
-                CLAIM_TIMEOUT_S, DEFAULT_CLAIM_TIMEOUT_S, min=1.0, max=7 * 86400.0
+                CLAIM_TIMEOUT_S,
+                DEFAULT_CLAIM_TIMEOUT_S,
+                min=_MIN_CLAIM_TIMEOUT_S,
+                max=_MAX_CLAIM_TIMEOUT_S,
             ),
             reclaim_limit=env.int(RECLAIM_LIMIT, DEFAULT_RECLAIM_LIMIT, min=0, max=MAX_PAGE_SIZE),
             metrics=_metrics_kind(env.choice(METRICS, metrics.METRICS_KINDS, default="cloud")),
@@ -121,6 +160,14 @@ class ScanSettings:
                 SCAN_RUN_RETENTION_S, DEFAULT_RUN_RETENTION_S, min=60.0, max=365 * 86400.0
             ),
             log_level=common.log_level,
+            enqueued_timeout_s=env.duration_s(
+                ENQUEUED_TIMEOUT_S,
+                DEFAULT_ENQUEUED_TIMEOUT_S,
+                min=MIN_ENQUEUED_TIMEOUT_S,
+                max=MAX_ENQUEUED_TIMEOUT_S,
+            ),
+            terminal_retention_s=common.terminal_retention_s,
+            firestore_timeout_s=common.firestore_timeout_s,
         )
         if "/" in settings.topic:
             env.problem(TOPIC, f"must be a topic ID, not a path; got {settings.topic!r}")
@@ -143,7 +190,21 @@ class ScanSettings:
             interval_s=self.interval_s,
             claim_timeout_s=self.claim_timeout_s,
             reclaim_limit=self.reclaim_limit,
+            enqueued_timeout_s=self.enqueued_timeout_s,
         )
+
+
+def claim_timeout_floor_s(environ: Mapping[str, str]) -> float | None:
+    """JOBS_CLAIM_TIMEOUT_S when set (parsed and bounded as the scan does), else None.
+
+    For tools beside the scan (jobsctl) that must honour the same floor; raises SettingsError.
+    """
+    env = EnvReader(environ)
+    if not environ.get(CLAIM_TIMEOUT_S, "").strip():
+        return None
+    floor = env.duration_s(CLAIM_TIMEOUT_S, min=_MIN_CLAIM_TIMEOUT_S, max=_MAX_CLAIM_TIMEOUT_S)
+    env.finish()
+    return floor
 
 
 def _metrics_kind(value: str) -> metrics.MetricsKind:

@@ -36,6 +36,8 @@ class Backlog:
     due_count: int = 0
     oldest_overdue_age_s: float = 0.0
     stuck_claims: int = 0
+    stale_enqueued: int = 0
+    oldest_enqueued_age_s: float = 0.0
 
 
 @dataclass
@@ -103,6 +105,8 @@ class RunTally:
                 due_count=backlog.due_count,
                 oldest_overdue_age_s=backlog.oldest_overdue_age_s,
                 stuck_claims=backlog.stuck_claims,
+                stale_enqueued=backlog.stale_enqueued,
+                oldest_enqueued_age_s=backlog.oldest_enqueued_age_s,
                 claim_to_enqueue_latency_s=self.claim_to_enqueue_latency_s,
                 failed_ids=tuple(self.failed_ids),
             )
@@ -120,8 +124,11 @@ SUMMARY_KEYS = (
     "due_count",
     "oldest_overdue_age_s",
     "stuck_claims",
+    "stale_enqueued",
+    "oldest_enqueued_age_s",
     "budget",
     "duration_s",
+    "drain_rate_per_s",
     "stopped_because",
 )
 
@@ -139,8 +146,12 @@ def response_body(run: ScanRun) -> dict[str, Any]:
         "due_count": run.due_count,
         "oldest_overdue_age_s": round(run.oldest_overdue_age_s, 3),
         "stuck_claims": run.stuck_claims,
+        "stale_enqueued": run.stale_enqueued,
+        "oldest_enqueued_age_s": round(run.oldest_enqueued_age_s, 3),
         "budget": run.budget,
         "duration_s": round(run.duration_s, 3),
+        # The ask: every summary shows how fast this run drained the backlog.
+        "drain_rate_per_s": round(run.drain_rate_per_s, 3),
         "stopped_because": run.stopped_because,
     }
     return {key: values[key] for key in SUMMARY_KEYS}
@@ -170,4 +181,6 @@ def scan_report(run: ScanRun) -> metrics.ScanReport:
         publish_failed=run.publish_failed,
         reclaimed=run.reclaimed,
         claim_to_enqueue_latency_s=run.claim_to_enqueue_latency_s,
+        stale_enqueued=run.stale_enqueued,
+        oldest_enqueued_age_s=run.oldest_enqueued_age_s,
     )

@@ -114,6 +114,25 @@ def test_values_at_the_edges_of_their_ranges_are_accepted(overrides: dict[str, A
         ({"workerLeaseS": 240, "workerRequestTimeoutS": 240}, "workerLeaseS=240 must exceed"),
         ({"claimTimeoutS": 180, "scanAttemptDeadlineS": 180}, "claimTimeoutS=180 must exceed"),
         ({"workerMinInstances": 5, "workerMaxInstances": 2}, "workerMinInstances=5"),
+        (
+            # 10 x 300 + 9 x 600 = 8400 s: a message can still be in Pub/Sub's hands.
+            {"enqueuedTimeoutS": 8400, "deadLetterAttempts": 10, "maxBackoffS": 600},
+            "enqueuedTimeoutS=8400 must exceed Pub/Sub's whole retry path",
+        ),
+        ({"terminalRetentionDays": 0}, "terminalRetentionDays=0 is outside the allowed range"),
+        (
+            {
+                "enqueuedTimeoutS": 200,
+                "deadLetterAttempts": 5,
+                "pushAckDeadlineS": 10,
+                "workerRequestTimeoutS": 5,
+                "workerLeaseS": 9,
+                "maxBackoffS": 0,
+                "minBackoffS": 0,
+                "retryLaterAfterAttempts": 1,
+            },
+            "enqueuedTimeoutS=200 must be 0 (automatic) or at least 300",
+        ),
         ({"scanMinInstances": 3, "scanMaxInstances": 1}, "scanMinInstances=3"),
         ({"alertEmails": ["not-an-address"]}, "alertEmails: 'not-an-address'"),
         ({"namePrefix": "Deferred_Jobs"}, "namePrefix='Deferred_Jobs'"),
@@ -130,6 +149,13 @@ def test_inconsistent_configuration_fails_naming_the_key(
     overrides: dict[str, Any], expected: str
 ) -> None:
     assert expected in _error(**overrides)
+
+
+def test_the_enqueued_timeout_defaults_to_pubsubs_retry_path_plus_an_hour() -> None:
+    config = parse_config({**MINIMAL, "deadLetterAttempts": 10, "pushAckDeadlineS": 300})
+    assert config.enqueued_timeout_s == 10 * 300 + 9 * 600 + 3600
+    explicit = parse_config({**MINIMAL, "enqueuedTimeoutS": 9000})
+    assert explicit.enqueued_timeout_s == 9000
 
 
 def test_every_problem_is_reported_at_once() -> None:

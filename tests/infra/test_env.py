@@ -18,7 +18,7 @@ from services.scan import settings as scan_keys
 from services.scan.settings import ScanSettings
 from services.worker import settings as worker_keys
 from services.worker.settings import WorkerSettings
-from tests.infra.conftest import StackRun
+from tests.infra.conftest import StackRun, run_stack
 
 FUNCTIONS_FRAMEWORK = {env.FUNCTION_TARGET, env.FUNCTION_SOURCE}
 SERVICES: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[Mapping[str, str]], Any]]] = {
@@ -100,3 +100,23 @@ def test_worker_settings_built_from_the_stack_carry_its_values(stack: StackRun) 
     assert worker.audience == stack.outputs["worker_url"]
     assert worker.lease_s == int(environ[worker_keys.WORKER_LEASE_S])
     assert worker.media_bucket == environ[worker_keys.MEDIA_BUCKET]
+
+
+def test_both_services_keep_terminal_records_for_the_configured_days() -> None:
+    from services.jobs.settings import TERMINAL_RETENTION_S
+
+    run = run_stack("dev", overrides={"terminalRetentionDays": 9, "enqueuedTimeoutS": 12_345})
+    for service, (declared, _, from_env) in SERVICES.items():
+        assert TERMINAL_RETENTION_S in declared
+        environ = _jobs_envs(run, service)
+        assert environ[TERMINAL_RETENTION_S] == str(9 * 86400)
+        assert from_env(environ).terminal_retention_s == 9 * 86400
+    scan = ScanSettings.from_env(_jobs_envs(run, "scan"))
+    assert scan.enqueued_timeout_s == 12_345
+    assert scan.limits().enqueued_timeout_s == 12_345
+
+
+def test_the_scan_measures_stale_enqueued_with_the_configured_timeout(stack: StackRun) -> None:
+    environ = _jobs_envs(stack, "scan")
+    scan = ScanSettings.from_env(environ)
+    assert scan.enqueued_timeout_s == int(environ[scan_keys.ENQUEUED_TIMEOUT_S])

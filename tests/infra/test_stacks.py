@@ -238,12 +238,13 @@ def test_every_metric_an_alert_references_is_one_the_system_emits(stack: StackRu
     emitted = {g.type for g in metrics.SCAN_GAUGES} | {m.type for m in metrics.LOG_METRICS}
     builtin = {"pubsub.googleapis.com/subscription/num_undelivered_messages"}
     referenced = _alert_metric_types(stack)
-    assert len(referenced) == 5
+    assert len(referenced) == 6
     assert set(referenced) <= emitted | builtin
     assert {
         metrics.OLDEST_OVERDUE_AGE.type,
         metrics.STUCK_CLAIMS.type,
         metrics.FAILED_JOBS.type,
+        metrics.STALE_ENQUEUED.type,
     } <= set(referenced)
 
 
@@ -350,3 +351,14 @@ def test_dashboard_charts_every_gauge_log_metric_and_both_subscriptions(stack: S
     assert {g.type for g in metrics.SCAN_GAUGES} | {m.type for m in metrics.LOG_METRICS} <= charted
     for subscription in ("subscription", "dead_letter_subscription"):
         assert any(f'subscription_id="{stack.outputs[subscription]}"' in f for f in filters)
+
+
+def test_stale_enqueued_alert_watches_the_scans_gauge_for_the_configured_minutes(
+    stack: StackRun,
+) -> None:
+    policy = stack.one("monitoring/alertPolicy:AlertPolicy", "alert-stale-enqueued").state
+    condition = policy["conditions"][0]["conditionThreshold"]
+    assert metrics.STALE_ENQUEUED.type in condition["filter"]
+    assert (condition["comparison"], condition["thresholdValue"]) == ("COMPARISON_GT", 0)
+    assert _seconds(condition["duration"]) >= 60
+    assert "runbook" in policy["documentation"]["content"].lower()

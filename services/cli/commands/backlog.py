@@ -16,16 +16,26 @@ from services.cli.session import Session
 from services.cli.timespec import parse_duration
 from services.jobs.control import Control
 from services.jobs.model import Job, Reclaimed
+from services.jobs.settings import SettingsError
 from services.jobs.state import State
+from services.scan.budget import effective_claim_timeout
+from services.scan.settings import (
+    CLAIM_TIMEOUT_S,
+    DEFAULT_INTERVAL_S,
+    SCAN_INTERVAL_S,
+    SCAN_MAX_PER_RUN,
+    claim_timeout_floor_s,
+)
 
-DEFAULT_INTERVAL_S = 300.0  # the Pulumi default schedule, */5 * * * *
 RECLAIM_BATCH = 100
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser("stats", parents=[common], help="backlog figures and state counts")
     p.add_argument(
-        "--claim-timeout", help="claim age counted as stuck (default: the control document's)"
+        "--claim-timeout",
+        help="claim age counted as stuck (default: the control document's; never below "
+        f"{CLAIM_TIMEOUT_S})",
     )
     p.set_defaults(handler=stats)
 
@@ -40,7 +50,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--apply", action="store_true", help="reclaim them (default: dry run)")
     p.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
-    p.add_argument("--claim-timeout", help="default: the control document's claim timeout")
+    p.add_argument(
+        "--claim-timeout",
+        help=f"default: the control document's claim timeout; never below {CLAIM_TIMEOUT_S}",
+    )
     p.set_defaults(handler=reclaim)
 
     p = commands.add_parser(
@@ -60,10 +73,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-per-run",
         type=int,
-        help="per-run budget (default: control's, capped by JOBS_SCAN_MAX_PER_RUN when set)",
+        help=f"per-run budget (default: control's, capped by {SCAN_MAX_PER_RUN} when set)",
     )
     p.add_argument(
-        "--interval", help="scan interval, e.g. 5m (default: JOBS_SCAN_INTERVAL_S, else 300 s)"
+        "--interval",
+        # The scan's own default: with the variable unset, this is the interval it budgets for.
+        help=f"scan interval, e.g. 5m (default: {SCAN_INTERVAL_S}, else {DEFAULT_INTERVAL_S:g} s)",
     )
     p.set_defaults(handler=plan)
 
@@ -71,7 +86,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 def stats(session: Session, args: argparse.Namespace) -> Report:
     store = session.store()
     control = store.get_control()
-    timeout = parse_duration(args.claim_timeout) if args.claim_timeout else control.claim_timeout
+    timeout = _claim_timeout(session, args.claim_timeout, control)
     now = session.now()
     figures = store.stats(now, timeout)
     age = figures.oldest_overdue_age_s
@@ -138,7 +153,7 @@ def reclaim(session: Session, args: argparse.Namespace) -> Report:
 
 
 def plan(session: Session, args: argparse.Namespace) -> Report:
-    interval_text = args.interval or session.env("JOBS_SCAN_INTERVAL_S", str(DEFAULT_INTERVAL_S))
+    interval_text = args.interval or session.env(SCAN_INTERVAL_S, str(DEFAULT_INTERVAL_S))
     interval_s = parse_duration(interval_text).total_seconds()
     budget: int | None
     if args.due is not None:
@@ -153,7 +168,7 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
     if budget is not None and ceiling is not None and budget > ceiling:
         # The scan never claims more than the deployment allows, whatever the control says.
         session.stderr.write(
-            f"note: the deployment caps a run at {ceiling:,} (JOBS_SCAN_MAX_PER_RUN, Pulumi "
+            f"note: the deployment caps a run at {ceiling:,} ({SCAN_MAX_PER_RUN}, Pulumi "
             f"key scanMaxPerRun); planning with {ceiling:,}, not {budget:,}\n"
         )
         budget = ceiling
@@ -183,19 +198,36 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
 
 
 def _deployment_ceiling(session: Session) -> int | None:
-    text = session.env("JOBS_SCAN_MAX_PER_RUN")
+    text = session.env(SCAN_MAX_PER_RUN)
     if not text:
         return None
     try:
         return int(text)
     except ValueError as exc:
-        raise UsageError(f"JOBS_SCAN_MAX_PER_RUN={text!r} is not an integer") from exc
+        raise UsageError(f"{SCAN_MAX_PER_RUN}={text!r} is not an integer") from exc
 
 
-def _claim_timeout(session: Session, text: str | None) -> timedelta:
+def _claim_timeout(session: Session, text: str | None, control: Control | None = None) -> timedelta:
+    """--claim-timeout, else the control document's, never below the deployment's floor.
+
+    The floor (JOBS_CLAIM_TIMEOUT_S, when set) is the scan's own rule, applied by the same
+    function: below it, `reclaim --apply` could take back claims a running scan still holds.
+    """
     if text:
-        return parse_duration(text)
-    timeout: timedelta = session.store().get_control().claim_timeout
+        asked = parse_duration(text)
+    else:
+        asked = (control or session.store().get_control()).claim_timeout
+    try:
+        floor_s = claim_timeout_floor_s(session.environ)
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from exc
+    timeout = effective_claim_timeout(asked, floor_s)
+    if timeout > asked:
+        session.stderr.write(
+            f"note: the deployment's claim timeout ({CLAIM_TIMEOUT_S}) is "
+            f"{format_duration(timeout.total_seconds())}; using it, not "
+            f"{format_duration(asked.total_seconds())}\n"
+        )
     return timeout
 
 

@@ -152,3 +152,55 @@ def test_rejected_lists_push_messages_the_worker_could_not_use(
     result = jobsctl("rejected", "--json")
     assert result.code == ExitCode.OK
     assert [r["reason"] for r in result.json()["rejected"]] == ["bad_base64"]
+
+
+def test_reclaim_and_stats_honour_the_deployment_claim_timeout_floor(
+    jobsctl: Jobsctl,
+    seed: Callable[..., str],
+    past_store: FirestoreJobStore,
+    store: FirestoreJobStore,
+    monkeypatch: Any,
+) -> None:
+    seed("j1", due=timedelta(hours=-2))
+    # Claimed an hour ago: older than the control's timeout, younger than the deployment's.
+    assert len(past_store.claim_due(past_store.clock.now(), "run-slow", 10)) == 1
+    monkeypatch.setenv("JOBS_CLAIM_TIMEOUT_S", "2h")
+
+    for argv in (
+        ("reclaim", "--apply", "--json"),
+        ("reclaim", "--apply", "--claim-timeout", "1m", "--json"),
+    ):
+        result = jobsctl(*argv)
+        assert result.code == ExitCode.OK, result.err
+        assert result.json()["reclaimed"] == []
+        assert "deployment's claim timeout" in result.err
+    job = store.get("j1")
+    assert job is not None and job.state == "claimed"
+
+    stats = jobsctl("stats", "--json").json()
+    assert (stats["claim_timeout_s"], stats["stuck_claims"]) == (7200.0, 0)
+
+    monkeypatch.setenv("JOBS_CLAIM_TIMEOUT_S", "30m")
+    assert jobsctl("stats", "--json").json()["stuck_claims"] == 1
+    applied = jobsctl("reclaim", "--apply", "--json")
+    assert [r["job_id"] for r in applied.json()["reclaimed"]] == ["j1"]
+
+
+def test_an_invalid_deployment_claim_timeout_is_a_usage_error(
+    jobsctl: Jobsctl, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("JOBS_CLAIM_TIMEOUT_S", "soon")
+    result = jobsctl("reclaim", "--apply")
+    assert result.code == ExitCode.USAGE
+    assert "JOBS_CLAIM_TIMEOUT_S" in result.err
+
+
+def test_plan_defaults_to_the_scans_own_interval(jobsctl: Jobsctl, monkeypatch: Any) -> None:
+    from services.scan.settings import DEFAULT_INTERVAL_S, SCAN_INTERVAL_S
+
+    monkeypatch.delenv(SCAN_INTERVAL_S, raising=False)
+    result = jobsctl("plan", "--due", "100", "--rate", "1", "--max-per-run", "10", "--json")
+    assert result.code == ExitCode.OK, result.err
+    assert result.json()["interval_s"] == DEFAULT_INTERVAL_S
+    monkeypatch.setenv(SCAN_INTERVAL_S, "2m")
+    assert jobsctl("plan", "--due", "100", "--rate", "1", "--json").json()["interval_s"] == 120

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from services.cli.errors import ExitCode
 from services.jobs.model import derive_job_id
 from services.jobs.store import FirestoreJobStore
@@ -174,3 +176,32 @@ def test_reschedule_of_an_unknown_job_is_refused_and_a_bad_time_is_usage(
     assert jobsctl("reschedule", "nope", "--due", "+1d", "--reason", "x").code == ExitCode.REFUSED
     bad = jobsctl("reschedule", "j1", "--due", "next week", "--reason", "x")
     assert bad.code == ExitCode.USAGE
+
+
+def test_a_cancelled_job_expires_after_the_configured_terminal_retention(
+    jobsctl: Jobsctl,
+    seed: Callable[..., str],
+    store: FirestoreJobStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from services.jobs.settings import TERMINAL_RETENTION_S
+
+    seed("short", due=timedelta(days=1))
+    monkeypatch.setenv(TERMINAL_RETENTION_S, "2d")
+    before = datetime.now(UTC)
+    assert jobsctl("cancel", "short", "--reason", "test").code == ExitCode.OK
+    job = store.get("short")
+    assert job is not None and job.expire_at is not None
+    assert before + timedelta(days=2) <= job.expire_at <= datetime.now(UTC) + timedelta(days=2)
+
+
+def test_an_invalid_terminal_retention_is_a_usage_error(
+    jobsctl: Jobsctl, seed: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from services.jobs.settings import TERMINAL_RETENTION_S
+
+    seed("j", due=timedelta(days=1))
+    monkeypatch.setenv(TERMINAL_RETENTION_S, "-1")
+    result = jobsctl("cancel", "j", "--reason", "x")
+    assert result.code == ExitCode.USAGE
+    assert TERMINAL_RETENTION_S in result.err

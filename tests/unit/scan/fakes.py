@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from services.jobs import errors
 from services.jobs.control import Control
-from services.jobs.model import ClaimedJob, ErrorInfo, Reclaimed, Stats
+from services.jobs.model import Backlog, ClaimedJob, EnqueueMark, ErrorInfo, Reclaimed
 from services.jobs.state import State
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
@@ -35,6 +35,10 @@ class FakeStore:
     claim_calls: list[int] = field(default_factory=list)
     lose_marks: set[str] = field(default_factory=set)
     mark_delay_s: float = 0.0
+    mark_calls: list[int] = field(default_factory=list)
+    stale_enqueued: int = 0
+    oldest_enqueued_age_s: float | None = None
+    backlog_calls: list[timedelta] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _check(self, op: str) -> None:
@@ -75,13 +79,23 @@ class FakeStore:
                 out.append(ClaimedJob(job_id, generation, T0, now, "media.delete_source"))
             return out
 
-    def mark_enqueued(self, job_id: str, generation: int, message_id: str, at: datetime) -> None:
-        self._check("mark_enqueued")
+    def mark_enqueued_many(
+        self, items: Sequence[tuple[str, int, str]], at: datetime | None = None
+    ) -> Sequence[EnqueueMark]:
+        """Per item, what the real store reports; one call stands for one transaction."""
+        self._check("mark_enqueued_many")
         time.sleep(self.mark_delay_s)
-        if job_id in self.lose_marks:
-            raise errors.StaleGeneration(job_id, generation, generation + 1)
+        marks = []
         with self._lock:
-            self.enqueued[job_id] = message_id
+            self.mark_calls.append(len(items))
+            for job_id, generation, message_id in items:
+                if job_id in self.lose_marks:
+                    error = errors.StaleGeneration(job_id, generation, generation + 1)
+                    marks.append(EnqueueMark(job_id, generation, error=error))
+                    continue
+                self.enqueued[job_id] = message_id
+                marks.append(EnqueueMark(job_id, generation))
+        return marks
 
     def mark_enqueue_failed(self, job_id: str, generation: int, error: ErrorInfo) -> None:
         self._check("mark_enqueue_failed")
@@ -89,14 +103,17 @@ class FakeStore:
             self.failed[job_id] = error
             self.due.append(job_id)
 
-    def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
-        self._check("stats")
-        return Stats(
+    def backlog(
+        self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
+    ) -> Backlog:
+        self._check("backlog")
+        self.backlog_calls.append(enqueued_timeout)
+        return Backlog(
             oldest_overdue_age_s=(now - T0).total_seconds() if self.due else None,
             due_count=len(self.due),
             stuck_claims=len(self.expired),
-            expired_leases=0,
-            per_state={},
+            stale_enqueued=self.stale_enqueued,
+            oldest_enqueued_age_s=self.oldest_enqueued_age_s,
         )
 
 

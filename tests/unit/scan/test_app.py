@@ -183,3 +183,26 @@ def test_every_log_line_of_a_request_carries_trace_and_run_id_and_never_the_toke
     scan_lines = [line for line in ours if line.get("event") == "scan_run"]
     assert len(scan_lines) == 1
     assert (scan_lines[0]["published"], scan_lines[0]["publish_failed"]) == (1, 1)
+
+
+def test_the_built_store_gets_the_terminal_retention_and_firestore_timeout() -> None:
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from services.jobs.store import FirestoreJobStore
+    from services.scan.app import handler_of
+
+    settings = replace(SETTINGS, terminal_retention_s=3 * 86400.0, firestore_timeout_s=2.5)
+    app = create_app(
+        settings,
+        clock=FakeClock(T0),
+        publisher=FakePublisher(),
+        metrics=InMemorySink(),
+        verifier=FakeVerifier(),
+        runs=Recorder(),
+        firestore_client=object(),  # the store only keeps it; nothing is called here
+    )
+    store = handler_of(app).scanner._store
+    assert isinstance(store, FirestoreJobStore)
+    assert store._retention == timedelta(days=3)
+    assert store._bounds.timeout_s == 2.5

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from services.scan.budget import TimeBudget, enqueue_budget
+from services.scan.budget import TimeBudget, effective_claim_timeout, enqueue_budget
 from tests.unit.scan.fakes import T0
 
 
@@ -51,3 +51,15 @@ def test_time_budget_is_exhausted_at_its_deadline() -> None:
     assert budget.exhausted(T0 + timedelta(seconds=30))
     assert budget.remaining_s(T0 + timedelta(seconds=10)) == 20.0
     assert budget.remaining_s(T0 + timedelta(seconds=99)) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("control_s", "floor_s", "expected_s"),
+    [(300, None, 300), (300, 600.0, 600), (900, 600.0, 900), (600, 600.0, 600)],
+)
+def test_the_claim_timeout_is_the_controls_never_below_the_deployment_floor(
+    control_s: int, floor_s: float | None, expected_s: int
+) -> None:
+    assert effective_claim_timeout(timedelta(seconds=control_s), floor_s) == timedelta(
+        seconds=expected_s
+    )

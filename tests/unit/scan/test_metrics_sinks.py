@@ -71,7 +71,7 @@ def test_cloud_sink_writes_one_gauge_point_per_scan_metric() -> None:
 def test_cloud_sink_splits_writes_at_200_series_per_request() -> None:
     client = FakeMetricClient()
     sink = CloudMonitoringSink(client, "p1")
-    series = sink.time_series(REPORT) * 60  # 480 series
+    series = (sink.time_series(REPORT) * 100)[:480]
     sink.write(series)
     assert [len(r["time_series"]) for r in client.requests] == [200, 200, 80]
     assert MAX_SERIES_PER_REQUEST == 200

@@ -150,7 +150,7 @@ def test_a_run_whose_every_publish_fails_reports_the_queue_unreachable() -> None
     assert [r.publish_failed for r in sink.reports] == [10]
 
 
-@pytest.mark.parametrize("operation", ["get_control", "reclaim_expired", "claim_due", "stats"])
+@pytest.mark.parametrize("operation", ["get_control", "reclaim_expired", "claim_due", "backlog"])
 def test_an_unreachable_store_stops_the_run(operation: str) -> None:
     store = FakeStore(due=ids(5), unavailable={operation})
     with pytest.raises(StoreUnreachable, match="firestore down"):
@@ -245,3 +245,29 @@ def test_reclaim_contention_is_recorded_and_the_run_still_claims(
     assert run.reclaim_contended
     (line,) = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "scan_run"]
     assert line.fields["reclaim_contended"] is True  # type: ignore[attr-defined]
+
+
+def test_published_jobs_are_marked_enqueued_in_one_store_call_per_page() -> None:
+    store = FakeStore(due=ids(25))
+    scanner, _, _ = make(store)
+    run = scanner.run()
+    assert run.published == 25
+    assert store.mark_calls == [10, 10, 5]  # page_size 10: one transaction each, not 25
+    assert sorted(store.enqueued) == ids(25)
+
+
+def test_a_run_reports_stale_enqueued_jobs_measured_with_the_enqueued_timeout() -> None:
+    store = FakeStore(due=ids(3), stale_enqueued=4, oldest_enqueued_age_s=7300.0)
+    limits = ScanLimits(
+        time_budget_s=30,
+        max_per_run=100,
+        page_size=10,
+        claim_timeout_s=120,
+        enqueued_timeout_s=5400,
+    )
+    scanner, _, sink = make(store, limits=limits)
+    run = scanner.run()
+    assert (run.stale_enqueued, run.oldest_enqueued_age_s) == (4, 7300.0)
+    assert store.backlog_calls == [timedelta(seconds=5400)]
+    (report,) = sink.reports
+    assert (report.stale_enqueued, report.oldest_enqueued_age_s) == (4, 7300.0)

@@ -42,6 +42,9 @@ def test_every_key_is_read() -> None:
         "JOBS_METRICS": "LOG",
         "JOBS_SCAN_RUN_RETENTION_S": "7d",
         "JOBS_LOG_LEVEL": "debug",
+        "JOBS_ENQUEUED_TIMEOUT_S": "90m",
+        "JOBS_TERMINAL_RETENTION_S": "14d",
+        "JOBS_FIRESTORE_TIMEOUT_S": "5s",
     }
     assert set(env) == set(ALL_KEYS)
     s = ScanSettings.from_env(env)
@@ -49,6 +52,12 @@ def test_every_key_is_read() -> None:
     assert (s.publish_timeout_s, s.claim_timeout_s, s.reclaim_limit) == (10, 900, 100)
     assert (s.metrics, s.run_retention_s, s.log_level) == ("log", 7 * 86400, "DEBUG")
     assert s.certs_url.startswith("http://127.0.0.1")
+    assert (s.enqueued_timeout_s, s.terminal_retention_s, s.firestore_timeout_s) == (
+        5400,
+        14 * 86400,
+        5,
+    )
+    assert s.limits().enqueued_timeout_s == 5400
 
 
 def test_every_bad_key_is_named_in_one_error() -> None:

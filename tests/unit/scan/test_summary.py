@@ -30,7 +30,13 @@ def finished_run() -> ScanRun:
         paused=False,
         dry_run=False,
         budget=100,
-        backlog=Backlog(due_count=7, oldest_overdue_age_s=12.5, stuck_claims=1),
+        backlog=Backlog(
+            due_count=7,
+            oldest_overdue_age_s=12.5,
+            stuck_claims=1,
+            stale_enqueued=4,
+            oldest_enqueued_age_s=7300.25,
+        ),
     )
 
 
@@ -48,8 +54,11 @@ def test_the_response_carries_exactly_the_documented_keys() -> None:
         "due_count": 7,
         "oldest_overdue_age_s": 12.5,
         "stuck_claims": 1,
+        "stale_enqueued": 4,
+        "oldest_enqueued_age_s": 7300.25,
         "budget": 100,
         "duration_s": 3.25,
+        "drain_rate_per_s": 0.923,  # 3 published in 3.25 s
         "stopped_because": "drained",
     }
 
@@ -85,3 +94,21 @@ def test_a_run_document_round_trips_and_expires_after_the_retention() -> None:
     assert document["expire_at"] == run.finished_at + timedelta(days=30)
     assert document["duration_s"] == 3.25
     assert ScanRun.from_document(document) == run
+
+
+def test_stale_enqueued_and_drain_rate_reach_the_gauges_and_the_run_document() -> None:
+    run = finished_run()
+    gauges = scan_report(run).gauge_values()
+    assert gauges[metrics.STALE_ENQUEUED] == 4
+    assert gauges[metrics.OLDEST_ENQUEUED_AGE] == 7300.25
+    document = run.to_document(timedelta(days=1))
+    assert (document["stale_enqueued"], document["oldest_enqueued_age_s"]) == (4, 7300.25)
+    assert document["drain_rate_per_s"] == 3 / 3.25
+    back = ScanRun.from_document(document)
+    assert (back.stale_enqueued, back.oldest_enqueued_age_s) == (4, 7300.25)
+
+
+def test_a_run_that_took_no_time_has_a_zero_drain_rate() -> None:
+    run = ScanRun("r0", T0, T0, "paused", published=0)
+    assert run.drain_rate_per_s == 0.0
+    assert response_body(run)["drain_rate_per_s"] == 0.0
