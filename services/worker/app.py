@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -77,13 +78,17 @@ class PushHandler:
         self._project = project
 
     def handle(self, request: flask.Request) -> flask.Response:
+        seen = _Seen()
         with log.bind_request(request.headers.get(log.TRACE_HEADER), self._project):
-            if request.method != "POST":
-                return _json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "POST only"})
-            refused = self._authenticate(request)
-            if refused is not None:
-                return refused
-            return self._handle_push(request)
+            try:
+                if request.method != "POST":
+                    return _json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "POST only"})
+                refused = self._authenticate(request)
+                if refused is not None:
+                    return refused
+                return self._handle_push(request, seen)
+            except Exception as exc:  # the last resort: one line, then 500
+                return _unexpected(exc, seen)
 
     def _authenticate(self, request: flask.Request) -> flask.Response | None:
         try:
@@ -99,7 +104,7 @@ class PushHandler:
             return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "certs unavailable"})
         return None
 
-    def _handle_push(self, request: flask.Request) -> flask.Response:
+    def _handle_push(self, request: flask.Request, seen: _Seen) -> flask.Response:
         headers = dict(request.headers.items())
         body, size, too_large = read_body(request, self._max_body_bytes)
         if too_large:
@@ -111,6 +116,7 @@ class PushHandler:
         except MalformedDelivery as exc:
             self._log_unparsed(exc.reason)
             return self._reject(exc.reason, str(exc), body, headers)
+        seen.job_id, seen.generation = delivery.job_id, delivery.generation
         with log.bound(job_id=delivery.job_id, run_id=delivery.run_id):
             outcome = self._processor.process(delivery)
             if outcome.kind is OutcomeKind.UNKNOWN_JOB:
@@ -185,6 +191,37 @@ class PushHandler:
             HTTPStatus.OK,
             {"outcome": "rejected", "reason": reason, "rejection_id": rejection_id},
         )
+
+
+@dataclass
+class _Seen:
+    """What one request has revealed so far, for the last-resort log line."""
+
+    job_id: str | None = None
+    generation: int | None = None
+
+
+OUTCOME_INTERNAL_ERROR = "internal_error"
+
+
+def _unexpected(exc: Exception, seen: _Seen) -> flask.Response:
+    """A bug reached the HTTP layer: log one structured ERROR line (with the traceback) and
+    answer 500. Nothing is acknowledged: a lease taken stays until the reclaimer ends it."""
+    logger.exception(
+        "job %s: unexpected %s",
+        seen.job_id or "(not parsed)",
+        type(exc).__name__,
+        extra={
+            "fields": {
+                metrics.LOG_EVENT: metrics.EVENT_WORKER_OUTCOME,
+                metrics.LOG_OUTCOME: OUTCOME_INTERNAL_ERROR,
+                "job_id": seen.job_id,
+                "generation": seen.generation,
+                "error_type": type(exc).__name__,
+            }
+        },
+    )
+    return _json(HTTPStatus.INTERNAL_SERVER_ERROR, {"outcome": OUTCOME_INTERNAL_ERROR})
 
 
 def read_body(request: flask.Request, limit: int) -> tuple[bytes, int | None, bool]:

@@ -216,3 +216,54 @@ def test_any_path_reaches_the_handler_as_under_functions_framework() -> None:
         ).status_code
         == 204
     )
+
+
+def _outcome_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, dict[str, Any]]]:
+    return [
+        (r.levelno, getattr(r, "fields", {}))
+        for r in caplog.records
+        if getattr(r, "fields", {}).get(metrics.LOG_EVENT) == metrics.EVENT_WORKER_OUTCOME
+    ]
+
+
+def test_an_unexpected_error_answers_500_after_one_error_line_naming_the_job(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = Env()
+    env.store.add("job-1")
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug in the store")
+
+    monkeypatch.setattr(env.store, "start", broken)
+    caplog.set_level(logging.INFO)
+
+    response = env.post(envelope())
+
+    assert response.status_code == 500
+    ((level, fields),) = _outcome_lines(caplog)
+    assert level == logging.ERROR
+    assert (fields[metrics.LOG_OUTCOME], fields["job_id"], fields["generation"]) == (
+        "internal_error",
+        "job-1",
+        1,
+    )
+    assert fields["error_type"] == "RuntimeError"
+    assert env.store.jobs["job-1"].state is State.ENQUEUED
+
+
+def test_an_unexpected_error_before_parsing_is_logged_without_a_job_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = Env(verifier_error=RuntimeError("a bug in the verifier"))
+    caplog.set_level(logging.INFO)
+
+    response = env.post(envelope())
+
+    assert response.status_code == 500
+    ((level, fields),) = _outcome_lines(caplog)
+    assert (level, fields[metrics.LOG_OUTCOME], fields["job_id"]) == (
+        logging.ERROR,
+        "internal_error",
+        None,
+    )
