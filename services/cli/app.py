@@ -13,9 +13,11 @@ import os
 import sys
 from collections.abc import Sequence
 
+from services.cli.backends import FIRESTORE_DATABASE, OPERATOR
 from services.cli.commands import backlog, control, deadletter, job, runs
 from services.cli.errors import ExitCode
 from services.cli.session import Session, run_command
+from services.jobs.settings import PROJECT
 
 EPILOG = """\
 exit codes: 0 done; 1 refused (not found, terminal, lost race, conflict); 2 usage or
@@ -33,12 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON on stdout"
     )
     common.add_argument(
-        "--project", default=argparse.SUPPRESS, help="Google Cloud project (JOBS_PROJECT)"
+        "--project", default=argparse.SUPPRESS, help=f"Google Cloud project ({PROJECT})"
     )
     common.add_argument(
         "--database",
         default=argparse.SUPPRESS,
-        help="Firestore database ID (JOBS_FIRESTORE_DATABASE, default (default))",
+        help=f"Firestore database ID ({FIRESTORE_DATABASE}, default (default))",
     )
     parser = argparse.ArgumentParser(
         prog="jobsctl",
@@ -64,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     session = Session(
         project_flag=getattr(args, "project", None),
         environ=environ,
-        operator=environ.get("JOBS_OPERATOR") or _login_name(),
+        operator=environ.get(OPERATOR) or _login_name(),
         stdout=sys.stdout,
         stderr=sys.stderr,
         as_json=getattr(args, "json", False),

@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.cli.errors import BackendUnavailable, UsageError
+from services.jobs.settings import PROJECT
+
+# The CLI's own variables (the ones the services also read are their settings' constants).
+OPERATOR = "JOBS_OPERATOR"  # who the operator is in audit trails
+FIRESTORE_DATABASE = "JOBS_FIRESTORE_DATABASE"  # a named Firestore database
+DEAD_LETTER_SUBSCRIPTION = "JOBS_DEAD_LETTER_SUBSCRIPTION"  # dead-letter pull subscription
 
 FIRESTORE_EMULATOR_HOST = "FIRESTORE_EMULATOR_HOST"
 PUBSUB_EMULATOR_HOST = "PUBSUB_EMULATOR_HOST"
@@ -23,10 +29,10 @@ _PROBE_TIMEOUT_S = 1.0
 
 def resolve_project(flag: str | None, environ: Mapping[str, str]) -> str:
     """--project, else JOBS_PROJECT, else GOOGLE_CLOUD_PROJECT; a usage error when none is set."""
-    for value in (flag, environ.get("JOBS_PROJECT"), environ.get("GOOGLE_CLOUD_PROJECT")):
+    for value in (flag, environ.get(PROJECT), environ.get("GOOGLE_CLOUD_PROJECT")):
         if value and value.strip():
             return value.strip()
-    raise UsageError("no project: pass --project or set JOBS_PROJECT")
+    raise UsageError(f"no project: pass --project or set {PROJECT}")
 
 
 def probe_emulator(variable: str, environ: Mapping[str, str], what: str) -> None:
@@ -68,7 +74,7 @@ class Backends:
             probe_emulator(FIRESTORE_EMULATOR_HOST, self.environ, "Firestore")
             from google.cloud import firestore
 
-            database = self.database_flag or self.environ.get("JOBS_FIRESTORE_DATABASE") or None
+            database = self.database_flag or self.environ.get(FIRESTORE_DATABASE) or None
             with _credentials_errors("Firestore"):
                 self._cache["firestore"] = firestore.Client(project=project, database=database)
         return self._cache["firestore"]

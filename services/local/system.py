@@ -23,13 +23,16 @@ from typing import Any, TextIO
 
 from emulators.launcher import DEFAULT_PROJECT, READY_LINE, free_port, port_is_free
 from emulators.oidc.server import CERTS_PATH, TOKEN_PATH
-from services.cli.backends import Backends
+from services.cli.backends import DEAD_LETTER_SUBSCRIPTION, Backends
+from services.jobs import settings as common_keys
 from services.jobs.clock import SystemClock
 from services.jobs.store import FirestoreJobStore
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
 from services.local.scheduler import Attempt, LocalScheduler, token_from_issuer_url
 from services.local.stack import Child, PortInUse, StackError, Supervisor, port_accepts
 from services.local.topology import Names, PushPolicy, Topology, create_topology
+from services.scan import settings as scan_keys
+from services.worker import settings as worker_keys
 
 logger = logging.getLogger(__name__)
 
@@ -184,24 +187,24 @@ class LocalSystem:
         common = {
             **_base_environment(),
             **self.endpoints.exports,
-            "JOBS_PROJECT": self.options.project,
-            "JOBS_LOG_LEVEL": "INFO",
+            common_keys.PROJECT: self.options.project,
+            common_keys.LOG_LEVEL: "INFO",
             "PYTHONUNBUFFERED": "1",
         }
         worker_env = {
             **common,
-            "JOBS_WORKER_AUDIENCE": self.endpoints.worker_url,
-            "JOBS_WORKER_ALLOWED_INVOKERS": self.topology.pusher_email,
-            "JOBS_MEDIA_BUCKET": self.demo.bucket,
+            worker_keys.WORKER_AUDIENCE: self.endpoints.worker_url,
+            worker_keys.WORKER_ALLOWED_INVOKERS: self.topology.pusher_email,
+            worker_keys.MEDIA_BUCKET: self.demo.bucket,
         }
         scan_env = {
             **common,
-            "JOBS_TOPIC": self.topology.names.topic,
-            "JOBS_SCAN_AUDIENCE": self.endpoints.scan_url,
-            "JOBS_SCAN_ALLOWED_INVOKERS": self.topology.scheduler_email,
-            "JOBS_SCAN_INTERVAL_S": f"{self.options.scan_every_s:g}",
+            scan_keys.TOPIC: self.topology.names.topic,
+            scan_keys.SCAN_AUDIENCE: self.endpoints.scan_url,
+            scan_keys.SCAN_ALLOWED_INVOKERS: self.topology.scheduler_email,
+            scan_keys.SCAN_INTERVAL_S: f"{self.options.scan_every_s:g}",
             # No Cloud Monitoring locally: the gauges go to the scan's log instead.
-            "JOBS_METRICS": "log",
+            scan_keys.METRICS: "log",
         }
         started = [
             self._start_function("worker", worker_port, worker_env),
@@ -257,7 +260,7 @@ class LocalSystem:
             scheduler.stop()
 
     def _scheduler(self, on_attempt: Callable[[Attempt], None]) -> LocalScheduler:
-        certs_url = self.endpoints.exports["JOBS_OIDC_CERTS_URL"]
+        certs_url = self.endpoints.exports[common_keys.OIDC_CERTS_URL]
         return LocalScheduler(
             url=self.endpoints.scan_url,
             audience=self.endpoints.scan_url,
@@ -338,10 +341,10 @@ class LocalSystem:
     def _shell_exports(self) -> dict[str, str]:
         return {
             **self.endpoints.exports,
-            "JOBS_PROJECT": self.options.project,
-            "JOBS_TOPIC": self.topology.names.topic,
-            "JOBS_DEAD_LETTER_SUBSCRIPTION": self.topology.names.dead_letter_subscription,
-            "JOBS_SCAN_INTERVAL_S": f"{self.options.scan_every_s:g}",
+            common_keys.PROJECT: self.options.project,
+            scan_keys.TOPIC: self.topology.names.topic,
+            DEAD_LETTER_SUBSCRIPTION: self.topology.names.dead_letter_subscription,
+            scan_keys.SCAN_INTERVAL_S: f"{self.options.scan_every_s:g}",
         }
 
     def _banner(self) -> None:
@@ -378,7 +381,7 @@ def _done_line(status: DemoStatus) -> str:
 
 def _base_environment() -> dict[str, str]:
     """This environment without JOBS_* (a developer's shell must not leak into the services)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("JOBS_")}
+    return {k: v for k, v in os.environ.items() if not k.startswith(common_keys.PREFIX)}
 
 
 def _parse_exports(text: str) -> dict[str, str]:

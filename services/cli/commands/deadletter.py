@@ -16,10 +16,12 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
+from services.cli.backends import DEAD_LETTER_SUBSCRIPTION
 from services.cli.errors import BackendUnavailable
 from services.cli.output import Report, table
 from services.cli.session import Session
 from services.local.topology import Names
+from services.scan.settings import TOPIC
 
 # infra's names for its default namePrefix (JOBS_TOPIC / JOBS_DEAD_LETTER_SUBSCRIPTION override).
 DEFAULT_TOPIC = Names.for_prefix().topic
@@ -73,7 +75,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     shared = argparse.ArgumentParser(add_help=False)
     shared.add_argument(
         "--subscription",
-        help=f"dead-letter pull subscription (JOBS_DEAD_LETTER_SUBSCRIPTION, "
+        help=f"dead-letter pull subscription ({DEAD_LETTER_SUBSCRIPTION}, "
         f"default {DEFAULT_DEAD_LETTER_SUBSCRIPTION})",
     )
     shared.add_argument("--max", type=int, default=1000, help="at most this many messages")
@@ -88,7 +90,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common, shared],
         help="republish dead-lettered job IDs to the jobs topic, then ack them",
     )
-    replay.add_argument("--topic", help=f"jobs topic (JOBS_TOPIC, default {DEFAULT_TOPIC})")
+    replay.add_argument("--topic", help=f"jobs topic ({TOPIC}, default {DEFAULT_TOPIC})")
     replay.add_argument(
         "--job",
         action="append",
@@ -209,14 +211,14 @@ def _report(letters: list[DeadLetter], footer: str) -> Report:
 
 
 def _subscription_path(session: Session, flag: str | None) -> str:
-    name = flag or session.env("JOBS_DEAD_LETTER_SUBSCRIPTION", DEFAULT_DEAD_LETTER_SUBSCRIPTION)
+    name = flag or session.env(DEAD_LETTER_SUBSCRIPTION, DEFAULT_DEAD_LETTER_SUBSCRIPTION)
     if name.startswith("projects/"):
         return name
     return f"projects/{session.backends.project}/subscriptions/{name}"
 
 
 def _topic_path(session: Session, flag: str | None) -> str:
-    name = flag or session.env("JOBS_TOPIC", DEFAULT_TOPIC)
+    name = flag or session.env(TOPIC, DEFAULT_TOPIC)
     if name.startswith("projects/"):
         return name
     return f"projects/{session.backends.project}/topics/{name}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -47,7 +48,9 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
             r.publish_failed,
             r.reclaimed,
             r.due_count,
+            r.stale_enqueued,
             f"{r.duration_s:.1f}s",
+            f"{r.drain_rate_per_s:.1f}",
         ]
         for r in recent
     ]
@@ -61,9 +64,20 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         "failed",
         "reclaimed",
         "due",
+        "stale",
         "took",
+        "jobs/s",
     ]
-    return Report(data={"runs": recent}, text=table(headers, rows))
+    # The drain rate is what an operator watches after a pause: published / duration per run.
+    data = [
+        {
+            **dataclasses.asdict(r),
+            "duration_s": r.duration_s,
+            "drain_rate_per_s": r.drain_rate_per_s,
+        }
+        for r in recent
+    ]
+    return Report(data={"runs": data}, text=table(headers, rows))
 
 
 def rejected(session: Session, args: argparse.Namespace) -> Report:

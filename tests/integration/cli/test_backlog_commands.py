@@ -139,8 +139,23 @@ def test_runs_lists_recent_scan_runs_newest_first(jobsctl: Jobsctl, firestore_cl
         log.record(ScanRun(f"run-{n}", at, at + timedelta(seconds=2), "drained", claimed=n))
     result = jobsctl("runs", "--json")
     assert result.code == ExitCode.OK
-    assert [r["run_id"] for r in result.json()["runs"]] == ["run-2", "run-1", "run-0"]
+    runs = result.json()["runs"]
+    assert [r["run_id"] for r in runs] == ["run-2", "run-1", "run-0"]
     assert "run-2" in jobsctl("runs").out
+
+
+def test_runs_show_each_runs_drain_rate_and_stale_enqueued(
+    jobsctl: Jobsctl, firestore_client: Any
+) -> None:
+    log = ScanRunLog(firestore_client, retention=timedelta(days=7))
+    at = datetime.now(UTC) - timedelta(minutes=1)
+    log.record(
+        ScanRun("run-x", at, at + timedelta(seconds=4), "budget", published=500, stale_enqueued=3)
+    )
+    (run,) = jobsctl("runs", "--json").json()["runs"]
+    assert (run["drain_rate_per_s"], run["stale_enqueued"]) == (125.0, 3)
+    text = jobsctl("runs").out
+    assert "jobs/s" in text and "125.0" in text
 
 
 def test_rejected_lists_push_messages_the_worker_could_not_use(
