@@ -104,6 +104,14 @@ class RunRecorder(Protocol):
     def record(self, run: ScanRun) -> None: ...
 
 
+# A job enqueued longer ago than this is "stale": its message should long since have been
+# delivered, or retried (each try ends by the push ack deadline, each wait is at most the max
+# backoff) and dead-lettered. At the infra's default Pub/Sub settings that whole path is at
+# most 10 x 300 s + 9 x 600 s = 8,400 s; 3 h is above it, so a slow but healthy redelivery is
+# never counted.
+DEFAULT_ENQUEUED_TIMEOUT_S = 3 * 3600.0
+
+
 @dataclass(frozen=True)
 class ScanLimits:
     """The deployment's bounds on a run (from Settings); the control document works inside them.
@@ -122,7 +130,7 @@ class ScanLimits:
     mark_workers: int = 16
     # Enqueued longer than this, a job counts as stale (its message may be lost); the
     # deployment sets it (JOBS_ENQUEUED_TIMEOUT_S) above Pub/Sub's whole retry path.
-    enqueued_timeout_s: float = 3 * 3600.0
+    enqueued_timeout_s: float = DEFAULT_ENQUEUED_TIMEOUT_S
 
 
 class Scanner:

@@ -26,7 +26,7 @@ from services.jobs.settings import (
     EnvReader,
     SettingsError,
 )
-from services.scan.scanner import ScanLimits
+from services.scan.scanner import DEFAULT_ENQUEUED_TIMEOUT_S, ScanLimits
 
 __all__ = [
     "ALL_KEYS",
@@ -91,13 +91,9 @@ DEFAULT_CLAIM_TIMEOUT_S = 600.0
 _MIN_CLAIM_TIMEOUT_S, _MAX_CLAIM_TIMEOUT_S = 1.0, 7 * 86400.0
 DEFAULT_RECLAIM_LIMIT = 500
 DEFAULT_RUN_RETENTION_S = 30 * 86400.0
-# A job enqueued longer ago than this is "stale": its message should long since have been
-# delivered, retried (each try ends by the 600 s ack deadline; backoff at most 600 s between
-# tries) and, after the 5 delivery attempts the infra sets, dead-lettered: about 5 x (600 +
-# 600) s = 100 min at the extreme, far less at the push settings the infra uses. The default is
-# above that path so a slow but healthy redelivery is never counted; the infra sets it per
-# stack. Bounds: at least 5 minutes, at most 7 days (Pub/Sub's longest message retention).
-DEFAULT_ENQUEUED_TIMEOUT_S = 2 * 3600.0
+# Enqueued-timeout bounds: at least 5 minutes, at most 7 days (Pub/Sub's longest message
+# retention). The default (scanner.DEFAULT_ENQUEUED_TIMEOUT_S) says why it is 3 h; the infra
+# sets the value per stack from its Pub/Sub settings.
 MIN_ENQUEUED_TIMEOUT_S, MAX_ENQUEUED_TIMEOUT_S = 300.0, 7 * 86400.0
 
 

@@ -172,8 +172,8 @@ def test_push_500s_are_retried_with_growing_gaps_then_dead_lettered(
     assert all(
         gap >= floor - _TIMER_TOLERANCE_S for gap, floor in zip(gaps, floors, strict=True)
     ), gaps
-    # And the backoff grows: the last wait (>= 1.6 s) is longer than the first (0.2 s apart
-    # from scheduling noise).
+    # And the backoff grows: the last wait (at least 1.6 s) is longer than the first (0.2 s
+    # plus whatever scheduling delay the machine adds).
     assert gaps[-1] > gaps[0], gaps
     assert dead.message.data == b"doomed"
     assert dead.message.attributes["CloudPubSubDeadLetterSourceDeliveryCount"] == "5"
