@@ -24,6 +24,7 @@ from emulators.firestore.database import Database, Document, Stored
 from emulators.firestore.engine import Consistency, Engine
 from emulators.firestore.errors import (
     EmulatorError,
+    Injected,
     InvalidArgument,
     NotFound,
 )
@@ -204,11 +205,13 @@ class FirestoreService:
             self.billing.call("", method)
             raise request.error
         self.billing.call(_project_of(request), method)
-        delay, error = self.faults.take(method)
-        if delay > 0:
-            time.sleep(delay)
-        if error is not None:
-            raise error
+        fault = self.faults.take(method)
+        if fault is None:
+            return
+        if fault.delay_s > 0:
+            time.sleep(fault.delay_s)
+        if fault.status is not None:
+            raise Injected(fault.status, fault.message)
 
     def _guard_unary(
         self, method: str, fn: Callable[[Any], Any]
