@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from emulators.firestore.errors import EmulatorError
+from emulators.http_server import BackgroundHTTPServer
 
 if TYPE_CHECKING:
     from emulators.firestore.server import Emulator
@@ -20,25 +20,14 @@ logger = logging.getLogger(__name__)
 _RESET = re.compile(r"^/emulator/v1/projects/([^/]+)/databases/([^/]+)/documents/?$")
 
 
-class AdminServer:
+class AdminServer(BackgroundHTTPServer):
     """A small threaded HTTP server bound to one emulator."""
 
     def __init__(self, emulator: Emulator, host: str, port: int) -> None:
         handler = type("BoundAdminHandler", (AdminHandler,), {"emulator": emulator})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
-        self.port: int = self.httpd.server_address[1]
-        self._thread = threading.Thread(
-            target=self.httpd.serve_forever, name="firestore-admin", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(timeout=5)
+        httpd = ThreadingHTTPServer((host, port), handler)
+        httpd.daemon_threads = True
+        super().__init__(httpd, "firestore-admin")
 
 
 class AdminHandler(BaseHTTPRequestHandler):

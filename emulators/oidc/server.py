@@ -12,9 +12,9 @@ import logging
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 
+from emulators.http_server import BackgroundHTTPServer
 from emulators.oidc.issuer import Issuer
 
 logger = logging.getLogger(__name__)
@@ -31,29 +31,14 @@ class TokenRequestError(ValueError):
     """The token request is not a JSON object with string audience and email."""
 
 
-class OidcServer:
+class OidcServer(BackgroundHTTPServer):
     """A running issuer: `url`, `certs_url`, `port`, and the `issuer` that signs its tokens."""
 
     def __init__(self, httpd: ThreadingHTTPServer, issuer: Issuer) -> None:
+        super().__init__(httpd, "oidc-emulator")
         self.issuer = issuer
-        self._httpd = httpd
         self._lock = threading.Lock()
         self._certs_requests = 0
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, name="oidc-emulator", daemon=True
-        )
-
-    @property
-    def host(self) -> str:
-        return str(self._httpd.server_address[0])
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     @property
     def certs_url(self) -> str:
@@ -72,26 +57,6 @@ class OidcServer:
     def count_certs_request(self) -> None:
         with self._lock:
             self._certs_requests += 1
-
-    def start(self) -> OidcServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> OidcServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def start(host: str = "127.0.0.1", port: int = 0, issuer: Issuer | None = None) -> OidcServer:

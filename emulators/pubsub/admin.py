@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from emulators.http_server import BackgroundHTTPServer
 from emulators.pubsub.exceptions import PubsubEmulatorError
 
 logger = logging.getLogger(__name__)
@@ -26,29 +26,15 @@ class AdminTarget(Protocol):
     def certs(self) -> dict[str, str]: ...
 
 
-class AdminServer:
+class AdminServer(BackgroundHTTPServer):
     """A small threaded HTTP server on its own port, serving one `AdminTarget`."""
 
     def __init__(self, host: str, port: int, target: AdminTarget) -> None:
         handler = type("_BoundAdminHandler", (_AdminHandler,), {"target": target})
         server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
-        self._server = server_class((host, port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="pubsub-admin", daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        httpd = server_class((host, port), handler)
+        httpd.daemon_threads = True
+        super().__init__(httpd, "pubsub-admin")
 
 
 class _IPv6Server(ThreadingHTTPServer):

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import urllib.parse
 from functools import partial
 from http import HTTPStatus
 from http.server import HTTPServer
-from types import TracebackType
 
 from gcp_storage_emulator.exceptions import NotFound
 from gcp_storage_emulator.handlers import buckets
 from gcp_storage_emulator.server import RequestHandler
 from gcp_storage_emulator.storage import Storage
+
+from emulators.http_server import BackgroundHTTPServer
 
 ENV_VAR = "STORAGE_EMULATOR_HOST"
 
@@ -63,51 +63,16 @@ class _PreconditionHandler(RequestHandler):
         return current != wanted[0]
 
 
-class StorageEmulator:
+class StorageEmulator(BackgroundHTTPServer):
     """A running emulator: `url` is the value for STORAGE_EMULATOR_HOST."""
 
     def __init__(self, httpd: HTTPServer, storage: Storage) -> None:
-        self._httpd = httpd
+        super().__init__(httpd, "storage-emulator")
         self._storage = storage
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, name="storage-emulator", daemon=True
-        )
-
-    @property
-    def host(self) -> str:
-        return str(self._httpd.server_address[0])
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self) -> StorageEmulator:
-        self._thread.start()
-        return self
 
     def wipe(self, keep_buckets: bool = False) -> None:
         """Delete every object (and every bucket unless `keep_buckets`)."""
         self._storage.wipe(keep_buckets=keep_buckets)
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> StorageEmulator:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def start(
