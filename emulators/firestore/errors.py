@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import grpc
 
+from emulators.status_error import StatusError
 
-class EmulatorError(Exception):
+
+class EmulatorError(StatusError):
     """The Firestore emulator could not serve the request."""
-
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (self.__doc__ or "").strip())
-        self.message = message or (self.__doc__ or "").strip()
 
 
 class InvalidArgument(EmulatorError):

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import grpc
 
+from emulators.status_error import StatusError
 
-class PubsubEmulatorError(Exception):
+
+class PubsubEmulatorError(StatusError):
     """The Pub/Sub emulator could not serve the request."""
-
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (self.__doc__ or "").strip())
 
 
 class InvalidArgument(PubsubEmulatorError):
