@@ -20,7 +20,7 @@ import logging
 import math
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -132,15 +132,7 @@ class EnvReader:
         min: builtins.int | None = None,
         max: builtins.int | None = None,
     ) -> builtins.int:
-        raw = self._raw(key)
-        if raw is None:
-            return self._missing(key, default, 0)
-        try:
-            value = builtins.int(raw)
-        except ValueError:
-            self.problem(key, f"must be an integer; got {raw!r}")
-            return 0 if isinstance(default, _Required) else default
-        return self._bounded(key, value, default, 0, min, max)
+        return self._number(key, default, 0, _parse_int, "must be an integer", min, max)
 
     def float(
         self,
@@ -150,17 +142,7 @@ class EnvReader:
         min: builtins.float | None = None,
         max: builtins.float | None = None,
     ) -> builtins.float:
-        raw = self._raw(key)
-        if raw is None:
-            return self._missing(key, default, 0.0)
-        try:
-            value = builtins.float(raw)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value):
-            self.problem(key, f"must be a finite number; got {raw!r}")
-            return 0.0 if isinstance(default, _Required) else default
-        return self._bounded(key, value, default, 0.0, min, max)
+        return self._number(key, default, 0.0, _parse_float, "must be a finite number", min, max)
 
     def duration_s(
         self,
@@ -171,16 +153,8 @@ class EnvReader:
         max: builtins.float | None = None,
     ) -> builtins.float:
         """Seconds, from `90`, `90s`, `1.5m`, `2h`, `1d` or `500ms`."""
-        raw = self._raw(key)
-        if raw is None:
-            return self._missing(key, default, 0.0)
-        match = _DURATION_RE.match(raw.lower())
-        if match is None:
-            self.problem(key, f"must be a duration like 90s, 5m, 1h or 500ms; got {raw!r}")
-            return 0.0 if isinstance(default, _Required) else default
-        number, unit = match.groups()
-        value = builtins.float(number) * _DURATION_UNITS[unit]
-        return self._bounded(key, value, default, 0.0, min, max)
+        complaint = "must be a duration like 90s, 5m, 1h or 500ms"
+        return self._number(key, default, 0.0, _parse_duration_s, complaint, min, max)
 
     def bool(
         self, key: builtins.str, default: builtins.bool | _Required = REQUIRED
@@ -234,6 +208,26 @@ class EnvReader:
             return zero
         return default
 
+    def _number(
+        self,
+        key: builtins.str,
+        default: N | _Required,
+        zero: N,
+        parse: Callable[[builtins.str], N | None],
+        complaint: builtins.str,
+        low: N | None,
+        high: N | None,
+    ) -> N:
+        """A number parsed from `key`'s value, within [low, high]; `complaint` if unparsable."""
+        raw = self._raw(key)
+        if raw is None:
+            return self._missing(key, default, zero)
+        value = parse(raw)
+        if value is None:
+            self.problem(key, f"{complaint}; got {raw!r}")
+            return zero if isinstance(default, _Required) else default
+        return self._bounded(key, value, default, zero, low, high)
+
     def _bounded(
         self,
         key: builtins.str,
@@ -247,6 +241,29 @@ class EnvReader:
             self.problem(key, f"must be {_range(low, high)}; got {value}")
             return zero if isinstance(default, _Required) else default
         return value
+
+
+def _parse_int(raw: builtins.str) -> builtins.int | None:
+    try:
+        return builtins.int(raw)
+    except ValueError:
+        return None
+
+
+def _parse_float(raw: builtins.str) -> builtins.float | None:
+    try:
+        value = builtins.float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _parse_duration_s(raw: builtins.str) -> builtins.float | None:
+    match = _DURATION_RE.match(raw.lower())
+    if match is None:
+        return None
+    number, unit = match.groups()
+    return builtins.float(number) * _DURATION_UNITS[unit]
 
 
 def _range(low: object, high: object) -> builtins.str:
