@@ -6,10 +6,9 @@ import argparse
 import logging
 import signal
 import sys
-import threading
-from types import FrameType
 
 from emulators.firestore.server import PortInUse, start
+from emulators.stop_signal import StopSignal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,19 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     except PortInUse as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    stopping = threading.Event()
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    stop = StopSignal.on(signal.SIGINT, signal.SIGTERM)
     print(
         f"Firestore emulator listening on {emulator.address}; admin on {emulator.admin_url}\n"
         f"export FIRESTORE_EMULATOR_HOST={emulator.address}",
         flush=True,
     )
-    stopping.wait()
+    stop.wait()
     emulator.stop()
     print("Firestore emulator stopped.", flush=True)
     return 0

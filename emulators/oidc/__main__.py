@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-import threading
 
 from emulators.oidc.server import start
+from emulators.stop_signal import StopSignal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,8 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8090)
     args = parser.parse_args(argv)
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    stop = StopSignal.on(signal.SIGTERM)
     try:
         server = start(args.host, args.port)
     except OSError as exc:
@@ -25,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export JOBS_OIDC_CERTS_URL={server.certs_url}", flush=True)
         print(f"# tokens: POST {server.token_url} with JSON audience, email", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
-            stopped.wait()
+            stop.wait()
     return 0
 
 

@@ -6,11 +6,10 @@ import argparse
 import logging
 import signal
 import sys
-import threading
-from types import FrameType
 
 from emulators.pubsub.exceptions import PortInUse
 from emulators.pubsub.server import start
+from emulators.stop_signal import StopSignal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,17 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     except PortInUse as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop = StopSignal.on(signal.SIGINT, signal.SIGTERM)
     print(f"pubsub emulator listening on {emulator.address}", flush=True)
     print(f"  export PUBSUB_EMULATOR_HOST={emulator.address}", flush=True)
     print(f"  admin: {emulator.admin_url}  certs: {emulator.certs_url}", flush=True)
-    stopping.wait()
+    stop.wait()
     emulator.stop()
     print("pubsub emulator stopped", flush=True)
     return 0

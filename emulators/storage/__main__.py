@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-import threading
 
+from emulators.stop_signal import StopSignal
 from emulators.storage.server import ENV_VAR, start
 
 
@@ -16,8 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=9023)
     parser.add_argument("--default-bucket", help="create this bucket at start")
     args = parser.parse_args(argv)
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    stop = StopSignal.on(signal.SIGTERM)
     try:
         emulator = start(args.host, args.port, default_bucket=args.default_bucket)
     except OSError as exc:
@@ -25,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     with emulator:
         print(f"export {ENV_VAR}={emulator.url}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
-            stopped.wait()
+            stop.wait()
     return 0
 
 
