@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from emulators.launcher import DEFAULT_PROJECT, READY_LINE, free_port, port_is_free
+from emulators.launcher import Ports as EmulatorPorts
 from emulators.oidc.server import CERTS_PATH, TOKEN_PATH
 from services.cli.backends import DEAD_LETTER_SUBSCRIPTION, Backends
 from services.jobs import settings as common_keys
@@ -48,15 +49,10 @@ class DemoTimeout(StackError):
 
 
 @dataclass(frozen=True)
-class Ports:
-    """Where each part listens on 127.0.0.1; 0 picks a free port."""
+class Ports(EmulatorPorts):
+    """Where each part listens on 127.0.0.1 (the emulators' ports, then the services'); 0 picks
+    a free port."""
 
-    firestore: int = 8080
-    firestore_admin: int = 8081
-    pubsub: int = 8085
-    pubsub_admin: int = 8086
-    oidc: int = 8090
-    storage: int = 9023
     scan: int = 8100
     worker: int = 8101
 
