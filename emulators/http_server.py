@@ -1,9 +1,11 @@
-"""An HTTP server already bound, served from a daemon thread until stopped."""
+"""An HTTP server already bound, served from a daemon thread until stopped; JSON answers."""
 
 from __future__ import annotations
 
+import json
 import threading
-from http.server import HTTPServer
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import TracebackType
 from typing import Self
 
@@ -50,3 +52,22 @@ class BackgroundHTTPServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def send_json(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    body: object,
+    *,
+    content_type: str = "application/json",
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer `handler`'s request with `body` as JSON, its length stated."""
+    data = json.dumps(body).encode("utf-8")
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(data)))
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from emulators.firestore.errors import EmulatorError
-from emulators.http_server import BackgroundHTTPServer
+from emulators.http_server import BackgroundHTTPServer, send_json
 
 if TYPE_CHECKING:
     from emulators.firestore.server import Emulator
@@ -37,12 +37,7 @@ class AdminHandler(BaseHTTPRequestHandler):
         logger.debug("admin: " + format, *args)
 
     def _send(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, body)
 
     def _project(self) -> str | None:
         values = parse_qs(urlparse(self.path).query).get("project")

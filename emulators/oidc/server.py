@@ -14,7 +14,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from emulators.http_server import BackgroundHTTPServer
+from emulators.http_server import BackgroundHTTPServer, send_json
 from emulators.oidc.issuer import Issuer
 
 logger = logging.getLogger(__name__)
@@ -134,14 +134,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _reply(
         self, status: HTTPStatus, body: object, headers: dict[str, str] | None = None
     ) -> None:
-        data = json.dumps(body).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(
+            self, status, body, content_type="application/json; charset=utf-8", headers=headers
+        )
 
     def log_message(self, format: str, *args: Any) -> None:
         # Route access lines through logging (quiet by default) instead of stderr.

@@ -8,7 +8,7 @@ import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from emulators.http_server import BackgroundHTTPServer
+from emulators.http_server import BackgroundHTTPServer, send_json
 from emulators.pubsub.exceptions import PubsubEmulatorError
 
 logger = logging.getLogger(__name__)
@@ -96,12 +96,7 @@ class _AdminHandler(BaseHTTPRequestHandler):
         self._send(200, {"faults": self.target.faults()})
 
     def _send(self, status: int, payload: object) -> None:
-        body = json.dumps(payload).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, status, payload)
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("admin: " + format, *args)

@@ -9,7 +9,6 @@ handler and storage unchanged, so `google.cloud.storage.Client` talks to it over
 
 from __future__ import annotations
 
-import json
 import re
 import urllib.parse
 from functools import partial
@@ -21,7 +20,7 @@ from gcp_storage_emulator.handlers import buckets
 from gcp_storage_emulator.server import RequestHandler
 from gcp_storage_emulator.storage import Storage
 
-from emulators.http_server import BackgroundHTTPServer
+from emulators.http_server import BackgroundHTTPServer, send_json
 
 ENV_VAR = "STORAGE_EMULATOR_HOST"
 
@@ -38,14 +37,8 @@ class _PreconditionHandler(RequestHandler):
 
     def do_DELETE(self) -> None:
         if self._generation_mismatch():
-            body = json.dumps(
-                {"error": {"code": 412, "message": "Precondition Failed: ifGenerationMatch"}}
-            ).encode()
-            self.send_response(HTTPStatus.PRECONDITION_FAILED)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            error = {"code": 412, "message": "Precondition Failed: ifGenerationMatch"}
+            send_json(self, HTTPStatus.PRECONDITION_FAILED, {"error": error})
             return
         super().do_DELETE()
 
