@@ -220,11 +220,8 @@ class FirestoreService:
             try:
                 self._prologue(method, request)
                 return fn(request)
-            except EmulatorError as exc:
-                context.abort(exc.code, exc.message)
             except Exception as exc:
-                logger.exception("%s failed", method)
-                context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+                _abort(method, exc, context)
 
         return handle
 
@@ -235,11 +232,8 @@ class FirestoreService:
             try:
                 self._prologue(method, request)
                 responses = fn(request)
-            except EmulatorError as exc:
-                context.abort(exc.code, exc.message)
             except Exception as exc:
-                logger.exception("%s failed", method)
-                context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+                _abort(method, exc, context)
             return iter(responses)
 
         return handle
@@ -537,3 +531,12 @@ def _sum(values: list[Any]) -> Any:
         if -(2**63) <= total < 2**63:
             return number_value(int(total))
     return Value(double_value=math.fsum(float(n) for n in numbers))
+
+
+def _abort(method: str, exc: Exception, context: grpc.ServicerContext) -> None:
+    """End the call with the error's own status, or INTERNAL (logged) for anything else."""
+    if isinstance(exc, EmulatorError):
+        context.abort(exc.code, exc.message)
+        return  # abort raises; without it, never also answer INTERNAL
+    logger.exception("%s failed", method)
+    context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")

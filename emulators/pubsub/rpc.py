@@ -78,16 +78,22 @@ def _suffer_fault(method: Method, faults: FaultPlan, context: grpc.ServicerConte
         context.abort(fault.status, f"injected fault on {method.name}")
 
 
+def _abort(method: Method, exc: Exception, context: grpc.ServicerContext) -> None:
+    """End the call with the error's own status, or INTERNAL (logged) for anything else."""
+    if isinstance(exc, PubsubEmulatorError):
+        context.abort(exc.code, str(exc))
+        return  # abort raises; without it, never also answer INTERNAL
+    logger.exception("%s failed", method.name)
+    context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {exc}")
+
+
 def _guard_unary(method: Method, faults: FaultPlan) -> Callable[[Any, Any], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         _suffer_fault(method, faults, context)
         try:
             return method.function(_decode(method, request), context)
-        except PubsubEmulatorError as exc:
-            context.abort(exc.code, str(exc))
         except Exception as exc:
-            logger.exception("%s failed", method.name)
-            context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {exc}")
+            _abort(method, exc, context)
 
     return handle
 
@@ -97,10 +103,7 @@ def _guard_stream(method: Method, faults: FaultPlan) -> Callable[[Any, Any], Ite
         _suffer_fault(method, faults, context)
         try:
             yield from method.function(_decoded(method, requests), context)
-        except PubsubEmulatorError as exc:
-            context.abort(exc.code, str(exc))
         except Exception as exc:
-            logger.exception("%s failed", method.name)
-            context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {exc}")
+            _abort(method, exc, context)
 
     return handle
