@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
 import grpc
 
+from emulators import grpc_server
 from emulators.firestore.admin import AdminServer
 from emulators.firestore.billing import Billing
 from emulators.firestore.engine import Engine
@@ -119,22 +119,12 @@ def start(
     billing = Billing()
     faults = FaultPlan()
     service = FirestoreService(engine, billing, faults)
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="firestore-rpc"),
-        handlers=[service.generic_handler()],
-        options=[
-            ("grpc.max_receive_message_length", _MAX_MESSAGE),
-            ("grpc.max_send_message_length", _MAX_MESSAGE),
-            ("grpc.so_reuseport", 0),
-        ],
-        maximum_concurrent_rpcs=None,
-    )
+    server = grpc_server.new_server(max_workers, "firestore-rpc", _MAX_MESSAGE)
+    server.add_generic_rpc_handlers((service.generic_handler(),))
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as exc:
+        bound = grpc_server.bind(server, f"{host}:{port}")
+    except OSError as exc:
         raise PortInUse(f"Cannot listen on {host}:{port}: port in use.") from exc
-    if bound == 0:
-        raise PortInUse(f"Cannot listen on {host}:{port}: port in use.")
     admin = None
     emulator = Emulator(host, bound, 0, engine, billing, faults, server, None)
     if admin_port is not None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from emulators import grpc_server
 from emulators.pubsub.admin import AdminServer
 from emulators.pubsub.broker import Broker
 from emulators.pubsub.exceptions import PortInUse
@@ -51,16 +51,7 @@ class PubsubEmulator:
         self._faults = FaultPlan()
         self._broker = Broker()
         self._pusher = Pusher(self._broker, issuer, max_per_subscription=max_push_concurrency)
-        self._grpc = grpc.server(
-            ThreadPoolExecutor(_GRPC_WORKERS, thread_name_prefix="pubsub-grpc"),
-            options=[
-                ("grpc.max_receive_message_length", _MAX_GRPC_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", _MAX_GRPC_MESSAGE_BYTES),
-                # gRPC sets SO_REUSEPORT by default, so a second emulator would silently
-                # share the port with the first; without it the bind fails as it should.
-                ("grpc.so_reuseport", 0),
-            ],
-        )
+        self._grpc = grpc_server.new_server(_GRPC_WORKERS, "pubsub-grpc", _MAX_GRPC_MESSAGE_BYTES)
         for service in (
             PublisherService(self._broker),
             SubscriberService(self._broker, pull_wait_s),
@@ -84,12 +75,9 @@ class PubsubEmulator:
 
     def _bind_grpc(self, host: str, port: int) -> int:
         try:
-            bound = self._grpc.add_insecure_port(f"{self._format_host(host)}:{port}")
-        except RuntimeError as exc:
+            return grpc_server.bind(self._grpc, f"{self._format_host(host)}:{port}")
+        except OSError as exc:
             raise PortInUse(f"cannot listen for gRPC on {host}:{port}: {exc}") from exc
-        if bound == 0:
-            raise PortInUse(f"cannot listen for gRPC on {host}:{port}: address in use")
-        return int(bound)
 
     def _bind_admin(self, host: str, port: int) -> AdminServer:
         try:
