@@ -90,7 +90,9 @@ class Supervisor:
         """Start `argv` as child `name`; stdout and stderr go to `<log_dir>/<name>.log`."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
-        with log_path.open("ab") as log:
+        # Truncated, not appended: readiness is read from the log, so a previous run's
+        # "ready" line in the same log directory must not count for this child.
+        with log_path.open("wb") as log:
             process = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,

@@ -163,7 +163,7 @@ class LocalSystem:
         child = self.supervisor.start("emulators", argv, env=_base_environment(), cwd=ROOT)
         self.supervisor.wait_until(
             child,
-            lambda: READY_LINE in _read(child.log_path),
+            lambda: env_file.exists() and READY_LINE in _read(child.log_path),
             timeout_s=_EMULATOR_START_S[options.official],
             what="its emulators ready",
         )

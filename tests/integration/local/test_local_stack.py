@@ -76,6 +76,17 @@ def test_exit_when_done_completes_the_demo_and_stops_every_child(tmp_path: Path)
     _assert_all_gone(_stopped_pids(out))
 
 
+def test_a_second_run_in_the_same_log_directory_completes_the_demo_too(tmp_path: Path) -> None:
+    # `make run` twice on one machine reuses .local/: the first run's logs must not make the
+    # second believe its emulators are ready before they are.
+    for _ in range(2):
+        proc = _start(tmp_path, "--exit-when-done")
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+        assert proc.returncode == 0, err + out
+        assert "demo done: 3/3 due jobs completed" in out
+        _assert_all_gone(_stopped_pids(out))
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_demo_leaves_the_later_and_cancelled_jobs_alone_and_a_signal_stops_it(
     signum: signal.Signals,
