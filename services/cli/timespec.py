@@ -18,11 +18,19 @@ def parse_duration(text: str) -> datetime.timedelta:
     """`90s`, `15m`, `1h30m`, `30d`, `2w`; a bare number means seconds."""
     spec = text.strip().lower()
     if re.fullmatch(r"\d+(?:\.\d+)?", spec):
-        return datetime.timedelta(seconds=float(spec))
+        return _seconds(float(spec), text)
     parts = _DURATION.findall(spec)
     if not parts or "".join(n + u for n, u in parts) != spec:
         raise TimeSpecError(f"{text!r} is not a duration (try 90s, 15m, 1h30m, 30d)")
-    return datetime.timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
+    return _seconds(sum(float(n) * _UNITS[u] for n, u in parts), text)
+
+
+def _seconds(seconds: float, text: str) -> datetime.timedelta:
+    try:
+        return datetime.timedelta(seconds=seconds)
+    except OverflowError as exc:
+        # timedelta stops at 999,999,999 days; a typo like 99999999999d must not be a traceback.
+        raise TimeSpecError(f"{text!r} is too large a duration") from exc
 
 
 def parse_time(text: str, now: datetime.datetime) -> datetime.datetime:
@@ -33,7 +41,10 @@ def parse_time(text: str, now: datetime.datetime) -> datetime.datetime:
         return now
     if relative:
         offset = parse_duration(relative.group(2))
-        return now + offset if relative.group(1) == "+" else now - offset
+        try:
+            return now + offset if relative.group(1) == "+" else now - offset
+        except OverflowError as exc:
+            raise TimeSpecError(f"{text!r} is out of range (years 1 to 9999)") from exc
     try:
         moment = datetime.datetime.fromisoformat(spec)
     except ValueError as exc:
@@ -42,4 +53,7 @@ def parse_time(text: str, now: datetime.datetime) -> datetime.datetime:
         ) from exc
     if moment.tzinfo is None:
         return moment.replace(tzinfo=datetime.UTC)
-    return moment.astimezone(datetime.UTC)
+    try:
+        return moment.astimezone(datetime.UTC)
+    except OverflowError as exc:
+        raise TimeSpecError(f"{text!r} is out of range (years 1 to 9999)") from exc

@@ -52,3 +52,17 @@ def test_times_resolve_to_utc(text: str, expected: datetime.datetime) -> None:
 def test_unparseable_time_names_the_accepted_forms() -> None:
     with pytest.raises(TimeSpecError, match=r"try now, \+30d"):
         parse_time("tomorrow", NOW)
+
+
+@pytest.mark.parametrize("text", ["99999999999d", "9" * 400, "999999999999999999999w"])
+def test_durations_beyond_the_calendar_are_refused_not_crashed(text: str) -> None:
+    with pytest.raises(TimeSpecError, match="too large"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["+99999999d", "-99999999d", "now+4000000d", "0001-01-01T00:00:00+05:00"]
+)
+def test_times_beyond_the_calendar_are_refused_not_crashed(text: str) -> None:
+    with pytest.raises(TimeSpecError, match="out of range"):
+        parse_time(text, NOW)
