@@ -79,6 +79,11 @@ def _check(
         problems.append("the backlog cannot be negative")
     if not rate_per_s > 0:
         problems.append("the rate must be above 0/s")
+    elif not math.isfinite(rate_per_s):
+        problems.append("the rate must be finite")
+    elif interval_s is not None and not math.isfinite(rate_per_s * interval_s):
+        # The jobs per run it implies must be a number the budget advice can print.
+        problems.append("the rate is too large")
     if not 0 <= reserve_fraction < 1:
         problems.append("the reserve must be at least 0 % and below 100 %")
     if max_per_run is not None and max_per_run < 1:

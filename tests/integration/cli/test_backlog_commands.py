@@ -131,6 +131,13 @@ def test_plan_refuses_impossible_inputs(jobsctl: Jobsctl) -> None:
     assert jobsctl("plan", "--due", "10", "--interval", "soon").code == ExitCode.USAGE
 
 
+def test_plan_refuses_a_rate_too_large_to_compute_with(jobsctl: Jobsctl) -> None:
+    for rate in ("inf", "1e308"):
+        result = jobsctl("plan", "--due", "10", "--rate", rate, "--max-per-run", "1")
+        assert result.code == ExitCode.USAGE, rate
+        assert "rate" in result.err, rate
+
+
 def test_runs_lists_recent_scan_runs_newest_first(jobsctl: Jobsctl, firestore_client: Any) -> None:
     log = ScanRunLog(firestore_client, retention=timedelta(days=7))
     start = datetime.now(UTC) - timedelta(minutes=10)

@@ -60,6 +60,8 @@ def test_runs_are_unknown_without_a_scan_interval() -> None:
     [
         ({"backlog": -1, "rate_per_s": 1}, "backlog cannot be negative"),
         ({"backlog": 1, "rate_per_s": 0}, "rate must be above 0"),
+        ({"backlog": 1, "rate_per_s": float("inf")}, "rate must be finite"),
+        ({"backlog": 1, "rate_per_s": 1e308, "interval_s": 5}, "rate is too large"),
         ({"backlog": 1, "rate_per_s": 1, "reserve_fraction": 1.0}, "below 100 %"),
         ({"backlog": 1, "rate_per_s": 1, "reserve_fraction": -0.1}, "at least 0 %"),
         ({"backlog": 1, "rate_per_s": 1, "max_per_run": 0}, "per-run budget"),
