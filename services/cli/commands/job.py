@@ -10,7 +10,13 @@ from services.cli.errors import Refused, UsageError
 from services.cli.output import Report, fields, table
 from services.cli.session import Session
 from services.cli.timespec import parse_time
-from services.jobs.model import DEFAULT_MAX_ATTEMPTS, Job, NewJob, derive_job_id
+from services.jobs.model import (
+    DEFAULT_MAX_ATTEMPTS,
+    Job,
+    NewJob,
+    derive_job_id,
+    document_id_problems,
+)
 from services.jobs.state import State
 
 PAGE = 50  # one page on screen
@@ -82,7 +88,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def schedule(session: Session, args: argparse.Namespace) -> Report:
     params = dict(_param(text) for text in args.param)
-    job_id = args.job_id or derive_job_id(args.action, args.subject, args.decision)
+    if args.decision == "":
+        raise UsageError("decision must be a non-empty string")
+    job_id = (
+        args.job_id
+        if args.job_id is not None
+        else derive_job_id(args.action, args.subject, args.decision)
+    )
     new = NewJob(
         job_id=job_id,
         action=args.action,
@@ -100,6 +112,7 @@ def schedule(session: Session, args: argparse.Namespace) -> Report:
 
 
 def cancel(session: Session, args: argparse.Namespace) -> Report:
+    _check_job_id(args.job_id)
     job = session.store().cancel(args.job_id, reason=args.reason, by=session.operator)
     if job.state is State.RUNNING:
         text = (
@@ -112,6 +125,7 @@ def cancel(session: Session, args: argparse.Namespace) -> Report:
 
 
 def reschedule(session: Session, args: argparse.Namespace) -> Report:
+    _check_job_id(args.job_id)
     due_at = parse_time(args.due, session.now())
     job = session.store().reschedule(
         args.job_id, due_at=due_at, reason=args.reason, by=session.operator
@@ -122,6 +136,7 @@ def reschedule(session: Session, args: argparse.Namespace) -> Report:
 
 
 def show(session: Session, args: argparse.Namespace) -> Report:
+    _check_job_id(args.job_id)
     job = session.store().get(args.job_id)
     if job is None:
         raise Refused(f"job {args.job_id!r} not found")
@@ -130,6 +145,14 @@ def show(session: Session, args: argparse.Namespace) -> Report:
         [[h.at, h.from_state, h.to_state, h.by, h.reason] for h in job.history],
     )
     return Report(data={"job": job_document(job)}, text=f"{details(job)}\n\nhistory:\n{history}")
+
+
+def _check_job_id(job_id: str) -> None:
+    # No job can have an ID Firestore refuses; without this check the client library raises
+    # a ValueError traceback ('a/b') or the backend a 400 that reads as "unavailable" ('').
+    problems = document_id_problems(job_id)
+    if problems:
+        raise UsageError("; ".join(problems))
 
 
 def list_jobs(session: Session, args: argparse.Namespace) -> Report:

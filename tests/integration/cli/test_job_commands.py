@@ -205,3 +205,23 @@ def test_an_invalid_terminal_retention_is_a_usage_error(
     result = jobsctl("cancel", "j", "--reason", "x")
     assert result.code == ExitCode.USAGE
     assert TERMINAL_RETENTION_S in result.err
+
+
+@pytest.mark.parametrize("job_id", ["", "a/b", "__x__", ".."])
+@pytest.mark.parametrize(
+    "command",
+    [("show",), ("cancel", "--reason", "r"), ("reschedule", "--due", "+1d", "--reason", "r")],
+)
+def test_a_job_id_firestore_cannot_hold_is_a_one_line_usage_error(
+    jobsctl: Jobsctl, job_id: str, command: tuple[str, ...]
+) -> None:
+    result = jobsctl(command[0], job_id, *command[1:])
+    assert result.code == ExitCode.USAGE
+    assert result.err.startswith("jobsctl: job ID") and result.err.count("\n") == 1
+
+
+def test_schedule_refuses_an_empty_job_id_or_decision(jobsctl: Jobsctl) -> None:
+    for flag in ("--job-id", "--decision"):
+        result = jobsctl("schedule", flag, "", "--subject", "m1")
+        assert result.code == ExitCode.USAGE, flag
+        assert "must be a non-empty string" in result.err, flag
