@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -27,6 +28,9 @@ environment: JOBS_PROJECT (or --project), JOBS_FIRESTORE_DATABASE, FIRESTORE_EMU
 PUBSUB_EMULATOR_HOST, JOBS_TOPIC and JOBS_DEAD_LETTER_SUBSCRIPTION (dead-letters),
 JOBS_OPERATOR (who you are in audit trails; default: your login name)
 """
+
+TIME_FLAGS = frozenset({"--due", "--due-before", "--claimed-before"})
+_PAST = re.compile(r"-\d")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (the console script exits with it)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_attach_past_times(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code) if isinstance(exc.code, int) else ExitCode.USAGE
     environ = dict(os.environ)
@@ -73,6 +77,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         database_flag=getattr(args, "database", None),
     )
     return run_command(session, args)
+
+
+def _attach_past_times(argv: Sequence[str]) -> list[str]:
+    """`--claimed-before -10m` as `--claimed-before=-10m`: argparse takes a value that starts
+    with '-' (and is not a plain number) for an option, so the runbook's own examples failed."""
+    joined: list[str] = []
+    for token in argv:
+        if joined and joined[-1] in TIME_FLAGS and _PAST.match(token):
+            joined[-1] = f"{joined[-1]}={token}"
+        else:
+            joined.append(token)
+    return joined
 
 
 def _login_name() -> str:

@@ -225,3 +225,17 @@ def test_schedule_refuses_an_empty_job_id_or_decision(jobsctl: Jobsctl) -> None:
         result = jobsctl("schedule", flag, "", "--subject", "m1")
         assert result.code == ExitCode.USAGE, flag
         assert "must be a non-empty string" in result.err, flag
+
+
+def test_a_time_in_the_past_can_follow_its_flag_as_the_runbook_writes_it(
+    jobsctl: Jobsctl, store: FirestoreJobStore
+) -> None:
+    # `-10m` starts with '-', so argparse alone takes it for an option and exits 2.
+    assert jobsctl("list", "--claimed-before", "-10m").code == ExitCode.OK
+    assert jobsctl("list", "--due-before", "-1h", "--state", "deferred").code == ExitCode.OK
+    scheduled = jobsctl("schedule", "--job-id", "j-past", "--subject", "m1", "--due", "-5m")
+    assert scheduled.code == ExitCode.OK, scheduled.err
+    moved = jobsctl("reschedule", "j-past", "--due", "-2h", "--reason", "r")
+    assert moved.code == ExitCode.OK, moved.err
+    job = store.get("j-past")
+    assert job is not None and job.due_at < datetime.now(UTC) - timedelta(hours=1)
