@@ -117,6 +117,8 @@ def stats(session: Session, args: argparse.Namespace) -> Report:
 
 
 def reclaim(session: Session, args: argparse.Namespace) -> Report:
+    if args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, not {args.limit}")
     store = session.store()
     timeout = _claim_timeout(session, args.claim_timeout)
     now = session.now()

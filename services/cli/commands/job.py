@@ -165,14 +165,18 @@ def list_jobs(session: Session, args: argparse.Namespace) -> Report:
     }
     store = session.store()
     if not args.all:
-        page = store.list_jobs(**filters, limit=args.limit or PAGE, cursor=args.cursor)
+        page = store.list_jobs(
+            **filters, limit=PAGE if args.limit is None else args.limit, cursor=args.cursor
+        )
         jobs, next_cursor = list(page.jobs), page.next_cursor
     else:
         jobs, next_cursor = [], None
         progress = session.progress("listing jobs")
         cursor = None
         while True:
-            page = store.list_jobs(**filters, limit=args.limit or ALL_PAGE, cursor=cursor)
+            page = store.list_jobs(
+                **filters, limit=ALL_PAGE if args.limit is None else args.limit, cursor=cursor
+            )
             jobs.extend(page.jobs)
             progress.advance(len(page.jobs))
             cursor = page.next_cursor

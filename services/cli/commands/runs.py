@@ -7,6 +7,7 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
+from services.cli.errors import UsageError
 from services.cli.output import Report, table
 from services.cli.session import Session
 from services.jobs.errors import StoreUnavailable
@@ -32,6 +33,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def runs(session: Session, args: argparse.Namespace) -> Report:
     # Retention only matters when writing; the CLI only reads.
+    _check_limit(args.limit)
     log = ScanRunLog(session.backends.firestore(), retention=timedelta(days=1))
     try:
         recent = log.recent(args.limit)
@@ -81,9 +83,16 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
 
 
 def rejected(session: Session, args: argparse.Namespace) -> Report:
+    _check_limit(args.limit)
     recent = RejectionStore(session.backends.firestore()).recent(args.limit)
     rows = [[r.received_at, r.reason, r.job_id, r.message_id, r.detail[:60]] for r in recent]
     return Report(
         data={"rejected": recent},
         text=table(["received", "reason", "job_id", "message_id", "detail"], rows),
     )
+
+
+def _check_limit(limit: int) -> None:
+    # Firestore answers a negative limit with a 400, which would read as "unavailable" (exit 3).
+    if limit < 1:
+        raise UsageError(f"--limit must be at least 1, not {limit}")

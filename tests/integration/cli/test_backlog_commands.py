@@ -226,3 +226,16 @@ def test_plan_defaults_to_the_scans_own_interval(jobsctl: Jobsctl, monkeypatch: 
     assert result.json()["interval_s"] == DEFAULT_INTERVAL_S
     monkeypatch.setenv(SCAN_INTERVAL_S, "2m")
     assert jobsctl("plan", "--due", "100", "--rate", "1", "--json").json()["interval_s"] == 120
+
+
+def test_a_limit_below_one_is_a_usage_error_naming_the_limit(jobsctl: Jobsctl) -> None:
+    for argv in (
+        ("list", "--limit", "0"),
+        ("runs", "--limit", "-1"),
+        ("rejected", "--limit", "-1"),
+        ("reclaim", "--limit", "-1"),
+        ("reclaim", "--apply", "--limit", "0"),
+    ):
+        result = jobsctl(*argv)
+        assert result.code == ExitCode.USAGE, argv
+        assert "limit" in result.err and result.err.count("\n") == 1, argv
