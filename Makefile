@@ -20,7 +20,7 @@ run: venv
 	$(BIN)/python -m services.local $(ARGS)
 
 emulators: venv
-	$(BIN)/python -m services.local $(ARGS)
+	$(BIN)/python -m emulators $(ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
