@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 from dataclasses import fields
@@ -70,8 +71,8 @@ def parse_args(argv: list[str] | None) -> Options:
     )
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
-    if args.scan_every <= 0:
-        parser.error("--scan-every must be above 0")
+    if not 0 < args.scan_every < math.inf:  # also refuses nan
+        parser.error("--scan-every must be a number of seconds above 0")
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,

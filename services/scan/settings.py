@@ -83,6 +83,7 @@ DEFAULT_PAGE_SIZE = 200
 # One claim transaction per page; Firestore transactions stay well under 10 MiB at 500 docs.
 MAX_PAGE_SIZE = 500
 DEFAULT_INTERVAL_S = 60.0  # Cloud Scheduler's finest schedule is every minute
+MIN_INTERVAL_S = 1.0
 DEFAULT_CLAIM_TIMEOUT_S = 600.0
 _MIN_CLAIM_TIMEOUT_S, _MAX_CLAIM_TIMEOUT_S = 1.0, 7 * 86400.0
 DEFAULT_RECLAIM_LIMIT = 500
@@ -136,7 +137,9 @@ class ScanSettings:
                 SCAN_MAX_PER_RUN, DEFAULT_MAX_PER_RUN, min=1, max=MAX_PER_RUN_LIMIT
             ),
             page_size=env.int(SCAN_PAGE_SIZE, DEFAULT_PAGE_SIZE, min=1, max=MAX_PAGE_SIZE),
-            interval_s=env.duration_s(SCAN_INTERVAL_S, DEFAULT_INTERVAL_S, min=1.0, max=86400.0),
+            interval_s=env.duration_s(
+                SCAN_INTERVAL_S, DEFAULT_INTERVAL_S, min=MIN_INTERVAL_S, max=86400.0
+            ),
             publish_timeout_s=env.duration_s(
                 SCAN_PUBLISH_TIMEOUT_S, DEFAULT_PUBLISH_TIMEOUT_S, min=0.1, max=600.0
             ),

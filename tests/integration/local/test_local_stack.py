@@ -173,3 +173,32 @@ def test_official_without_gcloud_says_how_to_get_it(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "--official needs the gcloud CLI" in proc.stderr
+
+
+def test_a_scan_interval_below_one_second_still_completes_the_demo(tmp_path: Path) -> None:
+    # docs/local.md allows fractions; the scan refuses a budget interval below 1 s, so every
+    # run answered 500 and the demo never finished.
+    proc = _start(tmp_path, "--exit-when-done", "--scan-every", "0.5")
+    out, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, err + out
+    assert "FAILED" not in out
+    assert "demo done: 3/3 due jobs completed" in out
+    _assert_all_gone(_stopped_pids(out))
+
+
+def test_a_scan_interval_that_is_not_a_finite_number_is_a_usage_error(tmp_path: Path) -> None:
+    for every in ("nan", "inf"):
+        proc = subprocess.run(
+            [
+                *(sys.executable, "-m", "services.local", "--free-ports"),
+                *("--scan-every", every, "--log-dir", str(tmp_path)),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 2, every
+        assert "--scan-every must be" in proc.stderr, every
+        assert not (tmp_path / "emulators.log").exists(), every
