@@ -25,6 +25,7 @@ from emulators.launcher import (
     start_builtin,
     start_official,
 )
+from emulators.port_number import port_number
 
 EXIT_LAUNCH_FAILED = 2
 EXIT_INTERRUPTED = 130
@@ -42,7 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--project", default=DEFAULT_PROJECT, help="project id to export")
     for name, port in defaults.named():
         flag = "--" + name.replace(" ", "-") + "-port"
-        parser.add_argument(flag, type=int, default=port, help=f"0 = any free port ({port})")
+        parser.add_argument(
+            flag, type=port_number, default=port, help=f"0 = any free port ({port})"
+        )
     parser.add_argument(
         "--official",
         action="store_true",

@@ -8,6 +8,7 @@ import signal
 import sys
 
 from emulators.firestore.server import PortInUse, start
+from emulators.port_number import port_number
 from emulators.stop_signal import StopSignal
 
 
@@ -17,8 +18,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Built-in Firestore emulator (gRPC google.firestore.v1.Firestore).",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--admin-port", type=int, default=None, help="default: port + 1")
+    parser.add_argument("--port", type=port_number, default=8080)
+    parser.add_argument("--admin-port", type=port_number, default=None, help="default: port + 1")
     parser.add_argument("--transaction-timeout", type=float, default=270.0)
     parser.add_argument("--transaction-idle-timeout", type=float, default=60.0)
     args = parser.parse_args(argv)

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 
+from emulators.port_number import port_number
 from emulators.pubsub.exceptions import PortInUse
 from emulators.pubsub.server import start
 from emulators.stop_signal import StopSignal
@@ -15,9 +16,11 @@ from emulators.stop_signal import StopSignal
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulators.pubsub", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8085, help="gRPC port (0 = any free port)")
     parser.add_argument(
-        "--admin-port", type=int, default=0, help="admin HTTP port (default: any free port)"
+        "--port", type=port_number, default=8085, help="gRPC port (0 = any free port)"
+    )
+    parser.add_argument(
+        "--admin-port", type=port_number, default=0, help="admin HTTP port (default: any free port)"
     )
     parser.add_argument(
         "--max-push-concurrency",

@@ -17,6 +17,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from emulators.port_number import port_number
 from services.local.stack import ChildDied, StackError
 from services.local.system import DEFAULT_PROJECT, ROOT, DemoTimeout, LocalSystem, Options, Ports
 
@@ -32,7 +33,7 @@ def parse_args(argv: list[str] | None) -> Options:
         flag = f"--{f.name.replace('_', '-')}-port"
         parser.add_argument(
             flag,
-            type=int,
+            type=port_number,
             default=getattr(defaults, f.name),
             help=f"default {getattr(defaults, f.name)}; 0 picks a free port",
         )

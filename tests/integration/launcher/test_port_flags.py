@@ -1,0 +1,36 @@
+"""A port flag outside 0-65535 is a usage error (exit 2), never a traceback or another port."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from services.local.system import ROOT
+
+FLAGS = [
+    ("emulators", "--firestore-port"),
+    ("emulators", "--oidc-port"),
+    ("emulators.firestore", "--port"),
+    ("emulators.firestore", "--admin-port"),
+    ("emulators.pubsub", "--port"),
+    ("emulators.pubsub", "--admin-port"),
+    ("services.local", "--scan-port"),
+]
+
+
+@pytest.mark.parametrize(("module", "flag"), FLAGS)
+def test_a_port_outside_the_tcp_range_is_a_usage_error(module: str, flag: str) -> None:
+    for port in ("65536", "-1"):
+        proc = subprocess.run(
+            [sys.executable, "-m", module, f"{flag}={port}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert proc.returncode == 2, (port, proc.stderr[-500:])
+        assert "Traceback" not in proc.stderr
+        assert f"{flag}: {port} is not a port (0-65535)" in proc.stderr
