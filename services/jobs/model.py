@@ -20,6 +20,7 @@ SCHEMA_VERSION = 1
 MAX_ID_BYTES = 1500  # Firestore's document ID limit
 MAX_SUBJECT_BYTES = 1024
 MAX_PARAMS_BYTES = 16 * 1024  # JSON-encoded, compact, UTF-8
+MAX_MAP_DEPTH = 20  # Firestore's nesting limit for maps in a document; params is level 1
 MAX_ATTEMPTS_LIMIT = 100
 DEFAULT_MAX_ATTEMPTS = 5
 FIRST_ATTEMPT = 1  # a new job is in its first retry cycle
@@ -105,20 +106,25 @@ def _params_problems(params: object) -> list[str]:
         return ["params must be a map of string keys to JSON values"]
     problems: list[str] = []
 
-    def walk(value: object, path: str) -> None:
+    def walk(value: object, path: str, depth: int) -> None:
         if isinstance(value, Mapping):
+            if depth > MAX_MAP_DEPTH:
+                problems.append(
+                    f"params{path} is nested deeper than Firestore's {MAX_MAP_DEPTH} map levels"
+                )
+                return
             for key, item in value.items():
                 if not isinstance(key, str) or not key:
                     problems.append(f"params{path} key {key!r} is not a non-empty string")
                 elif _RESERVED_NAME.match(key):
                     problems.append(f"params{path} key {key!r} matches __.*__ (reserved)")
                 else:
-                    walk(item, f"{path}.{key}")
+                    walk(item, f"{path}.{key}", depth + 1)
         elif isinstance(value, list | tuple):
             for index, item in enumerate(value):
                 if isinstance(item, list | tuple):
                     problems.append(f"params{path}[{index}]: Firestore forbids nested arrays")
-                walk(item, f"{path}[{index}]")
+                walk(item, f"{path}[{index}]", depth)
         elif isinstance(value, bool) or value is None or isinstance(value, str):
             return
         elif isinstance(value, int):
@@ -130,7 +136,7 @@ def _params_problems(params: object) -> list[str]:
         else:
             problems.append(f"params{path} is a {type(value).__name__}, not a JSON value")
 
-    walk(params, "")
+    walk(params, "", 1)
     if problems:
         return problems
     size = len(json.dumps(params, separators=(",", ":"), sort_keys=True).encode("utf-8"))

@@ -239,3 +239,16 @@ def test_a_time_in_the_past_can_follow_its_flag_as_the_runbook_writes_it(
     assert moved.code == ExitCode.OK, moved.err
     job = store.get("j-past")
     assert job is not None and job.due_at < datetime.now(UTC) - timedelta(hours=1)
+
+
+def test_params_at_firestores_nesting_limit_are_stored_and_deeper_ones_are_usage(
+    jobsctl: Jobsctl,
+) -> None:
+    def nested(levels: int) -> str:
+        return "top=" + '{"k": ' * levels + "1" + "}" * levels
+
+    stored = jobsctl("schedule", "--job-id", "deep-ok", "--subject", "m1", "--param", nested(19))
+    assert stored.code == ExitCode.OK, stored.err
+    refused = jobsctl("schedule", "--job-id", "deep-no", "--subject", "m1", "--param", nested(20))
+    assert refused.code == ExitCode.USAGE, refused.err
+    assert "nested deeper than" in refused.err

@@ -191,3 +191,17 @@ def test_a_record_written_with_attempt_0_reads_as_its_first_attempt() -> None:
     }
     assert Job.from_document("node-0", document).attempt == 1
     assert Job.from_document("node-3", {**document, "attempt": 3}).attempt == 3
+
+
+def _nested(levels: int) -> dict[str, object]:
+    """`levels` maps inside params: {"k": {"k": ... {"k": 1}}}."""
+    value: object = 1
+    for _ in range(levels):
+        value = {"k": value}
+    return {"top": value}
+
+
+def test_params_nested_deeper_than_firestore_allows_are_refused() -> None:
+    # params is the document's first map level; Firestore allows 20, so 19 maps inside it.
+    assert replace(GOOD, params=_nested(19)).validated()
+    assert "nested deeper than" in problems_of(replace(GOOD, params=_nested(20)))
