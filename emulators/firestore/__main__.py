@@ -8,7 +8,7 @@ import signal
 import sys
 
 from emulators.firestore.server import PortInUse, start
-from emulators.port_number import port_number
+from emulators.port_number import MAX_PORT, port_number
 from emulators.stop_signal import StopSignal
 
 
@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transaction-timeout", type=float, default=270.0)
     parser.add_argument("--transaction-idle-timeout", type=float, default=60.0)
     args = parser.parse_args(argv)
+    if args.admin_port is None and args.port == MAX_PORT:
+        parser.error(f"--port {MAX_PORT} has no port + 1 for the admin server: pass --admin-port")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     admin_port = (
         args.admin_port if args.admin_port is not None else (args.port + 1 if args.port else 0)

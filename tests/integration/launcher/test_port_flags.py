@@ -34,3 +34,17 @@ def test_a_port_outside_the_tcp_range_is_a_usage_error(module: str, flag: str) -
         assert proc.returncode == 2, (port, proc.stderr[-500:])
         assert "Traceback" not in proc.stderr
         assert f"{flag}: {port} is not a port (0-65535)" in proc.stderr
+
+
+def test_firestore_on_the_last_port_needs_an_explicit_admin_port() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "emulators.firestore", "--port", "65535"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert "Traceback" not in proc.stderr
+    assert "pass --admin-port" in proc.stderr
