@@ -13,7 +13,7 @@ from services.cli.errors import UsageError
 from services.cli.output import Report, fields, table
 from services.cli.planner import describe, format_duration, plan_drain
 from services.cli.session import Session
-from services.cli.timespec import parse_duration
+from services.cli.timespec import TimeSpecError, parse_duration
 from services.jobs.control import Control
 from services.jobs.model import Job, Reclaimed
 from services.jobs.settings import SettingsError
@@ -155,8 +155,7 @@ def reclaim(session: Session, args: argparse.Namespace) -> Report:
 
 
 def plan(session: Session, args: argparse.Namespace) -> Report:
-    interval_text = args.interval or session.env(SCAN_INTERVAL_S, str(DEFAULT_INTERVAL_S))
-    interval_s = parse_duration(interval_text).total_seconds()
+    interval_s = _interval_s(session, args.interval)
     budget: int | None
     if args.due is not None:
         # A hypothetical backlog: only the budget the operator names can limit it.
@@ -197,6 +196,17 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
         "human": describe(result),
     }
     return Report(data=data, text=text)
+
+
+def _interval_s(session: Session, flag: str | None) -> float:
+    if flag:
+        return parse_duration(flag).total_seconds()
+    text = session.env(SCAN_INTERVAL_S, str(DEFAULT_INTERVAL_S))
+    try:
+        return parse_duration(text).total_seconds()
+    except TimeSpecError as exc:
+        # The operator did not type this value: name where it came from.
+        raise UsageError(f"{SCAN_INTERVAL_S}={text!r}: {exc}") from exc
 
 
 def _deployment_ceiling(session: Session) -> int | None:

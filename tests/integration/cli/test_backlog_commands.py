@@ -239,3 +239,14 @@ def test_a_limit_below_one_is_a_usage_error_naming_the_limit(jobsctl: Jobsctl) -
         result = jobsctl(*argv)
         assert result.code == ExitCode.USAGE, argv
         assert "limit" in result.err and result.err.count("\n") == 1, argv
+
+
+def test_an_invalid_scan_interval_in_the_environment_is_a_usage_error_naming_it(
+    jobsctl: Jobsctl, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("JOBS_SCAN_INTERVAL_S", "soon")
+    result = jobsctl("plan", "--due", "10", "--rate", "1")
+    assert result.code == ExitCode.USAGE
+    assert "JOBS_SCAN_INTERVAL_S" in result.err
+    # The flag wins over the environment, so the variable is not read at all.
+    assert jobsctl("plan", "--due", "10", "--rate", "1", "--interval", "5m").code == ExitCode.OK
