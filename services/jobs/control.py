@@ -16,6 +16,10 @@ from services.jobs.errors import ValidationError
 
 CONTROL_HISTORY_LIMIT = 20
 MAX_CLAIM_BUDGET = 100_000
+# Far above anything a deployment drains at, low enough that rate x interval stays finite.
+MAX_CATCH_UP_RATE = 1_000_000.0
+# Far above any claim a run could still be publishing, low enough that now - timeout is a date.
+MAX_CLAIM_TIMEOUT = timedelta(days=30)
 SETTINGS = frozenset({"paused", "claim_budget", "catch_up_rate", "claim_timeout"})
 
 
@@ -69,10 +73,14 @@ class Control:
                 problems.append("catch_up_rate must be a number of jobs per second above 0")
             elif rate == float("inf"):
                 problems.append("catch_up_rate must be finite")
+            elif rate > MAX_CATCH_UP_RATE:
+                problems.append(f"catch_up_rate must be at most {MAX_CATCH_UP_RATE:,.0f} jobs/s")
         if "claim_timeout" in changes:
             timeout = changes["claim_timeout"]
             if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
                 problems.append("claim_timeout must be a positive duration")
+            elif timeout > MAX_CLAIM_TIMEOUT:
+                problems.append(f"claim_timeout must be at most {MAX_CLAIM_TIMEOUT.days} d")
         if problems:
             raise ValidationError(problems)
         if "catch_up_rate" in changes:

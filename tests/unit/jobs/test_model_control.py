@@ -38,6 +38,10 @@ def test_a_change_is_applied_audited_and_survives_the_round_trip() -> None:
         ({"claim_budget": 2.5}, "claim_budget must be an integer"),
         ({"catch_up_rate": 0}, "catch_up_rate must be a number of jobs per second above 0"),
         ({"catch_up_rate": float("inf")}, "finite"),
+        # Values the scan's arithmetic overflows on (rate x interval, now - timeout): every
+        # scan run answered 500 until the operator undid the change.
+        ({"catch_up_rate": 1e308}, "catch_up_rate must be at most 1,000,000"),
+        ({"claim_timeout": timedelta(days=9_999_999)}, "claim_timeout must be at most 30 d"),
         ({"claim_timeout": timedelta(0)}, "claim_timeout must be a positive duration"),
         ({"paused": "yes"}, "paused must be true or false"),
         ({"colour": "red"}, "unknown control setting(s): colour"),
@@ -47,6 +51,13 @@ def test_invalid_changes_are_refused(changes: dict[str, object], expected: str) 
     with pytest.raises(ValidationError) as caught:
         Control().changed(by="ann", reason="r", at=AT, **changes)
     assert expected in str(caught.value)
+
+
+def test_the_largest_allowed_rate_and_timeout_are_accepted() -> None:
+    control = Control().changed(
+        by="ann", reason="r", at=AT, catch_up_rate=1_000_000, claim_timeout=timedelta(days=30)
+    )
+    assert (control.catch_up_rate, control.claim_timeout) == (1e6, timedelta(days=30))
 
 
 def test_who_and_why_are_required() -> None:
