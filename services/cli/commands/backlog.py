@@ -14,7 +14,7 @@ from services.cli.output import Report, fields, table
 from services.cli.planner import describe, format_duration, plan_drain
 from services.cli.session import Session
 from services.cli.timespec import TimeSpecError, parse_duration
-from services.jobs.control import Control
+from services.jobs.control import MAX_CLAIM_TIMEOUT, Control
 from services.jobs.model import Job, Reclaimed
 from services.jobs.settings import SettingsError
 from services.jobs.state import State
@@ -227,6 +227,8 @@ def _claim_timeout(session: Session, text: str | None, control: Control | None =
     """
     if text:
         asked = parse_duration(text)
+        if asked > MAX_CLAIM_TIMEOUT:  # the control's own ceiling (now - asked must be a date)
+            raise UsageError(f"the claim timeout must be at most {MAX_CLAIM_TIMEOUT.days} d")
     else:
         asked = (control or session.store().get_control()).claim_timeout
     try:

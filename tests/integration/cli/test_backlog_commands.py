@@ -250,3 +250,12 @@ def test_an_invalid_scan_interval_in_the_environment_is_a_usage_error_naming_it(
     assert "JOBS_SCAN_INTERVAL_S" in result.err
     # The flag wins over the environment, so the variable is not read at all.
     assert jobsctl("plan", "--due", "10", "--rate", "1", "--interval", "5m").code == ExitCode.OK
+
+
+def test_a_claim_timeout_flag_beyond_the_control_maximum_is_a_usage_error(
+    jobsctl: Jobsctl,
+) -> None:
+    for argv in (("reclaim",), ("reclaim", "--apply")):
+        result = jobsctl(*argv, "--claim-timeout", "99999999d")
+        assert result.code == ExitCode.USAGE, (argv, result.err)
+        assert "claim timeout must be at most 30 d" in result.err, argv
