@@ -139,7 +139,12 @@ class LocalSystem:
             from emulators.launcher import GCLOUD_INSTALL_HINT
 
             raise StackError(GCLOUD_INSTALL_HINT)
-        self.options.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.options.log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StackError(
+                f"--log-dir {self.options.log_dir}: {exc.strerror or exc}; pass a directory"
+            ) from exc
         self._start_emulators()
         self._start_services()
         backends = self.backends()

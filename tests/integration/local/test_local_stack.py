@@ -202,3 +202,19 @@ def test_a_scan_interval_that_is_not_a_finite_number_is_a_usage_error(tmp_path: 
         assert proc.returncode == 2, every
         assert "--scan-every must be" in proc.stderr, every
         assert not (tmp_path / "emulators.log").exists(), every
+
+
+def test_a_log_dir_that_cannot_be_a_directory_is_a_usage_error(tmp_path: Path) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("not a directory")
+    proc = subprocess.run(
+        [sys.executable, "-m", "services.local", "--free-ports", "--log-dir", str(taken)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert "Traceback" not in proc.stderr
+    assert f"--log-dir {taken}" in proc.stderr
