@@ -59,6 +59,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+class _EnvFileError(LaunchError):
+    """The env file could not be written."""
+
+
 def ports_from(args: argparse.Namespace) -> Ports:
     values = {name: getattr(args, f"{name}_port") for name in Ports.__dataclass_fields__}
     return Ports(**values)
@@ -85,18 +89,25 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_LAUNCH_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    code = 0
     try:
         lines = stack.export_lines()
         if args.env_file:
-            args.env_file.write_text("\n".join(lines) + "\n")
+            try:
+                args.env_file.write_text("\n".join(lines) + "\n")
+            except OSError as exc:  # a missing directory or no permission
+                raise _EnvFileError(f"--env-file {args.env_file}: {exc.strerror or exc}") from exc
         print("\n".join([*lines, READY_LINE]), flush=True)
         threading.Event().wait()
     except KeyboardInterrupt:
         pass
+    except _EnvFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = EXIT_LAUNCH_FAILED
     finally:
         stack.stop()
     print("# emulators stopped", file=sys.stderr, flush=True)
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,20 @@ def test_firestore_on_the_last_port_needs_an_explicit_admin_port() -> None:
     assert proc.returncode == 2, proc.stderr[-500:]
     assert "Traceback" not in proc.stderr
     assert "pass --admin-port" in proc.stderr
+
+
+def test_an_env_file_that_cannot_be_written_is_an_error_naming_it(tmp_path: Path) -> None:
+    target = tmp_path / "missing-dir" / "env"
+    free = [f"--{name}-port=0" for name in ("firestore", "pubsub", "oidc", "storage")]
+    admin = ["--firestore-admin-port=0", "--pubsub-admin-port=0"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "emulators", *free, *admin, "--env-file", str(target)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert "Traceback" not in proc.stderr
+    assert f"--env-file {target}" in proc.stderr
