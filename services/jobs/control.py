@@ -7,6 +7,7 @@ The scan reads it at the start of every run; the CLI changes it through
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,8 @@ MAX_CLAIM_BUDGET = 100_000
 MAX_CATCH_UP_RATE = 1_000_000.0
 # Far above any claim a run could still be publishing, low enough that now - timeout is a date.
 MAX_CLAIM_TIMEOUT = timedelta(days=30)
+logger = logging.getLogger(__name__)
+
 SETTINGS = frozenset({"paused", "claim_budget", "catch_up_rate", "claim_timeout"})
 
 
@@ -57,30 +60,7 @@ class Control:
             problems.append("by (who changes the control) must be non-empty")
         if not reason or not reason.strip():
             problems.append("reason must be non-empty")
-        if "paused" in changes and not isinstance(changes["paused"], bool):
-            problems.append("paused must be true or false")
-        if "claim_budget" in changes:
-            budget = changes["claim_budget"]
-            if (
-                not isinstance(budget, int)
-                or isinstance(budget, bool)
-                or not 0 < budget <= MAX_CLAIM_BUDGET
-            ):
-                problems.append(f"claim_budget must be an integer from 1 to {MAX_CLAIM_BUDGET}")
-        if "catch_up_rate" in changes:
-            rate = changes["catch_up_rate"]
-            if not isinstance(rate, int | float) or isinstance(rate, bool) or not rate > 0:
-                problems.append("catch_up_rate must be a number of jobs per second above 0")
-            elif rate == float("inf"):
-                problems.append("catch_up_rate must be finite")
-            elif rate > MAX_CATCH_UP_RATE:
-                problems.append(f"catch_up_rate must be at most {MAX_CATCH_UP_RATE:,.0f} jobs/s")
-        if "claim_timeout" in changes:
-            timeout = changes["claim_timeout"]
-            if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
-                problems.append("claim_timeout must be a positive duration")
-            elif timeout > MAX_CLAIM_TIMEOUT:
-                problems.append(f"claim_timeout must be at most {MAX_CLAIM_TIMEOUT.days} d")
+        problems += _setting_problems(changes)
         if problems:
             raise ValidationError(problems)
         if "catch_up_rate" in changes:
@@ -117,20 +97,43 @@ class Control:
 
     @classmethod
     def from_document(cls, data: Mapping[str, Any] | None) -> Control:
-        """Parse the document; missing fields (or a missing document) take the defaults."""
+        """Parse the document; missing fields (or a missing document) take the defaults.
+
+        A dial stored out of range or with the wrong type (written by something other than
+        `update_control`) must not crash every scan run: it takes its default, which the
+        deployment's own caps still bound, and is logged as an error. A corrupt `paused`
+        flag reads as paused, the safe side: the scan still measures and reports.
+        """
         if not data:
             return cls()
         default = cls()
         timeout_s = data.get("claim_timeout_s")
         changed_at = data.get("changed_at")
+        stored: dict[str, Any] = {
+            "paused": data.get("paused", default.paused),
+            "claim_budget": data.get("claim_budget") or default.claim_budget,
+            "catch_up_rate": data.get("catch_up_rate") or default.catch_up_rate,
+            "claim_timeout": _seconds(timeout_s) if timeout_s else default.claim_timeout,
+        }
+        settings = {}
+        for key, value in stored.items():
+            problems = _setting_problems({key: value})
+            if problems:
+                fallback = True if key == "paused" else getattr(default, key)
+                logger.error(
+                    "control document: %s; using %r",
+                    "; ".join(problems),
+                    fallback,
+                    extra={"fields": {"event": "control_invalid", "setting": key}},
+                )
+                value = fallback
+            settings[key] = value
         return cls(
-            paused=bool(data.get("paused", default.paused)),
+            paused=settings["paused"],
             reason=str(data.get("reason") or ""),
-            claim_budget=int(data.get("claim_budget") or default.claim_budget),
-            catch_up_rate=float(data.get("catch_up_rate") or default.catch_up_rate),
-            claim_timeout=(
-                timedelta(seconds=float(timeout_s)) if timeout_s else default.claim_timeout
-            ),
+            claim_budget=settings["claim_budget"],
+            catch_up_rate=float(settings["catch_up_rate"]),
+            claim_timeout=settings["claim_timeout"],
             changed_by=data.get("changed_by"),
             changed_at=changed_at.astimezone(UTC) if changed_at else None,
             history=tuple(
@@ -143,6 +146,46 @@ class Control:
                 for c in data.get("history") or ()
             ),
         )
+
+
+def _seconds(value: Any) -> Any:
+    """A stored claim_timeout_s as a duration, or the raw value when it is no number of
+    seconds (so the range check names it)."""
+    try:
+        return timedelta(seconds=float(value))
+    except (TypeError, ValueError, OverflowError):
+        return value
+
+
+def _setting_problems(changes: Mapping[str, Any]) -> list[str]:
+    """What is wrong with these control settings' values; the one range check for both
+    operator changes and documents read back."""
+    problems = []
+    if "paused" in changes and not isinstance(changes["paused"], bool):
+        problems.append("paused must be true or false")
+    if "claim_budget" in changes:
+        budget = changes["claim_budget"]
+        if (
+            not isinstance(budget, int)
+            or isinstance(budget, bool)
+            or not 0 < budget <= MAX_CLAIM_BUDGET
+        ):
+            problems.append(f"claim_budget must be an integer from 1 to {MAX_CLAIM_BUDGET}")
+    if "catch_up_rate" in changes:
+        rate = changes["catch_up_rate"]
+        if not isinstance(rate, int | float) or isinstance(rate, bool) or not rate > 0:
+            problems.append("catch_up_rate must be a number of jobs per second above 0")
+        elif rate == float("inf"):
+            problems.append("catch_up_rate must be finite")
+        elif rate > MAX_CATCH_UP_RATE:
+            problems.append(f"catch_up_rate must be at most {MAX_CATCH_UP_RATE:,.0f} jobs/s")
+    if "claim_timeout" in changes:
+        timeout = changes["claim_timeout"]
+        if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
+            problems.append("claim_timeout must be a positive duration")
+        elif timeout > MAX_CLAIM_TIMEOUT:
+            problems.append(f"claim_timeout must be at most {MAX_CLAIM_TIMEOUT.days} d")
+    return problems
 
 
 def _plain(value: Any) -> Any:

@@ -7,6 +7,9 @@ import itertools
 from collections.abc import Callable
 from datetime import timedelta
 
+from google.cloud import firestore
+
+from services.jobs import schema
 from tests.integration.scan.conftest import Rig
 
 OPERATOR = "operator:alice@example.com"
@@ -69,3 +72,31 @@ def test_after_a_long_pause_runs_drain_the_backlog_at_the_chosen_rate(
     assert len(ids) == 5000
     recent = rig.runs.recent(limit=6)
     assert [r.claimed for r in recent] == [300, 300, 300, 0, 0, 0]  # newest first
+
+
+def test_a_control_document_with_out_of_range_values_does_not_break_the_scan(
+    scan_rig: Callable[..., Rig], firestore_client: firestore.Client
+) -> None:
+    # Written by something other than jobsctl (a console edit, another service): the scan
+    # must keep running on the defaults instead of answering 500 on every run.
+    rig = scan_rig(max_per_run=10)
+    ids = rig.seed(5)
+    firestore_client.collection(schema.CONTROL).document(schema.CONTROL_DOCUMENT).set(
+        {"paused": False, "catch_up_rate": 1e308, "claim_budget": -3, "claim_timeout_s": 1e300}
+    )
+    summary = rig.scan()
+    assert (summary["claimed"], summary["published"]) == (5, 5)
+    assert rig.states(ids) == {"enqueued": 5}
+
+
+def test_a_corrupt_paused_flag_reads_as_paused(
+    scan_rig: Callable[..., Rig], firestore_client: firestore.Client
+) -> None:
+    rig = scan_rig()
+    ids = rig.seed(3)
+    firestore_client.collection(schema.CONTROL).document(schema.CONTROL_DOCUMENT).set(
+        {"paused": "no"}
+    )
+    summary = rig.scan()
+    assert (summary["paused"], summary["claimed"], summary["due_count"]) == (True, 0, 3)
+    assert rig.states(ids) == {"deferred": 3}

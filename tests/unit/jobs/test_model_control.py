@@ -71,3 +71,33 @@ def test_the_change_history_is_bounded() -> None:
         control = control.changed(by="ann", reason=f"r{n}", at=AT, claim_budget=n + 1)
     assert len(control.history) == CONTROL_HISTORY_LIMIT
     assert control.history[-1].reason == f"r{CONTROL_HISTORY_LIMIT + 4}"
+
+
+@pytest.mark.parametrize(
+    ("stored", "field", "expected"),
+    [
+        ({"catch_up_rate": 1e308}, "catch_up_rate", Control().catch_up_rate),
+        ({"catch_up_rate": "fast"}, "catch_up_rate", Control().catch_up_rate),
+        ({"claim_budget": -3}, "claim_budget", Control().claim_budget),
+        ({"claim_budget": "many"}, "claim_budget", Control().claim_budget),
+        ({"claim_timeout_s": 1e300}, "claim_timeout", Control().claim_timeout),
+        ({"claim_timeout_s": "soon"}, "claim_timeout", Control().claim_timeout),
+        ({"paused": "no"}, "paused", True),
+    ],
+)
+def test_a_stored_value_out_of_range_reads_as_its_safe_default(
+    stored: dict[str, object],
+    field: str,
+    expected: object,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    control = Control.from_document(stored)
+    assert getattr(control, field) == expected
+    assert any(field in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+
+
+def test_valid_stored_values_are_read_back_unchanged() -> None:
+    stored = {"paused": True, "claim_budget": 7, "catch_up_rate": 2.5, "claim_timeout_s": 90}
+    control = Control.from_document(stored)
+    assert (control.paused, control.claim_budget, control.catch_up_rate) == (True, 7, 2.5)
+    assert control.claim_timeout == timedelta(seconds=90)
