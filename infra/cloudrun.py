@@ -21,6 +21,16 @@ from infra.identity import member
 INGRESS = "INGRESS_TRAFFIC_INTERNAL_ONLY"
 INVOKER = "roles/run.invoker"
 
+# The container's port (the Dockerfile's PORT; Cloud Run sets PORT to it).
+CONTAINER_PORT = 8080
+# The startup probe: a TCP connect to the port. The image validates its JOBS_* settings before
+# functions-framework listens (services/<target>/main.py) and exits naming every bad key, so a
+# misconfigured revision never opens the port, fails this probe, and never takes traffic:
+# `pulumi up` fails instead of deploying green
+# (https://cloud.google.com/run/docs/configuring/healthchecks#tcp-startup-probe).
+STARTUP_PERIOD_S = 5
+STARTUP_FAILURES = 24  # 2 minutes to start, then the revision fails
+
 
 @dataclass(frozen=True)
 class ServiceSpec:
@@ -52,9 +62,12 @@ def create_service(
             name=env.FUNCTION_SOURCE, value=env.FUNCTION_SOURCES[spec.key]
         ),
     ]
+    # One value drives both: Cloud Run's per-instance concurrency and the server's threads;
+    # the request timeout both Cloud Run's and the server's.
+    server = env.server_environment(spec.scaling.concurrency, spec.timeout_s)
     envs += [
         cloudrunv2.ServiceTemplateContainerEnvArgs(name=name, value=value)
-        for name, value in environment.items()
+        for name, value in {**server, **environment}.items()
     ]
     service = cloudrunv2.Service(
         f"{spec.key}-service",
@@ -74,7 +87,18 @@ def create_service(
             containers=[
                 cloudrunv2.ServiceTemplateContainerArgs(
                     image=config.image,
+                    ports=cloudrunv2.ServiceTemplateContainerPortsArgs(
+                        container_port=CONTAINER_PORT
+                    ),
                     envs=envs,
+                    startup_probe=cloudrunv2.ServiceTemplateContainerStartupProbeArgs(
+                        tcp_socket=cloudrunv2.ServiceTemplateContainerStartupProbeTcpSocketArgs(
+                            port=CONTAINER_PORT
+                        ),
+                        period_seconds=STARTUP_PERIOD_S,
+                        timeout_seconds=STARTUP_PERIOD_S,
+                        failure_threshold=STARTUP_FAILURES,
+                    ),
                     resources=cloudrunv2.ServiceTemplateContainerResourcesArgs(
                         limits={"cpu": config.cpu, "memory": config.memory},
                     ),

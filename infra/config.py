@@ -44,12 +44,28 @@ class Setting:
 _DAY = 86_400
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("image", "str", None, doc="container image for both services (digest preferred)"),
+    Setting(
+        "image",
+        "str",
+        None,
+        doc="container image for both services, set per stack after the build (digest preferred)",
+    ),
     Setting("namePrefix", "str", "deferred-jobs", doc="prefix of every resource name"),
     Setting("mediaBucket", "str", None, doc="bucket whose objects the worker may delete"),
     Setting("createDatabase", "bool", True, doc="false adopts an existing database"),
     Setting("databaseLocation", "str", "", doc="Firestore location; empty = gcp:region"),
     Setting("deletionProtection", "bool", True, doc="Cloud Run and Firestore delete protection"),
+    Setting(
+        "pointInTimeRecovery", "bool", True, doc="Firestore PITR: 7 days of versions to read back"
+    ),
+    Setting(
+        "backupRetentionDays",
+        "int",
+        14,
+        0,
+        98,
+        "days each daily Firestore backup is kept; 0: no backup schedule",
+    ),
     Setting("schedule", "str", "*/5 * * * *", doc="unix-cron schedule of the scan"),
     Setting("timeZone", "str", "Etc/UTC", doc="time zone of the schedule"),
     Setting("scanAttemptDeadlineS", "int", 180, 15, 1800, "Cloud Scheduler attempt deadline"),
@@ -108,6 +124,12 @@ SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
 SECRET_KEYS = ("slackAuthToken",)
 
 _NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
+# A pinned image ends in @sha256:<64 lowercase hex>
+# (https://cloud.google.com/artifact-registry/docs/docker/names).
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# What a hand-written placeholder looks like: <digest>, ${TAG}, {{image}}, "...", "TODO".
+_PLACEHOLDER_MARKS = ("<", ">", "$", "{", "}", "...", "\N{HORIZONTAL ELLIPSIS}", " ")
+_PLACEHOLDER_WORDS = ("todo", "fixme", "changeme", "placeholder", "replace-me", "replace_me")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
@@ -130,6 +152,8 @@ class StackConfig:
     create_database: bool
     database_location: str
     deletion_protection: bool
+    point_in_time_recovery: bool
+    backup_retention_days: int
     schedule: str
     time_zone: str
     scan_interval_s: int  # the schedule's longest gap between two runs
@@ -206,6 +230,8 @@ def parse_config(
         create_database=values["createDatabase"],
         database_location=values["databaseLocation"] or region,
         deletion_protection=values["deletionProtection"],
+        point_in_time_recovery=values["pointInTimeRecovery"],
+        backup_retention_days=values["backupRetentionDays"],
         schedule=values["schedule"],
         time_zone=values["timeZone"],
         scan_interval_s=interval,
@@ -307,6 +333,8 @@ _CONVERTERS: dict[Kind, Callable[[Any], Any]] = {
 def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
     """Rules between keys; returns the schedule's longest gap in seconds (0 if invalid)."""
     _check_names(values, errors)
+    if values["image"]:
+        errors.extend(image_problems(values["image"]))
     longest_run = values["scanTimeBudgetS"] + values["scanPublishTimeoutS"]
     if longest_run >= values["scanAttemptDeadlineS"]:
         errors.append(
@@ -399,6 +427,30 @@ def _is_time_zone(name: str) -> bool:
     except (ValueError, zoneinfo.ZoneInfoNotFoundError):
         return False
     return True
+
+
+def image_problems(image: str) -> list[str]:
+    """Why `image` cannot be deployed, naming the key: a placeholder or an impossible digest.
+
+    A committed placeholder (an all-zero digest, `<digest>`) would pass every local check and
+    fail only at `pulumi up`, after other resources changed; Cloud Run cannot pull it.
+    """
+    lowered = image.lower()
+    if any(mark in image for mark in _PLACEHOLDER_MARKS) or any(
+        word in lowered for word in _PLACEHOLDER_WORDS
+    ):
+        return [f"image={image!r} is a placeholder; set the pushed image (docs/deploy.md)"]
+    _, at, digest = image.partition("@")
+    if not at:
+        return []
+    if not _DIGEST.match(digest):
+        return [f"image={image!r}: the digest must be sha256: and 64 lowercase hex digits"]
+    if len(set(digest.removeprefix("sha256:"))) == 1:
+        return [
+            f"image={image!r} has a placeholder digest ({digest[7:9]}... repeated); "
+            "pin the digest the registry reported for the pushed image (docs/deploy.md)"
+        ]
+    return []
 
 
 def _check_names(values: dict[str, Any], errors: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""The Firestore database, its composite indexes, TTL policies and index exemptions.
+"""The Firestore database, its composite indexes, TTL policies, index exemptions and backups.
 
 services.jobs.schema is the one source of truth: whatever indexes, TTL fields and index
 exemptions it declares are created here, by iterating over them, never by copying.
@@ -24,6 +24,13 @@ class Database:
     database: firestore.Database | None  # None: adopted, not managed by this stack
     indexes: list[firestore.Index]
     fields: list[firestore.Field]  # one per FieldOverride: TTL policies and index exemptions
+    backup_schedule: firestore.BackupSchedule | None  # None: backupRetentionDays = 0
+
+    @property
+    def ready(self) -> list[pulumi.Resource]:
+        """What must exist before anything queries the database (the scheduler's first run)."""
+        managed: list[pulumi.Resource] = [self.database] if self.database is not None else []
+        return [*managed, *self.indexes, *self.fields]
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,13 @@ def create_database(config: StackConfig, opts: pulumi.ResourceOptions) -> Databa
             ),
             # A protected database is left in place by `pulumi destroy`, never deleted.
             deletion_policy="ABANDON" if config.deletion_protection else "DELETE",
+            # PITR keeps 7 days of versions readable (and clonable into a new database);
+            # https://cloud.google.com/firestore/docs/pitr
+            point_in_time_recovery_enablement=(
+                "POINT_IN_TIME_RECOVERY_ENABLED"
+                if config.point_in_time_recovery
+                else "POINT_IN_TIME_RECOVERY_DISABLED"
+            ),
             opts=pulumi.ResourceOptions.merge(
                 opts, pulumi.ResourceOptions(protect=config.deletion_protection)
             ),
@@ -124,4 +138,24 @@ def create_database(config: StackConfig, opts: pulumi.ResourceOptions) -> Databa
         )
         for override in field_overrides()
     ]
-    return Database(DATABASE_NAME, database, indexes, fields)
+    return Database(DATABASE_NAME, database, indexes, fields, _backup_schedule(config, children))
+
+
+def _backup_schedule(
+    config: StackConfig, opts: pulumi.ResourceOptions
+) -> firestore.BackupSchedule | None:
+    """A daily backup kept `backupRetentionDays` (at most 14 weeks), or none for 0.
+
+    https://cloud.google.com/firestore/docs/backups; a backup restores into a new database
+    (docs/deploy.md, "Restore Firestore").
+    """
+    if config.backup_retention_days == 0:
+        return None
+    return firestore.BackupSchedule(
+        "firestore-daily-backup",
+        project=config.project,
+        database=DATABASE_NAME,
+        retention=f"{config.backup_retention_days * 86400}s",
+        daily_recurrence=firestore.BackupScheduleDailyRecurrenceArgs(),
+        opts=opts,
+    )

@@ -28,6 +28,22 @@ FUNCTION_SOURCES: Mapping[str, str] = {
     "worker": "services/worker/main.py",
 }
 
+# Read by functions-framework 3.10's gunicorn server (functions_framework/_http/gunicorn.py,
+# https://github.com/GoogleCloudPlatform/functions-framework-python): THREADS request threads
+# (default 4 x CPUs); with CLOUD_RUN_TIMEOUT_SECONDS > 0, THREADED_TIMEOUT_ENABLED=true and
+# more than one thread, each request thread is interrupted after that many seconds (with one
+# thread, gunicorn's worker timeout restarts the worker instead). Cloud Run answers the caller
+# 504 at its own request timeout but lets the handler run on
+# (https://cloud.google.com/run/docs/configuring/request-timeout); these end it.
+THREADS = "THREADS"
+CLOUD_RUN_TIMEOUT_SECONDS = "CLOUD_RUN_TIMEOUT_SECONDS"
+THREADED_TIMEOUT_ENABLED = "THREADED_TIMEOUT_ENABLED"
+SERVER_VARIABLES: tuple[str, ...] = (THREADS, CLOUD_RUN_TIMEOUT_SECONDS, THREADED_TIMEOUT_ENABLED)
+
+# The services run behind Cloud Run's IAM invoker check (the stack keeps it on: each service
+# has exactly one run.invoker binding), and say so to their token verification.
+BEHIND_CLOUD_RUN_IAM = "true"
+
 # "cloud": the scan writes its gauges to Cloud Monitoring.
 SCAN_METRICS = "cloud"
 
@@ -44,10 +60,12 @@ SCAN_VARIABLES: tuple[str, ...] = (
     scan.METRICS,
     scan.ENQUEUED_TIMEOUT_S,
     common.TERMINAL_RETENTION_S,
+    common.BEHIND_CLOUD_RUN_IAM,
 )
 WORKER_VARIABLES: tuple[str, ...] = (
     worker.PROJECT,
     common.TERMINAL_RETENTION_S,
+    common.BEHIND_CLOUD_RUN_IAM,
     worker.WORKER_AUDIENCE,
     worker.WORKER_ALLOWED_INVOKERS,
     worker.WORKER_LEASE_S,
@@ -84,6 +102,7 @@ def scan_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi
         scan.ENQUEUED_TIMEOUT_S: str(config.enqueued_timeout_s),
         # Both services finish jobs (the scan's reclaimer fails them), so both set expire_at.
         common.TERMINAL_RETENTION_S: str(config.terminal_retention_s),
+        common.BEHIND_CLOUD_RUN_IAM: BEHIND_CLOUD_RUN_IAM,
     }
 
 
@@ -98,4 +117,19 @@ def worker_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulu
         worker.WORKER_RETRY_LATER_AFTER_ATTEMPTS: str(config.retry_later_after_attempts),
         worker.MEDIA_BUCKET: config.media_bucket,
         common.TERMINAL_RETENTION_S: str(config.terminal_retention_s),
+        common.BEHIND_CLOUD_RUN_IAM: BEHIND_CLOUD_RUN_IAM,
+    }
+
+
+def server_environment(concurrency: int, timeout_s: int) -> Mapping[str, str]:
+    """functions-framework's variables (exactly SERVER_VARIABLES) for a service that Cloud Run
+    sends up to `concurrency` requests at once and stops waiting for after `timeout_s`.
+
+    One thread per concurrent request: fewer and requests Cloud Run already admitted queue
+    inside the instance, past the autoscaler's view; more and nothing uses them.
+    """
+    return {
+        THREADS: str(concurrency),
+        CLOUD_RUN_TIMEOUT_SECONDS: str(timeout_s),
+        THREADED_TIMEOUT_ENABLED: "true",
     }

@@ -8,6 +8,7 @@ next to that resource; this module holds the project-level and bucket-level ones
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
@@ -16,20 +17,37 @@ from pulumi_gcp import projects, serviceaccount, storage
 from infra.config import StackConfig
 from infra.names import Names
 
-# Firestore has no IAM finer than the project: roles/datastore.user on the project is the
-# narrowest grant that lets a runtime read and write documents.
-RUNTIME_PROJECT_ROLES: tuple[str, ...] = (
-    "roles/datastore.user",
-    "roles/monitoring.metricWriter",
-    "roles/logging.logWriter",
+# Project-level roles per runtime, only those its code uses. Firestore has no IAM finer than
+# the project: roles/datastore.user is the narrowest grant that reads and writes documents.
+# Only the scan writes time series (its gauges, services/jobs/metrics.py CloudMonitoringSink);
+# the worker's metrics are log-based. Neither needs roles/logging.logWriter: Cloud Run sends
+# stdout/stderr to Cloud Logging itself
+# (https://cloud.google.com/run/docs/logging#container-logs).
+RUNTIME_PROJECT_ROLES: Mapping[str, tuple[str, ...]] = {
+    "scan": ("roles/datastore.user", "roles/monitoring.metricWriter"),
+    "worker": ("roles/datastore.user",),
+}
+
+# Every Cloud Storage JSON API method the worker calls (services/worker/media.py, through
+# google-cloud-storage), with the IAM permissions each needs on the media bucket
+# (https://cloud.google.com/storage/docs/access-control/iam-json). This is the one list:
+# the custom role below is derived from it, and tests/infra/test_storage_calls.py runs the
+# worker's action against a recording client to prove it calls nothing else.
+MEDIA_STORAGE_CALLS: Mapping[str, tuple[str, ...]] = {
+    # Bucket.delete_blob. objects.get and objects.list are kept from the first role: without
+    # them a missing object might be reported 403 rather than 404 (as S3 does without
+    # ListBucket); that is unverified for Cloud Storage, and "already absent" must stay a 404.
+    "objects.delete": ("storage.objects.delete", "storage.objects.get", "storage.objects.list"),
+    # Bucket.exists(), asked when every object was already absent (fields=name, no ACLs).
+    "buckets.get": ("storage.buckets.get",),
+}
+
+# The worker deletes a media object's source files; it never creates or changes one.
+MEDIA_PERMISSIONS: tuple[str, ...] = tuple(
+    sorted({permission for needs in MEDIA_STORAGE_CALLS.values() for permission in needs})
 )
 
-# The worker deletes a media object's source files: read, list, delete; never create.
-MEDIA_PERMISSIONS: tuple[str, ...] = (
-    "storage.objects.get",
-    "storage.objects.list",
-    "storage.objects.delete",
-)
+PUBSUB_API = "pubsub.googleapis.com"
 
 TOKEN_CREATOR = "roles/iam.serviceAccountTokenCreator"
 
@@ -47,10 +65,18 @@ def member(account: serviceaccount.Account) -> pulumi.Output[str]:
     return account.email.apply(lambda email: f"serviceAccount:{email}")
 
 
-def pubsub_service_agent(project_number: pulumi.Input[str]) -> pulumi.Output[str]:
-    """The Pub/Sub service agent's IAM member (it signs push tokens and dead-letters)."""
-    return pulumi.Output.from_input(project_number).apply(
-        lambda number: f"serviceAccount:service-{number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+def create_pubsub_service_agent(
+    config: StackConfig, opts: pulumi.ResourceOptions
+) -> projects.ServiceIdentity:
+    """The Pub/Sub service agent (it signs push tokens and dead-letters), created explicitly.
+
+    Google creates a service agent lazily, so in a new project it may not exist yet when the
+    first IAM binding names it, and the binding fails. generateServiceIdentity creates it now
+    (https://cloud.google.com/iam/docs/create-service-agents); every binding that names the
+    agent uses this resource's `member`, so it depends on it.
+    """
+    return projects.ServiceIdentity(
+        "pubsub-service-agent", project=config.project, service=PUBSUB_API, opts=opts
     )
 
 
@@ -78,7 +104,7 @@ def grant_runtime_roles(
     """Project-level roles of the two runtimes (the invokers get none)."""
     grants = []
     for key, account in (("scan", accounts.scan), ("worker", accounts.worker)):
-        for role in RUNTIME_PROJECT_ROLES:
+        for role in RUNTIME_PROJECT_ROLES[key]:
             grants.append(
                 projects.IAMMember(
                     f"{key}-{role.split('/')[1].replace('.', '-')}",
@@ -94,13 +120,13 @@ def grant_runtime_roles(
 def grant_media_access(
     config: StackConfig, accounts: Accounts, opts: pulumi.ResourceOptions
 ) -> storage.BucketIAMMember:
-    """A custom role with only get/list/delete, bound on the media bucket only, to the worker."""
+    """A custom role with MEDIA_PERMISSIONS only, bound on the media bucket only, to the worker."""
     role = projects.IAMCustomRole(
         "media-cleaner-role",
         project=config.project,
         role_id=f"{config.name_prefix.replace('-', '_')}_media_cleaner",
         title="Deferred Jobs media cleaner",
-        description="Read, list and delete objects; granted on the media bucket only.",
+        description="What the worker's storage calls need; granted on the media bucket only.",
         permissions=list(MEDIA_PERMISSIONS),
         opts=opts,
     )
@@ -114,13 +140,13 @@ def grant_media_access(
 
 
 def allow_pubsub_to_sign_as_pusher(
-    accounts: Accounts, project_number: pulumi.Input[str], opts: pulumi.ResourceOptions
+    accounts: Accounts, agent: projects.ServiceIdentity, opts: pulumi.ResourceOptions
 ) -> serviceaccount.IAMMember:
     """The Pub/Sub service agent mints the push OIDC token as the push invoker, on it only."""
     return serviceaccount.IAMMember(
         "pubsub-agent-signs-as-pusher",
         service_account_id=accounts.pusher.name,
         role=TOKEN_CREATOR,
-        member=pubsub_service_agent(project_number),
+        member=agent.member,
         opts=opts,
     )

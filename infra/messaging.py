@@ -2,7 +2,9 @@
 
 Pub/Sub pushes with an OIDC token minted for the push invoker, audience = the worker's URL.
 Messages the worker keeps refusing go to the dead-letter topic after `deadLetterAttempts`
-deliveries; a pull subscription on it keeps them for an operator to inspect.
+deliveries; a pull subscription on it keeps them 31 days for an operator to inspect and replay
+(replaying republishes to the jobs topic, so it needs roles/pubsub.publisher there: see
+docs/runbook.md).
 """
 
 from __future__ import annotations
@@ -10,14 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-from pulumi_gcp import pubsub
+from pulumi_gcp import projects, pubsub
 
 from infra.config import StackConfig
-from infra.identity import Accounts, member, pubsub_service_agent
+from infra.identity import Accounts, member
 from infra.names import Names
 
-# Pub/Sub keeps unacknowledged messages at most 7 days.
-MAX_RETENTION = "604800s"
+# How long a subscription keeps unacknowledged messages: 7 days is the default, 31 days the
+# maximum (https://cloud.google.com/pubsub/docs/subscription-properties, "Message retention
+# duration"). Jobs messages are redelivered or dead-lettered long before 7 days; dead letters
+# get the maximum, so an incident that lasts a week loses none. Retention beyond 24 h is
+# billed as storage, and a healthy system has no dead letters to store.
+JOBS_RETENTION = "604800s"
+DEAD_LETTER_RETENTION_DAYS = 31
+DEAD_LETTER_RETENTION = f"{DEAD_LETTER_RETENTION_DAYS * 86400}s"
 
 
 @dataclass(frozen=True)
@@ -34,9 +42,10 @@ def create_messaging(
     names: Names,
     accounts: Accounts,
     worker_url: pulumi.Input[str],
-    project_number: pulumi.Input[str],
+    agent: projects.ServiceIdentity,
     opts: pulumi.ResourceOptions,
 ) -> Messaging:
+    """`agent` is the Pub/Sub service agent; its grants use its `member`, so they wait for it."""
     topic = pubsub.Topic("jobs-topic", project=config.project, name=names.topic, opts=opts)
     dead_letter_topic = pubsub.Topic(
         "dead-letter-topic", project=config.project, name=names.dead_letter_topic, opts=opts
@@ -47,13 +56,12 @@ def create_messaging(
         name=names.dead_letter_subscription,
         topic=dead_letter_topic.id,
         ack_deadline_seconds=60,
-        message_retention_duration=MAX_RETENTION,
+        message_retention_duration=DEAD_LETTER_RETENTION,
         # An empty TTL: never delete the subscription for inactivity (the default is 31 days,
         # and a healthy system leaves this subscription idle).
         expiration_policy=pubsub.SubscriptionExpirationPolicyArgs(ttl=""),
         opts=opts,
     )
-    agent = pubsub_service_agent(project_number)
     grants: list[pulumi.Resource] = [
         pubsub.TopicIAMMember(
             "scan-publishes-jobs",
@@ -68,7 +76,7 @@ def create_messaging(
             project=config.project,
             topic=dead_letter_topic.name,
             role="roles/pubsub.publisher",
-            member=agent,
+            member=agent.member,
             opts=opts,
         ),
     ]
@@ -79,7 +87,7 @@ def create_messaging(
         topic=topic.id,
         # For push, the ack deadline is also the HTTP timeout of each delivery.
         ack_deadline_seconds=config.push_ack_deadline_s,
-        message_retention_duration=MAX_RETENTION,
+        message_retention_duration=JOBS_RETENTION,
         expiration_policy=pubsub.SubscriptionExpirationPolicyArgs(ttl=""),
         push_config=pubsub.SubscriptionPushConfigArgs(
             push_endpoint=worker_url,
@@ -104,7 +112,7 @@ def create_messaging(
             project=config.project,
             subscription=subscription.name,
             role="roles/pubsub.subscriber",
-            member=agent,
+            member=agent.member,
             opts=opts,
         )
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
+import pulumiverse_time
 from pulumi_gcp import logging as gcp_logging
 from pulumi_gcp import monitoring
 
@@ -33,11 +34,21 @@ LATENCY_SCALE_S = 0.1
 LATENCY_GROWTH = 2.0
 LATENCY_BUCKETS = 30
 
+# Cloud Monitoring answers 404 ("If a metric was created recently, it could take up to 10
+# minutes to become available") to an alert policy naming a log-based metric created moments
+# before, and the provider does not retry (terraform-provider-google issue 11102). Alerts that
+# watch a log-based metric therefore wait this long after the log metrics are created, with
+# the Sleep resource of the Pulumi Registry's time package (pulumiverse_time,
+# https://www.pulumi.com/registry/packages/time/api-docs/sleep/). A Sleep delays only its
+# creation: later `pulumi up`s do not wait, unless a new log metric replaces it (triggers).
+LOG_METRIC_PROPAGATION = "11m"
+
 
 @dataclass(frozen=True)
 class Monitoring:
     descriptors: list[monitoring.MetricDescriptor]
     log_metrics: list[gcp_logging.Metric]
+    log_metrics_usable: pulumiverse_time.Sleep  # created once log metrics can be alerted on
     channels: list[monitoring.NotificationChannel]
     alerts: dict[str, monitoring.AlertPolicy]
     dashboard: monitoring.Dashboard
@@ -83,18 +94,58 @@ def create_monitoring(
         for gauge in metrics.SCAN_GAUGES
     ]
     log_metrics = [_log_metric(config, names, m, opts) for m in metrics.LOG_METRICS]
+    usable = pulumiverse_time.Sleep(
+        "log-metrics-usable",
+        create_duration=LOG_METRIC_PROPAGATION,
+        # A new or renamed log metric replaces the Sleep, so alerts on it wait again.
+        triggers={
+            declared.name: metric.id
+            for declared, metric in zip(metrics.LOG_METRICS, log_metrics, strict=True)
+        },
+        opts=pulumi.ResourceOptions(depends_on=log_metrics),
+    )
     channels = _channels(config, opts)
     after_metrics = pulumi.ResourceOptions.merge(
         opts, pulumi.ResourceOptions(depends_on=[*descriptors, *log_metrics])
     )
-    alerts = _alerts(config, names, [c.name for c in channels], after_metrics)
+    after_propagation = pulumi.ResourceOptions.merge(
+        after_metrics, pulumi.ResourceOptions(depends_on=[usable])
+    )
+    alerts = {
+        key: _alert_policy(
+            config,
+            key,
+            alert,
+            [c.name for c in channels],
+            after_propagation if watches_log_metric(alert.condition) else after_metrics,
+        )
+        for key, alert in alert_conditions(config, names).items()
+    }
     dashboard = monitoring.Dashboard(
         "dashboard",
         project=config.project,
         dashboard_json=json.dumps(dashboard_definition(config, names)),
         opts=after_metrics,
     )
-    return Monitoring(descriptors, log_metrics, channels, alerts, dashboard)
+    return Monitoring(descriptors, log_metrics, usable, channels, alerts, dashboard)
+
+
+def condition_metric_type(condition: monitoring.AlertPolicyConditionArgs) -> str:
+    """The metric type an alert condition's filter names (its first clause)."""
+    body = condition.condition_threshold or condition.condition_absent
+    kinds = (
+        monitoring.AlertPolicyConditionConditionThresholdArgs,
+        monitoring.AlertPolicyConditionConditionAbsentArgs,
+    )
+    if not isinstance(body, kinds) or not isinstance(body.filter, str):
+        raise TypeError("every condition here is a threshold or an absence with a str filter")
+    clause = body.filter.split(" AND ")[0]
+    return clause.removeprefix('metric.type="').removesuffix('"')
+
+
+def watches_log_metric(condition: monitoring.AlertPolicyConditionArgs) -> bool:
+    """Whether the condition watches a log-based metric of this stack (and so must wait)."""
+    return condition_metric_type(condition) in {m.type for m in metrics.LOG_METRICS}
 
 
 def _log_metric(
@@ -189,12 +240,15 @@ def _threshold(
     )
 
 
-def _alerts(
-    config: StackConfig,
-    names: Names,
-    channels: list[pulumi.Output[str]],
-    opts: pulumi.ResourceOptions,
-) -> dict[str, monitoring.AlertPolicy]:
+@dataclass(frozen=True)
+class Alert:
+    severity: str
+    runbook: str
+    condition: monitoring.AlertPolicyConditionArgs
+
+
+def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
+    """Every alert of the stack, by key, before it becomes a resource."""
     # A gauge written once per scan run: align over at least one interval, or most windows
     # are empty.
     scan_align = max(60, -(-config.scan_interval_s // 60) * 60)
@@ -282,23 +336,30 @@ def _alerts(
             ),
         ),
     }
-    return {
-        key: monitoring.AlertPolicy(
-            f"alert-{key}",
-            project=config.project,
-            display_name=f"Deferred Jobs ({config.name_prefix}): {condition.display_name}",
-            combiner="OR",
-            severity=severity,
-            conditions=[condition],
-            notification_channels=channels,
-            documentation=monitoring.AlertPolicyDocumentationArgs(
-                content=runbook, mime_type="text/markdown"
-            ),
-            alert_strategy=monitoring.AlertPolicyAlertStrategyArgs(auto_close="1800s"),
-            opts=opts,
-        )
-        for key, (severity, runbook, condition) in conditions.items()
-    }
+    return {key: Alert(*alert) for key, alert in conditions.items()}
+
+
+def _alert_policy(
+    config: StackConfig,
+    key: str,
+    alert: Alert,
+    channels: list[pulumi.Output[str]],
+    opts: pulumi.ResourceOptions,
+) -> monitoring.AlertPolicy:
+    return monitoring.AlertPolicy(
+        f"alert-{key}",
+        project=config.project,
+        display_name=f"Deferred Jobs ({config.name_prefix}): {alert.condition.display_name}",
+        combiner="OR",
+        severity=alert.severity,
+        conditions=[alert.condition],
+        notification_channels=channels,
+        documentation=monitoring.AlertPolicyDocumentationArgs(
+            content=alert.runbook, mime_type="text/markdown"
+        ),
+        alert_strategy=monitoring.AlertPolicyAlertStrategyArgs(auto_close="1800s"),
+        opts=opts,
+    )
 
 
 def _chart(title: str, filter_: str, aligner: str) -> dict[str, Any]:

@@ -56,9 +56,10 @@ def build(config: StackConfig) -> Deployment:
 
     scan_url, worker_url = url_of(names.scan_service), url_of(names.worker_service)
     accounts = identity.create_accounts(config, names, after_apis)
-    identity.grant_runtime_roles(config, accounts, after_apis)
-    identity.grant_media_access(config, accounts, after_apis)
-    signer = identity.allow_pubsub_to_sign_as_pusher(accounts, project_number, after_apis)
+    runtime_grants = identity.grant_runtime_roles(config, accounts, after_apis)
+    media_grant = identity.grant_media_access(config, accounts, after_apis)
+    pubsub_agent = identity.create_pubsub_service_agent(config, after_apis)
+    signer = identity.allow_pubsub_to_sign_as_pusher(accounts, pubsub_agent, after_apis)
     db = database.create_database(config, after_apis)
 
     wiring = env.Wiring(
@@ -100,20 +101,36 @@ def build(config: StackConfig) -> Deployment:
         names,
         accounts,
         worker_url,
-        project_number,
+        pubsub_agent,
         # Push only once the worker exists, accepts the pusher, and Pub/Sub may sign as it.
         pulumi.ResourceOptions.merge(
             after_apis,
             pulumi.ResourceOptions(depends_on=[worker.service, worker.invoker, signer]),
         ),
     )
+    # The first scheduled run must find everything it and the worker touch: the indexes its
+    # queries need (a missing one is FAILED_PRECONDITION), the runtimes' roles, the topic, the
+    # scan's publisher grant, and the push subscription (a message published to a topic with
+    # no subscription yet is lost).
+    scan_prerequisites: list[pulumi.Resource] = [
+        scan.service,
+        scan.invoker,
+        worker.service,
+        worker.invoker,
+        *db.ready,
+        *runtime_grants,
+        media_grant,
+        queues.topic,
+        queues.subscription,
+        *queues.grants,
+    ]
     job = scheduler.create_scan_trigger(
         config,
         names,
         accounts.scheduler,
         scan_url,
         pulumi.ResourceOptions.merge(
-            after_apis, pulumi.ResourceOptions(depends_on=[scan.service, scan.invoker])
+            after_apis, pulumi.ResourceOptions(depends_on=scan_prerequisites)
         ),
     )
     observed = stack_monitoring.create_monitoring(config, names, after_apis)

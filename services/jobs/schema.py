@@ -1,8 +1,9 @@
 """The Firestore layout every component agrees on: collection names, composite indexes, TTL fields.
 
 This module is the one source of truth: the store runs its queries against these collections,
-and the Pulumi program (`infra/`) creates exactly these indexes and TTL policies. A test proves
-each query the store runs is served by an index declared here.
+and the Pulumi program (`infra/`) creates exactly these indexes, TTL policies and index
+exemptions. Tests prove each query the store runs is served by an index declared here, and
+that a field is indexed only if a declared query needs it.
 """
 
 from __future__ import annotations
@@ -93,23 +94,130 @@ def is_served(shape: QueryShape, indexes: tuple[CompositeIndex, ...] = INDEXES) 
     return not needs_composite_index(shape) or serving_index(shape, indexes) is not None
 
 
+# Every query shape the services and jobsctl run, by collection. The store builds its jobs
+# queries from these shapes (tests/infra/test_database.py proves each store query's shape is
+# one of them); ScanRunLog.recent and RejectionStore.recent are the two others.
+QUERY_SHAPES: tuple[QueryShape, ...] = (
+    # claim_due, stats, list(overdue_at=…), list(state=deferred)
+    QueryShape(JOBS, frozenset({"state"}), (IndexField("due_at"),)),
+    # reclaim_expired (stuck claims), stats, list(claimed_before=…)
+    QueryShape(JOBS, frozenset({"state"}), (IndexField("claim.claimed_at"),)),
+    # reclaim_expired (expired leases), stats
+    QueryShape(JOBS, frozenset({"state"}), (IndexField("lease_until"),)),
+    # backlog (stale enqueued, oldest enqueued age)
+    QueryShape(JOBS, frozenset({"state"}), (IndexField("enqueued_at"),)),
+    # stats: the count of each state
+    QueryShape(JOBS, frozenset({"state"}), ()),
+    # list() and list(due_before=…): every state, in due order
+    QueryShape(JOBS, frozenset(), (IndexField("due_at"),)),
+    # jobsctl runs: the latest scan runs
+    QueryShape(SCAN_RUNS, frozenset(), (IndexField("started_at", "DESCENDING"),)),
+    # jobsctl rejections: the newest rejected deliveries
+    QueryShape(REJECTED, frozenset(), (IndexField("received_at", "DESCENDING"),)),
+)
+
+# The top-level fields of the documents in the collections written once or more per job
+# (tests/infra/test_database.py proves the model writes no other). Firestore indexes every
+# field automatically, and an indexed value that grows with time (every timestamp here) caps
+# a collection near 500 writes/s (https://cloud.google.com/firestore/docs/best-practices,
+# "Index exemptions"). scan_runs (one write per scan run) and control (one document) are far
+# below that and keep the defaults.
+DOCUMENT_FIELDS: dict[str, tuple[str, ...]] = {
+    JOBS: (
+        "schema_version",
+        "action",
+        "subject",
+        "params",
+        "due_at",
+        "scheduled_due_at",
+        "state",
+        "attempt",
+        "max_attempts",
+        "idempotency_key",
+        "claim",
+        "enqueued_at",
+        "message_id",
+        "lease_until",
+        "lease_owner",
+        "cancel_requested",
+        "result",
+        "last_error",
+        "history",
+        "created_at",
+        "updated_at",
+        "expire_at",
+    ),
+    IDEMPOTENCY: (
+        "job_id",
+        "action",
+        "subject",
+        "outcome",
+        "details",
+        "completed_at",
+        "expire_at",
+    ),
+    REJECTED: (
+        "reason",
+        "detail",
+        "payload",
+        "payload_encoding",
+        "payload_bytes",
+        "truncated",
+        "headers",
+        "received_at",
+        "expire_at",
+        "job_id",
+        "message_id",
+    ),
+}
+
+
+def single_field_needs(shape: QueryShape) -> frozenset[str]:
+    """The field paths whose automatic single-field indexes `shape` is served by.
+
+    A shape that needs a composite index is served by it alone (composite indexes do not use
+    single-field ones); otherwise Firestore merges the single-field indexes of the equality
+    fields, or uses the one of the single ordered field.
+    """
+    if needs_composite_index(shape):
+        return frozenset()
+    return frozenset(shape.equality) | {f.path for f in shape.ordered}
+
+
+def indexed_fields(shapes: tuple[QueryShape, ...] = QUERY_SHAPES) -> frozenset[tuple[str, str]]:
+    """(collection, top-level field) pairs some query needs a single-field index on."""
+    return frozenset(
+        (shape.collection, path.split(".")[0])
+        for shape in shapes
+        for path in single_field_needs(shape)
+    )
+
+
 @dataclass(frozen=True)
 class IndexExemption:
-    """A field whose automatic single-field indexing is switched off: it is never queried,
-    and indexing large maps and arrays would only cost index entries and write latency."""
+    """A field whose automatic single-field indexing is switched off (for a map, with every
+    field inside it): no query needs it, and each index entry costs write latency, storage,
+    and, for a value growing with time, write throughput."""
 
     collection: str
     field: str
 
 
-INDEX_EXEMPTIONS: tuple[IndexExemption, ...] = (
-    IndexExemption(JOBS, "params"),
-    IndexExemption(JOBS, "history"),
-    IndexExemption(JOBS, "result"),
-    IndexExemption(JOBS, "last_error"),
-    IndexExemption(JOBS, "cancel_requested"),
-    IndexExemption(IDEMPOTENCY, "details"),
-)
+def index_exemptions(
+    fields: dict[str, tuple[str, ...]] = DOCUMENT_FIELDS,
+    shapes: tuple[QueryShape, ...] = QUERY_SHAPES,
+) -> tuple[IndexExemption, ...]:
+    """Every declared field that no query shape needs indexed, in declaration order."""
+    needed = indexed_fields(shapes)
+    return tuple(
+        IndexExemption(collection, name)
+        for collection, names in fields.items()
+        for name in names
+        if (collection, name) not in needed
+    )
+
+
+INDEX_EXEMPTIONS: tuple[IndexExemption, ...] = index_exemptions()
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ OIDC_CERTS_URL = "JOBS_OIDC_CERTS_URL"
 AUTH_CLOCK_SKEW_S = "JOBS_AUTH_CLOCK_SKEW_S"
 TERMINAL_RETENTION_S = "JOBS_TERMINAL_RETENTION_S"
 FIRESTORE_TIMEOUT_S = "JOBS_FIRESTORE_TIMEOUT_S"
+BEHIND_CLOUD_RUN_IAM = "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM"
 COMMON_KEYS = (
     PROJECT,
     LOG_LEVEL,
@@ -43,6 +44,7 @@ COMMON_KEYS = (
     AUTH_CLOCK_SKEW_S,
     TERMINAL_RETENTION_S,
     FIRESTORE_TIMEOUT_S,
+    BEHIND_CLOUD_RUN_IAM,
 )
 
 DEFAULT_TERMINAL_RETENTION_S = int(DEFAULT_TERMINAL_RETENTION.total_seconds())
@@ -283,6 +285,8 @@ class CommonSettings:
     auth_clock_skew_s: builtins.int = DEFAULT_CLOCK_SKEW_S
     terminal_retention_s: builtins.float = DEFAULT_TERMINAL_RETENTION_S
     firestore_timeout_s: builtins.float = DEFAULT_FIRESTORE_TIMEOUT_S
+    # Whether Cloud Run's IAM invoker check stands in front of the service (the stack says so).
+    behind_cloud_run_iam: builtins.bool = False
 
     @classmethod
     def read(cls, env: EnvReader) -> CommonSettings:
@@ -306,6 +310,7 @@ class CommonSettings:
                 min=MIN_FIRESTORE_TIMEOUT_S,
                 max=MAX_FIRESTORE_TIMEOUT_S,
             ),
+            behind_cloud_run_iam=env.bool(BEHIND_CLOUD_RUN_IAM, default=False),
         )
 
     @property

@@ -2,8 +2,10 @@
 
 `run_stack(name)` loads `Pulumi.<name>.yaml`'s `config:` map into the Pulumi runtime, calls
 `infra.program.build(load_config())` inside `pulumi.runtime.test`, and returns every resource
-the program registered (type, name, inputs as sent on the wire, camelCase) and the stack
-outputs. The session fixtures `dev` and `prod` run each example stack once.
+the program registered (type, name, inputs as sent on the wire, camelCase, and the names of
+the resources it depends on) and the stack outputs. The session fixtures `dev` and `prod` run
+each example stack once. The example stacks carry no image (it is set per stack after the
+build), so runs get TEST_IMAGE unless a test says otherwise.
 """
 
 from __future__ import annotations
@@ -17,11 +19,17 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
+from pulumi.runtime.mocks import MockMonitor
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "deferred-jobs"
 PROJECT_NUMBER = "123456789012"
 GET_PROJECT = "gcp:organizations/getProject:getProject"
+TEST_IMAGE = (
+    "europe-west1-docker.pkg.dev/deferred-jobs-test/deferred-jobs/app@sha256:"
+    + "0123456789abcdef" * 4
+)
+PUBSUB_AGENT_EMAIL = f"service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,19 @@ class Registered:
 class StackRun:
     resources: list[Registered] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    # resource name -> names of the resources it depends on (depends_on and its inputs)
+    dependencies: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def waits_for(self, name: str) -> set[str]:
+        """Every resource `name` is created after, directly or through others."""
+        seen: set[str] = set()
+        pending = list(self.dependencies.get(name, ()))
+        while pending:
+            current = pending.pop()
+            if current not in seen:
+                seen.add(current)
+                pending.extend(self.dependencies.get(current, ()))
+        return seen
 
     def of_type(self, suffix: str) -> list[Registered]:
         """Resources whose type token ends with `suffix` (e.g. "cloudrunv2/service:Service")."""
@@ -69,10 +90,27 @@ def _computed(typ: str, resource: str, inputs: dict[str, Any]) -> tuple[str, dic
     if typ == "gcp:projects/iAMCustomRole:IAMCustomRole":
         state["name"] = f"projects/{project}/roles/{inputs['roleId']}"
         return state["name"], state
+    if typ == "gcp:projects/serviceIdentity:ServiceIdentity":
+        assert inputs["service"] == "pubsub.googleapis.com", inputs
+        state.update(email=PUBSUB_AGENT_EMAIL, member=f"serviceAccount:{PUBSUB_AGENT_EMAIL}")
+        return f"projects/{project}/services/{inputs['service']}", state
     if typ == "gcp:monitoring/notificationChannel:NotificationChannel":
         state["name"] = f"projects/{project}/notificationChannels/{resource}"
         return state["name"], state
     return f"{typ.rsplit(':', 1)[-1].lower()}-{name or 'id'}", state
+
+
+class RecordingMonitor(MockMonitor):
+    """The mock resource monitor, also recording what each resource was registered after."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks, run: StackRun) -> None:
+        super().__init__(mocks)
+        self._run = run
+
+    def RegisterResource(self, request: Any) -> Any:  # the gRPC method's name
+        names = frozenset(urn.rsplit("::", 1)[-1] for urn in request.dependencies)
+        self._run.dependencies[request.name] = names
+        return super().RegisterResource(request)
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -111,11 +149,19 @@ def run_stack(
     stack: str,
     overrides: Mapping[str, Any] | None = None,
     secrets: Mapping[str, str] | None = None,
+    *,
+    image: str | None = TEST_IMAGE,
 ) -> StackRun:
-    """Build the program for `stack` (plus `overrides`, keys without namespace) under mocks."""
+    """Build the program for `stack` (plus `overrides`, keys without namespace) under mocks,
+    with `image` as the image set after the build (None: no image set)."""
     run = StackRun()
-    pulumi.runtime.set_mocks(RecordingMocks(run), project=PROJECT, stack=stack, preview=False)
+    mocks = RecordingMocks(run)
+    pulumi.runtime.set_mocks(
+        mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(mocks, run)
+    )
     values = stack_config(stack)
+    if image is not None:
+        values[f"{PROJECT}:image"] = image
     values.update({f"{PROJECT}:{key}": value for key, value in (overrides or {}).items()})
     values.update({f"{PROJECT}:{key}": value for key, value in (secrets or {}).items()})
     pulumi.runtime.set_all_config(

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.infra.conftest import ROOT, stack_config
+from tests.infra.conftest import PROJECT, ROOT, TEST_IMAGE, stack_config
 
 _HOST = textwrap.dedent(
     """
@@ -29,6 +29,8 @@ _HOST = textwrap.dedent(
             state = dict(args.inputs)
             if args.typ == "gcp:serviceaccount/account:Account":
                 state["email"] = args.inputs["accountId"] + "@p.iam.gserviceaccount.com"
+            if args.typ == "gcp:projects/serviceIdentity:ServiceIdentity":
+                state["member"] = "serviceAccount:service-1@gcp-sa-pubsub.iam.gserviceaccount.com"
             return args.name + "-id", state
 
         def call(self, args):
@@ -62,10 +64,15 @@ def _pulumi_strings(config: dict[str, object]) -> dict[str, str]:
     }
 
 
+def _dev_config_with_image() -> dict[str, object]:
+    # The image is set per stack after the build, never committed (docs/deploy.md).
+    return {**stack_config("dev"), f"{PROJECT}:image": TEST_IMAGE}
+
+
 def test_main_runs_under_the_python_host_layout_and_exports_every_output() -> None:
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [sys.executable, "-c", _HOST, json.dumps(_pulumi_strings(stack_config("dev")))],
+        [sys.executable, "-c", _HOST, json.dumps(_pulumi_strings(_dev_config_with_image()))],
         cwd=ROOT / "infra",
         env=environ,
         capture_output=True,

@@ -20,7 +20,9 @@ from services.worker import settings as worker_keys
 from services.worker.settings import WorkerSettings
 from tests.infra.conftest import StackRun, run_stack
 
-FUNCTIONS_FRAMEWORK = {env.FUNCTION_TARGET, env.FUNCTION_SOURCE}
+# Read by functions-framework, not by our Settings: the function pair and the server's threads
+# and request timeout (tests/infra/test_server.py checks those).
+FUNCTIONS_FRAMEWORK = {env.FUNCTION_TARGET, env.FUNCTION_SOURCE, *env.SERVER_VARIABLES}
 SERVICES: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[Mapping[str, str]], Any]]] = {
     # service: (what infra declares, what its Settings module lists, how it reads them)
     "scan": (env.SCAN_VARIABLES, scan_keys.ALL_KEYS, ScanSettings.from_env),
