@@ -29,5 +29,10 @@ ENV PORT=8080 \
     FUNCTION_SOURCE=services/worker/main.py
 EXPOSE 8080
 
-# Shell form so the variables expand at start; exec so functions-framework gets SIGTERM.
-CMD exec functions-framework --target=${FUNCTION_TARGET} --source=${FUNCTION_SOURCE} --port=${PORT}
+# Shell form so the variables expand at start. First the settings check of the target
+# (services/<target>/main.py, the FUNCTION_SOURCE): a bad JOBS_* value exits 2 naming every
+# bad key, before anything listens, so the revision fails its startup probe. Then exec, so
+# functions-framework gets SIGTERM. Its THREADS, CLOUD_RUN_TIMEOUT_SECONDS and
+# THREADED_TIMEOUT_ENABLED come from the service's environment (infra/env.py).
+CMD python -m services.${FUNCTION_TARGET}.main \
+    && exec functions-framework --target=${FUNCTION_TARGET} --source=${FUNCTION_SOURCE} --port=${PORT}

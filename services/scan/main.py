@@ -1,31 +1,46 @@
 """The functions-framework entry point of the scan service (`--target=scan`).
 
+    python -m services.scan.main        # the start-up check: exit 2 naming every bad key
     functions-framework --target=scan --source=services/scan/main.py
 
-Nothing happens at import. The first request reads ScanSettings from the environment,
-configures JSON logging and builds the app (clients, verifier, publisher); every later request
-of the instance reuses it. The publisher is flushed and closed when the process exits.
+The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
+its startup probe (services/jobs/startup.py). Nothing happens at import but registering the
+JSON error handler with functions-framework. The first request reads ScanSettings, configures
+JSON logging and builds the app (clients, verifier, publisher); every later request of the
+instance reuses it. The publisher is flushed and closed when the process exits.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 
 import flask
+import functions_framework
 
+from services.jobs import startup
 from services.jobs.log import configure_logging
 from services.jobs.publisher import Publisher
 from services.scan.app import ScanHandler, create_app, handler_of
 from services.scan.settings import ScanSettings
 
+SERVICE = "scan"
+
 _lock = threading.Lock()
 _handler: ScanHandler | None = None
+
+startup.install_json_errors(functions_framework.errorhandler)
 
 
 def scan(request: flask.Request) -> flask.Response:
     """The HTTP function Cloud Scheduler triggers."""
-    return _shared_handler().handle(request)
+    return startup.answer(SERVICE, _shared_handler, request)
+
+
+def check() -> int:
+    """The start-up check of the scan's settings (see the module docstring)."""
+    return startup.check_settings(SERVICE, ScanSettings.from_env, os.environ)
 
 
 def _shared_handler() -> ScanHandler:
@@ -37,7 +52,6 @@ def _shared_handler() -> ScanHandler:
 
 
 def _build() -> ScanHandler:
-    # A SettingsError propagates: functions-framework answers 500 and logs every bad key.
     settings = ScanSettings.from_env()
     configure_logging(settings.log_level)
     publisher = Publisher.create(
@@ -45,3 +59,7 @@ def _build() -> ScanHandler:
     )
     atexit.register(publisher.close)
     return handler_of(create_app(settings, publisher=publisher))
+
+
+if __name__ == "__main__":
+    raise SystemExit(check())

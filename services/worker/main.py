@@ -1,7 +1,12 @@
-"""The functions-framework entry point: `--target=worker`.
+"""The functions-framework entry point of the worker (`--target=worker`).
 
-The app (clients, settings, verifier) is built on the first request, not at import, and then
-shared by every request of the instance.
+    python -m services.worker.main      # the start-up check: exit 2 naming every bad key
+    functions-framework --target=worker --source=services/worker/main.py
+
+The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
+its startup probe (services/jobs/startup.py). Nothing happens at import but registering the
+JSON error handler with functions-framework. The app (clients, settings, verifier) is built on
+the first request and then shared by every request of the instance.
 """
 
 from __future__ import annotations
@@ -10,18 +15,29 @@ import os
 import threading
 
 import flask
+import functions_framework
 
+from services.jobs import startup
 from services.jobs.log import configure_logging
 from services.worker.app import PushHandler, create_app, handler_of
 from services.worker.settings import WorkerSettings
 
+SERVICE = "worker"
+
 _lock = threading.Lock()
 _handler: PushHandler | None = None
+
+startup.install_json_errors(functions_framework.errorhandler)
 
 
 def worker(request: flask.Request) -> flask.Response:
     """The Pub/Sub push endpoint."""
-    return _shared_handler().handle(request)
+    return startup.answer(SERVICE, _shared_handler, request)
+
+
+def check() -> int:
+    """The start-up check of the worker's settings (see the module docstring)."""
+    return startup.check_settings(SERVICE, WorkerSettings.from_env, os.environ)
 
 
 def _shared_handler() -> PushHandler:
@@ -32,3 +48,7 @@ def _shared_handler() -> PushHandler:
             configure_logging(settings.log_level)
             _handler = handler_of(create_app(settings))
         return _handler
+
+
+if __name__ == "__main__":
+    raise SystemExit(check())

@@ -116,3 +116,85 @@ def test_adopting_the_existing_database_still_creates_its_indexes_and_fields() -
     assert len(indexes) == len(schema.INDEXES)
     assert len(fields) == len(database.field_overrides())
     assert {r.state["database"] for r in [*indexes, *fields]} == {database.DATABASE_NAME}
+
+
+# --- a field is indexed only if a query needs it ----------------------------------------------
+
+
+def _store_query_shapes() -> set[schema.QueryShape]:
+    from tests.unit.jobs.test_indexes import every_store_query
+
+    return {spec.shape for spec in every_store_query()}
+
+
+def _needed_by_queries(shapes: Iterable[schema.QueryShape]) -> set[Key]:
+    """Independently of schema.py's helpers: a query that no composite index serves uses the
+    automatic single-field indexes of every field it filters or orders on."""
+    needed = set()
+    for shape in shapes:
+        if schema.serving_index(shape) is not None:
+            continue  # a composite index serves it; single-field indexes play no part
+        for path in {*shape.equality, *(f.path for f in shape.ordered)}:
+            needed.add((shape.collection, path.split(".")[0]))
+    return needed
+
+
+def test_every_query_the_store_runs_is_a_declared_query_shape() -> None:
+    store = _store_query_shapes()
+    jobs_shapes = {s for s in schema.QUERY_SHAPES if s.collection == schema.JOBS}
+    assert store == jobs_shapes
+
+
+def test_a_field_is_indexed_only_if_a_query_needs_it() -> None:
+    needed = _needed_by_queries(schema.QUERY_SHAPES)
+    assert {(schema.JOBS, "state"), (schema.JOBS, "due_at")} <= needed
+    exempt = _exemption_keys()
+    for collection, fields in schema.DOCUMENT_FIELDS.items():
+        for name in fields:
+            key = (collection, name)
+            # exempt exactly when nothing needs it: no query loses an index, no index is idle
+            assert (key in exempt) == (key not in needed), key
+    assert exempt <= {(c, f) for c, fields in schema.DOCUMENT_FIELDS.items() for f in fields}
+
+
+def test_the_growing_timestamps_of_the_jobs_collection_are_not_indexed() -> None:
+    exempt = _exemption_keys()
+    for name in ("updated_at", "created_at", "scheduled_due_at", "enqueued_at", "lease_until"):
+        assert (schema.JOBS, name) in exempt, name
+    assert (schema.JOBS, "claim") in exempt  # claim.claimed_at is in a composite index only
+    assert (schema.IDEMPOTENCY, "completed_at") in exempt
+
+
+def test_the_declared_fields_are_the_fields_the_documents_have() -> None:
+    from datetime import UTC, datetime
+
+    from services.jobs.model import IdempotencyRecord, Job, NewJob
+    from services.jobs.rejections import rejection_of
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    job = Job.create(NewJob("job-1", "media.delete_source", "s", now), now)
+    assert set(job.to_document()) == set(schema.DOCUMENT_FIELDS[schema.JOBS])
+    record = IdempotencyRecord("k", "job-1", "a", "s", "done", {}, now, now)
+    assert set(record.to_document()) == set(schema.DOCUMENT_FIELDS[schema.IDEMPOTENCY])
+    rejection = rejection_of("bad", "detail", b"{}", {}, received_at=now)
+    assert set(rejection.to_document()) == set(schema.DOCUMENT_FIELDS[schema.REJECTED])
+
+
+def test_exemptions_follow_the_declarations_for_a_new_field() -> None:
+    # A new field (say a `shard` the scan filters on) is exempt while only a composite index
+    # serves its queries, and indexed as soon as a query needs its single-field index.
+    fields = {schema.JOBS: ("state", "due_at", "shard")}
+    composite = schema.QueryShape(
+        schema.JOBS, frozenset({"state", "shard"}), (schema.IndexField("due_at"),)
+    )
+    only_equalities = schema.QueryShape(schema.JOBS, frozenset({"shard"}), ())
+    exempt = {e.field for e in schema.index_exemptions(fields, (composite,))}
+    assert exempt == {"state", "due_at", "shard"}
+    exempt = {e.field for e in schema.index_exemptions(fields, (composite, only_equalities))}
+    assert exempt == {"state", "due_at"}
+
+
+def test_the_stack_leaves_indexed_what_queries_need(stack: StackRun) -> None:
+    configured = set(_keys(stack.of_type(FIELD)))
+    for key in _needed_by_queries(schema.QUERY_SHAPES):
+        assert key not in configured, key

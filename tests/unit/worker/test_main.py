@@ -5,9 +5,6 @@ from __future__ import annotations
 import importlib
 
 import flask
-import pytest
-
-from services.jobs.settings import SettingsError
 
 
 def test_importing_the_entry_point_builds_no_app() -> None:
@@ -16,10 +13,15 @@ def test_importing_the_entry_point_builds_no_app() -> None:
     assert callable(main.worker)
 
 
-def test_first_request_with_missing_settings_fails_naming_the_keys() -> None:
+def test_first_request_with_missing_settings_answers_json_naming_the_keys() -> None:
+    # The image's start-up check exits first (tests/infra/test_startup.py); a process started
+    # without it still answers JSON, never a traceback.
     main = importlib.import_module("services.worker.main")
     app = flask.Flask("probe")
-    with app.test_request_context("/", method="POST"), pytest.raises(SettingsError) as caught:
-        main.worker(flask.request)
-    assert "JOBS_WORKER_AUDIENCE" in str(caught.value)
+    with app.test_request_context("/", method="POST"):
+        response = main.worker(flask.request)
+    assert (response.status_code, response.mimetype) == (500, "application/json")
+    body = response.get_json()
+    assert body["error"] == "invalid settings"
+    assert "JOBS_WORKER_AUDIENCE" in body["keys"]
     assert main._handler is None

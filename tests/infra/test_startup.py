@@ -1,0 +1,127 @@
+"""A bad JOBS_* value stops the process before it listens, naming every bad key; every error
+answer of the services, as functions-framework serves them, is JSON.
+
+The image's CMD runs `python -m services.<target>.main` (the FUNCTION_SOURCE module) and only
+then functions-framework; the startup probe (tests/infra/test_first_deploy.py) then fails a
+revision whose check exited.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import flask
+import functions_framework
+import pytest
+
+from infra import env
+from tests.infra.conftest import ROOT, StackRun
+
+SERVICES = sorted(env.FUNCTION_SOURCES)
+
+
+def _jobs_envs(run: StackRun, key: str) -> dict[str, str]:
+    container = run.one("cloudrunv2/service:Service", f"{key}-service").state["template"][
+        "containers"
+    ][0]
+    return {i["name"]: i["value"] for i in container["envs"] if i["name"].startswith("JOBS_")}
+
+
+def _check(target: str, jobs: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBS_")}
+    return subprocess.run(
+        [sys.executable, "-m", f"services.{target}.main"],
+        cwd=ROOT,
+        env={**environ, **jobs},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_check_module_is_the_function_source() -> None:
+    for target, source in env.FUNCTION_SOURCES.items():
+        assert source == f"services/{target}/main.py"
+
+
+@pytest.mark.parametrize("target", SERVICES)
+def test_the_check_passes_with_the_environment_the_stack_sets(dev: StackRun, target: str) -> None:
+    done = _check(target, _jobs_envs(dev, target))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("target", SERVICES)
+def test_a_bad_setting_exits_2_naming_every_bad_key(dev: StackRun, target: str) -> None:
+    jobs = _jobs_envs(dev, target)
+    jobs.pop("JOBS_PROJECT")
+    jobs["JOBS_TERMINAL_RETENTION_S"] = "forever"
+    jobs["JOBS_AUTH_CLOCK_SKEW_S"] = "9999"
+    done = _check(target, jobs)
+    assert done.returncode == 2
+    (line,) = [json.loads(x) for x in done.stderr.splitlines() if x.startswith("{")]
+    assert line["severity"] == "CRITICAL"
+    assert line["event"] == "settings_invalid"
+    assert line["keys"] == [
+        "JOBS_AUTH_CLOCK_SKEW_S",
+        "JOBS_PROJECT",
+        "JOBS_TERMINAL_RETENTION_S",
+    ]
+    for key in line["keys"]:
+        assert key in line["message"]
+    assert "Traceback" not in done.stderr
+
+
+def test_the_image_runs_the_check_before_functions_framework() -> None:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    (cmd,) = [line for line in text.splitlines() if line.startswith("CMD ")]
+    check, _, serve = cmd.removeprefix("CMD ").partition("&&")
+    assert check.split() == ["python", "-m", "services.${FUNCTION_TARGET}.main"]
+    assert serve.split()[:2] == ["exec", "functions-framework"]
+
+
+@pytest.fixture
+def no_jobs_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for key in [k for k in os.environ if k.startswith("JOBS_")]:
+        monkeypatch.delenv(key)
+    # create_app points functions_framework.errorhandler at the app it builds; put the no-op
+    # back afterwards, as in a process that never built one.
+    monkeypatch.setattr(functions_framework, "errorhandler", functions_framework.errorhandler)
+    yield
+
+
+@pytest.mark.parametrize("target", SERVICES)
+def test_functions_framework_answers_json_to_errors(target: str, no_jobs_environment: None) -> None:
+    # The app functions-framework builds for the target (as `functions-framework --target`).
+    app = functions_framework.create_app(target, str(ROOT / env.FUNCTION_SOURCES[target]))
+    client = app.test_client()
+    reserved = client.get("/favicon.ico")  # a path functions-framework keeps for itself
+    assert (reserved.status_code, reserved.mimetype) == (404, "application/json")
+    assert reserved.get_json() == {"error": "not found"}
+    # No settings (a process started without the check): a JSON 500 naming the keys.
+    missing = client.post("/", data=b"{}")
+    assert (missing.status_code, missing.mimetype) == (500, "application/json")
+    body = missing.get_json()
+    assert body["error"] == "invalid settings"
+    assert "JOBS_PROJECT" in body["keys"]
+
+
+def test_an_exception_escaping_the_function_is_a_json_500() -> None:
+    from services.jobs import startup
+
+    app = flask.Flask("probe")
+    startup.install_json_errors(app.errorhandler)
+
+    @app.route("/")
+    def boom() -> str:
+        raise RuntimeError("a bug")
+
+    answer = app.test_client().get("/")
+    assert (answer.status_code, answer.mimetype) == (500, "application/json")
+    assert answer.get_json() == {"error": "internal error"}
+    assert b"Traceback" not in answer.data and b"a bug" not in answer.data

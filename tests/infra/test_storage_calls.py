@@ -1,0 +1,138 @@
+"""The worker's storage role covers every Cloud Storage call the worker makes.
+
+infra/identity.py MEDIA_STORAGE_CALLS lists the JSON API methods the worker calls and the
+permissions each needs; the media role is derived from it. Here the worker's real
+`media.delete_source` action runs with the real google-cloud-storage client against a local
+HTTP endpoint that records each request, through every path (deleted, already absent, bucket
+gone): every method it calls must be listed, and every listed method must be called.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
+from infra.identity import MEDIA_PERMISSIONS, MEDIA_STORAGE_CALLS
+from services.worker.actions import ActionRequest
+from services.worker.errors import PermanentError
+from services.worker.media import SourceDeleter
+from tests.infra.conftest import StackRun
+
+BUCKET = "media-bucket"
+
+# (HTTP verb, JSON API path) -> the JSON API method
+# (https://cloud.google.com/storage/docs/json_api/v1).
+_METHODS = (
+    ("DELETE", re.compile(r"^/storage/v1/b/[^/]+/o/[^/]+$"), "objects.delete"),
+    ("GET", re.compile(r"^/storage/v1/b/[^/]+/o/[^/]+$"), "objects.get"),
+    ("GET", re.compile(r"^/storage/v1/b/[^/]+/o$"), "objects.list"),
+    ("GET", re.compile(r"^/storage/v1/b/[^/]+$"), "buckets.get"),
+)
+
+
+class FakeStorage:
+    """What the endpoint answers: which objects exist, whether the bucket does."""
+
+    def __init__(self) -> None:
+        self.objects: set[str] = set()
+        self.bucket_exists = True
+        self.calls: list[str] = []
+
+
+def _handler(state: FakeStorage) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _method(self) -> str:
+            path = self.path.split("?", 1)[0]
+            for verb, pattern, method in _METHODS:
+                if self.command == verb and pattern.match(path):
+                    return method
+            return f"unknown {self.command} {path}"
+
+        def _answer(self) -> None:
+            method = self._method()
+            state.calls.append(method)
+            name = self.path.split("?", 1)[0].rsplit("/", 1)[-1]
+            if method == "objects.delete" and state.bucket_exists and name in state.objects:
+                state.objects.discard(name)
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            found = method == "buckets.get" and state.bucket_exists
+            body = b'{"name": "%s"}' % BUCKET.encode() if found else b'{"error": {"code": 404}}'
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_DELETE = do_POST = do_PUT = do_PATCH = _answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeStorage, SourceDeleter]]:
+    state = FakeStorage()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    client = storage.Client(
+        project="p",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": f"http://127.0.0.1:{server.server_port}"},
+    )
+    try:
+        yield state, SourceDeleter(client, default_bucket=BUCKET, timeout_s=5, retry=None)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _request(*names: str) -> ActionRequest:
+    return ActionRequest(
+        job_id="job-1",
+        action="media.delete_source",
+        subject="s",
+        params={"bucket": BUCKET, "objects": list(names)},
+        attempt=1,
+        idempotency_key="k",
+    )
+
+
+def test_every_storage_call_of_the_worker_is_listed_with_its_permissions(
+    fake: tuple[FakeStorage, SourceDeleter],
+) -> None:
+    state, deleter = fake
+    state.objects = {"a.mp4", "b.mp4"}
+    assert deleter(_request("a.mp4", "b.mp4")).outcome == "deleted"
+    # A second run after a crash: everything is already gone, so the bucket is checked.
+    assert deleter(_request("a.mp4", "b.mp4")).outcome == "already_absent"
+    state.bucket_exists = False
+    with pytest.raises(PermanentError, match="does not exist"):
+        deleter(_request("a.mp4"))
+    called = set(state.calls)
+    assert called == {"objects.delete", "buckets.get"}, state.calls
+    assert called <= set(MEDIA_STORAGE_CALLS), called - set(MEDIA_STORAGE_CALLS)
+    assert set(MEDIA_STORAGE_CALLS) <= called  # nothing listed that the worker never calls
+
+
+def test_the_granted_role_covers_the_permissions_of_every_listed_call(stack: StackRun) -> None:
+    role = stack.one("projects/iAMCustomRole:IAMCustomRole", "media-cleaner-role").state
+    granted = set(role["permissions"])
+    assert granted == set(MEDIA_PERMISSIONS)
+    for method, needed in MEDIA_STORAGE_CALLS.items():
+        assert set(needed) <= granted, method
+    # bucket.exists() is buckets.get, which needs storage.buckets.get: without it a job whose
+    # files are already gone fails permanently with 403.
+    assert "storage.buckets.get" in granted
+    assert not any(p.endswith((".create", ".update", ".setIamPolicy")) for p in granted)
