@@ -11,6 +11,7 @@ import pytest
 from services.jobs.auth import GOOGLE_CERTS_URL
 from services.jobs.settings import (
     AUTH_CLOCK_SKEW_S,
+    BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,
     FIRESTORE_TIMEOUT_S,
     LOG_LEVEL,
@@ -178,6 +179,7 @@ def test_common_key_names_are_the_module_constants() -> None:
     )
     assert TERMINAL_RETENTION_S == "JOBS_TERMINAL_RETENTION_S"
     assert FIRESTORE_TIMEOUT_S == "JOBS_FIRESTORE_TIMEOUT_S"
+    assert BEHIND_CLOUD_RUN_IAM == "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM"
     assert set(COMMON_KEYS) == {
         PROJECT,
         LOG_LEVEL,
@@ -185,6 +187,7 @@ def test_common_key_names_are_the_module_constants() -> None:
         AUTH_CLOCK_SKEW_S,
         TERMINAL_RETENTION_S,
         FIRESTORE_TIMEOUT_S,
+        BEHIND_CLOUD_RUN_IAM,
     }
 
 

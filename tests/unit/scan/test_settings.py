@@ -45,6 +45,7 @@ def test_every_key_is_read() -> None:
         "JOBS_ENQUEUED_TIMEOUT_S": "90m",
         "JOBS_TERMINAL_RETENTION_S": "14d",
         "JOBS_FIRESTORE_TIMEOUT_S": "5s",
+        "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "true",
     }
     assert set(env) == set(ALL_KEYS)
     s = ScanSettings.from_env(env)
