@@ -108,37 +108,58 @@ def create_database(config: StackConfig, opts: pulumi.ResourceOptions) -> Databa
             ),
         )
         children = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[database]))
-    indexes = [
-        firestore.Index(
-            index_resource_name(index),
-            project=config.project,
-            database=DATABASE_NAME,
-            collection=index.collection,
-            query_scope="COLLECTION",
-            fields=[
-                firestore.IndexFieldArgs(field_path=field.path, order=field.order)
-                for field in index.fields
-            ],
-            opts=children,
-        )
-        for index in schema.INDEXES
-    ]
-    fields = [
-        firestore.Field(
-            field_resource_name(override),
-            project=config.project,
-            database=DATABASE_NAME,
-            collection=override.collection,
-            field=override.field,
-            ttl_config=firestore.FieldTtlConfigArgs() if override.ttl else None,
-            # An index config with no indexes switches off the field's automatic single-field
-            # indexes (ascending, descending, array-contains).
-            index_config=firestore.FieldIndexConfigArgs(indexes=[]),
-            opts=children,
-        )
-        for override in field_overrides()
-    ]
-    return Database(DATABASE_NAME, database, indexes, fields, _backup_schedule(config, children))
+    # One index-configuration change at a time: Firestore answers 409 ("too much contention",
+    # "underlying data changed") to concurrent index and field operations on one database
+    # (firebase-tools serialises them for that reason, firebase/firebase-tools#1119), so each
+    # index and field waits for the one before it.
+    previous: list[pulumi.Resource] = []
+
+    def in_turn() -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions.merge(children, pulumi.ResourceOptions(depends_on=previous))
+
+    indexes: list[firestore.Index] = []
+    for index in schema.INDEXES:
+        indexes.append(_index(config, index, in_turn()))
+        previous = [indexes[-1]]
+    fields: list[firestore.Field] = []
+    for override in field_overrides():
+        fields.append(_field(config, override, in_turn()))
+        previous = [fields[-1]]
+    return Database(DATABASE_NAME, database, indexes, fields, _backup_schedule(config, in_turn()))
+
+
+def _index(
+    config: StackConfig, index: schema.CompositeIndex, opts: pulumi.ResourceOptions
+) -> firestore.Index:
+    return firestore.Index(
+        index_resource_name(index),
+        project=config.project,
+        database=DATABASE_NAME,
+        collection=index.collection,
+        query_scope="COLLECTION",
+        fields=[
+            firestore.IndexFieldArgs(field_path=field.path, order=field.order)
+            for field in index.fields
+        ],
+        opts=opts,
+    )
+
+
+def _field(
+    config: StackConfig, override: FieldOverride, opts: pulumi.ResourceOptions
+) -> firestore.Field:
+    return firestore.Field(
+        field_resource_name(override),
+        project=config.project,
+        database=DATABASE_NAME,
+        collection=override.collection,
+        field=override.field,
+        ttl_config=firestore.FieldTtlConfigArgs() if override.ttl else None,
+        # An index config with no indexes switches off the field's automatic single-field
+        # indexes (ascending, descending, array-contains).
+        index_config=firestore.FieldIndexConfigArgs(indexes=[]),
+        opts=opts,
+    )
 
 
 def _backup_schedule(

@@ -37,18 +37,20 @@ LATENCY_BUCKETS = 30
 # Cloud Monitoring answers 404 ("If a metric was created recently, it could take up to 10
 # minutes to become available") to an alert policy naming a log-based metric created moments
 # before, and the provider does not retry (terraform-provider-google issue 11102). Alerts that
-# watch a log-based metric therefore wait this long after the log metrics are created, with
-# the Sleep resource of the Pulumi Registry's time package (pulumiverse_time,
-# https://www.pulumi.com/registry/packages/time/api-docs/sleep/). A Sleep delays only its
-# creation: later `pulumi up`s do not wait, unless a new log metric replaces it (triggers).
-LOG_METRIC_PROPAGATION = "11m"
+# watch a metric this stack creates therefore wait this long after those metrics are created,
+# with the Sleep resource of the Pulumi Registry's time package (pulumiverse_time,
+# https://www.pulumi.com/registry/packages/time/api-docs/sleep/). The scan's gauge
+# descriptors wait too: the same answer names any recently created metric, and they cost no
+# extra time, since the log metrics' wait runs anyway. A Sleep delays only its creation: later
+# `pulumi up`s do not wait, unless a new metric replaces it (its triggers).
+METRIC_PROPAGATION = "11m"
 
 
 @dataclass(frozen=True)
 class Monitoring:
     descriptors: list[monitoring.MetricDescriptor]
     log_metrics: list[gcp_logging.Metric]
-    log_metrics_usable: pulumiverse_time.Sleep  # created once log metrics can be alerted on
+    metrics_usable: pulumiverse_time.Sleep  # created once the stack's metrics can be alerted on
     channels: list[monitoring.NotificationChannel]
     alerts: dict[str, monitoring.AlertPolicy]
     dashboard: monitoring.Dashboard
@@ -94,15 +96,16 @@ def create_monitoring(
         for gauge in metrics.SCAN_GAUGES
     ]
     log_metrics = [_log_metric(config, names, m, opts) for m in metrics.LOG_METRICS]
+    created: dict[str, pulumi.CustomResource] = {
+        **{g.type: d for g, d in zip(metrics.SCAN_GAUGES, descriptors, strict=True)},
+        **{m.type: lm for m, lm in zip(metrics.LOG_METRICS, log_metrics, strict=True)},
+    }
     usable = pulumiverse_time.Sleep(
-        "log-metrics-usable",
-        create_duration=LOG_METRIC_PROPAGATION,
-        # A new or renamed log metric replaces the Sleep, so alerts on it wait again.
-        triggers={
-            declared.name: metric.id
-            for declared, metric in zip(metrics.LOG_METRICS, log_metrics, strict=True)
-        },
-        opts=pulumi.ResourceOptions(depends_on=log_metrics),
+        "metrics-usable",
+        create_duration=METRIC_PROPAGATION,
+        # A new or renamed metric replaces the Sleep, so alerts on it wait again.
+        triggers={metric_type: resource.id for metric_type, resource in created.items()},
+        opts=pulumi.ResourceOptions(depends_on=list(created.values())),
     )
     channels = _channels(config, opts)
     after_metrics = pulumi.ResourceOptions.merge(
@@ -117,7 +120,7 @@ def create_monitoring(
             key,
             alert,
             [c.name for c in channels],
-            after_propagation if watches_log_metric(alert.condition) else after_metrics,
+            after_propagation if watches_created_metric(alert.condition) else after_metrics,
         )
         for key, alert in alert_conditions(config, names).items()
     }
@@ -143,9 +146,10 @@ def condition_metric_type(condition: monitoring.AlertPolicyConditionArgs) -> str
     return clause.removeprefix('metric.type="').removesuffix('"')
 
 
-def watches_log_metric(condition: monitoring.AlertPolicyConditionArgs) -> bool:
-    """Whether the condition watches a log-based metric of this stack (and so must wait)."""
-    return condition_metric_type(condition) in {m.type for m in metrics.LOG_METRICS}
+def watches_created_metric(condition: monitoring.AlertPolicyConditionArgs) -> bool:
+    """Whether the condition watches a metric this stack creates (and so must wait for it)."""
+    created = {g.type for g in metrics.SCAN_GAUGES} | {m.type for m in metrics.LOG_METRICS}
+    return condition_metric_type(condition) in created
 
 
 def _log_metric(

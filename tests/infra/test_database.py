@@ -198,3 +198,15 @@ def test_the_stack_leaves_indexed_what_queries_need(stack: StackRun) -> None:
     configured = set(_keys(stack.of_type(FIELD)))
     for key in _needed_by_queries(schema.QUERY_SHAPES):
         assert key not in configured, key
+
+
+def test_index_configuration_changes_run_one_at_a_time(stack: StackRun) -> None:
+    # Firestore answers 409 to concurrent index and field operations on one database.
+    ordered = [
+        *(database.index_resource_name(i) for i in schema.INDEXES),
+        *(database.field_resource_name(o) for o in database.field_overrides()),
+        *(r.name for r in stack.of_type("firestore/backupSchedule:BackupSchedule")),
+    ]
+    assert len(ordered) > 20
+    for position, name in enumerate(ordered):
+        assert set(ordered[:position]) <= stack.waits_for(name), name

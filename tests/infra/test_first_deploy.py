@@ -69,23 +69,23 @@ def test_a_real_digest_or_a_tag_is_accepted(image: str) -> None:
     assert _container(run_stack("dev", image=image), "worker")["image"] == image
 
 
-# --- 2. alerts on log-based metrics wait for them -------------------------------------------
+# --- 2. alerts on the stack's own metrics wait for them ----------------------------------------
 
 
-def _log_metric_alerts(run: StackRun) -> set[str]:
-    types = {m.type for m in metrics.LOG_METRICS}
+def _metric_type(condition: dict[str, Any]) -> str:
+    body = condition.get("conditionThreshold") or condition["conditionAbsent"]
+    return str(body["filter"]).split(" AND ")[0].removeprefix('metric.type="').removesuffix('"')
+
+
+def _alerts_on(run: StackRun, types: set[str]) -> set[str]:
     return {
         policy.name
         for policy in run.of_type(ALERT)
-        if any(
-            (c.get("conditionThreshold") or c["conditionAbsent"])["filter"]
-            .split(" AND ")[0]
-            .removeprefix('metric.type="')
-            .removesuffix('"')
-            in types
-            for c in policy.state["conditions"]
-        )
+        if any(_metric_type(c) in types for c in policy.state["conditions"])
     }
+
+
+CREATED = {g.type for g in metrics.SCAN_GAUGES} | {m.type for m in metrics.LOG_METRICS}
 
 
 def test_alerts_on_log_based_metrics_are_created_after_a_wait_after_every_log_metric(
@@ -96,19 +96,22 @@ def test_alerts_on_log_based_metrics_are_created_after_a_wait_after_every_log_me
     assert duration.endswith("m") and int(duration[:-1]) >= 10  # "up to 10 minutes"
     log_metrics = {f"log-{m.name}" for m in metrics.LOG_METRICS}
     assert log_metrics <= stack.waits_for(sleep.name)
-    assert set(sleep.state["triggers"]) == {m.name for m in metrics.LOG_METRICS}
-    waiting = _log_metric_alerts(stack)
-    assert "alert-failed-jobs" in waiting
-    for name in waiting:
+    assert set(sleep.state["triggers"]) == CREATED
+    on_log_metrics = _alerts_on(stack, {m.type for m in metrics.LOG_METRICS})
+    assert "alert-failed-jobs" in on_log_metrics
+    for name in on_log_metrics:
         assert sleep.name in stack.waits_for(name), name
 
 
-def test_alerts_on_other_metrics_do_not_wait(stack: StackRun) -> None:
-    waiting = _log_metric_alerts(stack)
-    others = {p.name for p in stack.of_type(ALERT)} - waiting
-    assert others  # the gauges' and Pub/Sub's alerts
-    for name in others:
-        assert "log-metrics-usable" not in stack.waits_for(name), name
+def test_alerts_on_the_scans_gauges_wait_too_and_pubsubs_do_not(stack: StackRun) -> None:
+    (sleep,) = stack.of_type(SLEEP)
+    descriptors = {f"gauge-{g.short_name}" for g in metrics.SCAN_GAUGES}
+    assert descriptors <= stack.waits_for(sleep.name)
+    for name in _alerts_on(stack, CREATED):
+        assert sleep.name in stack.waits_for(name), name
+    builtin = {p.name for p in stack.of_type(ALERT)} - _alerts_on(stack, CREATED)
+    assert builtin == {"alert-dead-letters"}  # Pub/Sub's own metric exists already
+    assert sleep.name not in stack.waits_for("alert-dead-letters")
 
 
 # --- 7. the Pub/Sub service agent -----------------------------------------------------------
