@@ -125,3 +125,78 @@ def test_an_exception_escaping_the_function_is_a_json_500() -> None:
     assert (answer.status_code, answer.mimetype) == (500, "application/json")
     assert answer.get_json() == {"error": "internal error"}
     assert b"Traceback" not in answer.data and b"a bug" not in answer.data
+
+
+def _image_cmd() -> str:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    (cmd,) = [line for line in text.splitlines() if line.startswith("CMD ")]
+    return cmd.removeprefix("CMD ")
+
+
+def _run_cmd(target: str, jobs: dict[str, str], port: int) -> subprocess.Popen[str]:
+    """The image's CMD as its shell runs it, with the venv's python and functions-framework."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBS_")}
+    bin_dir = os.path.dirname(sys.executable)
+    environ.update(
+        PATH=f"{bin_dir}{os.pathsep}{environ.get('PATH', '')}",
+        FUNCTION_TARGET=target,
+        FUNCTION_SOURCE=env.FUNCTION_SOURCES[target],
+        PORT=str(port),
+        HOST="127.0.0.1",  # functions-framework's --host default comes from HOST
+        **jobs,
+    )
+    return subprocess.Popen(
+        ["/bin/sh", "-c", _image_cmd()],
+        cwd=ROOT,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _accepts(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_with_a_bad_setting_the_image_never_opens_its_port(dev: StackRun) -> None:
+    jobs = _jobs_envs(dev, "worker")
+    jobs["JOBS_WORKER_LEASE_S"] = "0"
+    port = _free_port()
+    process = _run_cmd("worker", jobs, port)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 2
+    assert "JOBS_WORKER_LEASE_S" in stderr
+    assert not _accepts(port)  # what the TCP startup probe would find
+
+
+def test_with_the_stacks_settings_the_image_listens(dev: StackRun) -> None:
+    import time
+
+    port = _free_port()
+    process = _run_cmd("scan", _jobs_envs(dev, "scan"), port)
+    try:
+        deadline = time.monotonic() + 60
+        while not _accepts(port):
+            assert process.poll() is None, process.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "the server never listened"
+            time.sleep(0.2)
+    finally:
+        process.terminate()  # exec'd: the shell's PID is functions-framework's now
+        try:
+            process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
