@@ -27,7 +27,7 @@ CONTAINER_PORT = 8080
 # functions-framework listens (services/<target>/main.py) and exits naming every bad key, so a
 # misconfigured revision never opens the port, fails this probe, and never takes traffic:
 # `pulumi up` fails instead of deploying green
-# (https://cloud.google.com/run/docs/configuring/healthchecks#tcp-startup-probe).
+# (https://cloud.google.com/run/docs/configuring/healthchecks).
 STARTUP_PERIOD_S = 5
 STARTUP_FAILURES = 24  # 2 minutes to start, then the revision fails
 

@@ -22,7 +22,7 @@ from infra.names import Names
 # Only the scan writes time series (its gauges, services/jobs/metrics.py CloudMonitoringSink);
 # the worker's metrics are log-based. Neither needs roles/logging.logWriter: Cloud Run sends
 # stdout/stderr to Cloud Logging itself
-# (https://cloud.google.com/run/docs/logging#container-logs).
+# (https://cloud.google.com/run/docs/logging).
 RUNTIME_PROJECT_ROLES: Mapping[str, tuple[str, ...]] = {
     "scan": ("roles/datastore.user", "roles/monitoring.metricWriter"),
     "worker": ("roles/datastore.user",),
@@ -72,8 +72,9 @@ def create_pubsub_service_agent(
 
     Google creates a service agent lazily, so in a new project it may not exist yet when the
     first IAM binding names it, and the binding fails. generateServiceIdentity creates it now
-    (https://cloud.google.com/iam/docs/create-service-agents); every binding that names the
-    agent uses this resource's `member`, so it depends on it.
+    (https://cloud.google.com/service-usage/docs/reference/rest/v1beta1/services/generateServiceIdentity,
+    `gcloud beta services identity create`); every binding that names the agent uses this
+    resource's `member`, so it depends on it.
     """
     return projects.ServiceIdentity(
         "pubsub-service-agent", project=config.project, service=PUBSUB_API, opts=opts
