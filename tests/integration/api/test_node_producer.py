@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,8 @@ import pytest
 
 from tests.integration.api.conftest import AUDIENCE, CALLER, ApiRig
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "node"
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "examples" / "node"
 NODE = shutil.which("node")
 
 pytestmark = pytest.mark.skipif(
@@ -110,3 +114,37 @@ def test_a_caller_the_api_does_not_allow_is_refused_and_exits_1(
     last = log_lines(done.stderr)[-1]
     assert last["severity"] == "ERROR" and last["status"] == "PERMISSION_DENIED"
     assert list(api_rig.client.collection("jobs").stream()) == []
+
+
+def test_the_producer_works_against_the_local_stack(node_modules: Path, tmp_path: Path) -> None:
+    """`make run` (python -m services.local) serves the api; its env file is all the producer
+    needs (api URL, local issuer, allowed caller)."""
+    environ = {k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}
+    argv = [sys.executable, "-m", "services.local", "--free-ports", "--no-demo"]
+    stack = subprocess.Popen(
+        [*argv, "--log-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        env_file = tmp_path / "env"
+        deadline = time.monotonic() + 90
+        while not env_file.exists():
+            assert stack.poll() is None and time.monotonic() < deadline, stack.stderr
+            time.sleep(0.2)
+        exports = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in env_file.read_text().splitlines()
+            if line.startswith("export ")
+        )
+        done = run_node(["producer.js", "media-local", "decision-local"], exports)
+        assert done.returncode == 0, done.stdout + done.stderr
+        summary = json.loads(done.stdout)
+        assert (summary["read_state"], summary["final_state"]) == ("deferred", "cancelled")
+    finally:
+        stack.send_signal(signal.SIGINT)
+        stack.communicate(timeout=30)
+    assert stack.returncode == 0
