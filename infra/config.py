@@ -112,7 +112,10 @@ SECRET_KEYS = ("slackAuthToken",)
 
 _NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_SERVICE_ACCOUNT = re.compile(r"^[a-z0-9][a-z0-9-]{4,28}[a-z0-9]@[a-z0-9.-]+\.gserviceaccount\.com$")
+# A service account's email: an account ID of 6-30 characters @ a gserviceaccount.com domain.
+_SERVICE_ACCOUNT = re.compile(
+    r"^[a-z0-9][a-z0-9-]{4,28}[a-z0-9]@[a-z0-9.-]+\.gserviceaccount\.com\Z"
+)
 
 
 @dataclass(frozen=True)
