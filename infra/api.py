@@ -36,8 +36,12 @@ RUNTIME_ROLES: tuple[str, ...] = ("roles/datastore.user",)
 # stuck call from holding a caller's connection for Cloud Run's default 300 s.
 REQUEST_TIMEOUT_S = 30
 # functions-framework runs THREADS threads per instance; give it one per concurrent request
-# Cloud Run may send, or requests queue behind busy threads.
+# Cloud Run may send, or requests queue behind busy threads. Cloud Run's timeout answers 504
+# but leaves the thread running; CLOUD_RUN_TIMEOUT_SECONDS with THREADED_TIMEOUT_ENABLED makes
+# functions-framework end the request in the thread too (functions_framework/_http/gunicorn.py).
 THREADS = "THREADS"
+TIMEOUT_SECONDS = "CLOUD_RUN_TIMEOUT_SECONDS"
+THREADED_TIMEOUT = "THREADED_TIMEOUT_ENABLED"
 
 API_VARIABLES: tuple[str, ...] = (
     api_keys.PROJECT,
@@ -147,7 +151,13 @@ def _service(
     opts: pulumi.ResourceOptions,
 ) -> cloudrunv2.Service:
     scaling = config.api_scaling
-    fixed = {FUNCTION_TARGET: FUNCTION, FUNCTION_SOURCE: SOURCE, THREADS: str(scaling.concurrency)}
+    fixed = {
+        FUNCTION_TARGET: FUNCTION,
+        FUNCTION_SOURCE: SOURCE,
+        THREADS: str(scaling.concurrency),
+        TIMEOUT_SECONDS: str(REQUEST_TIMEOUT_S),
+        THREADED_TIMEOUT: "true",
+    }
     envs = [
         cloudrunv2.ServiceTemplateContainerEnvArgs(name=name, value=value)
         for name, value in {**fixed, **environment}.items()

@@ -112,6 +112,9 @@ def test_the_environment_is_one_api_settings_accepts_with_the_url_as_audience(
     assert settings.allowed_callers == frozenset(callers_of(name))
     template = api_service(run)["template"]
     assert int(variables["THREADS"]) == template["maxInstanceRequestConcurrency"]
+    # functions-framework ends a request where Cloud Run stops waiting for it.
+    assert f"{variables['CLOUD_RUN_TIMEOUT_SECONDS']}s" == template["timeout"]
+    assert variables["THREADED_TIMEOUT_ENABLED"] == "true"
 
 
 def test_no_callers_means_no_api_service_and_no_url() -> None:

@@ -8,32 +8,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
 from services.api import document, routes
 from tests.unit.api.conftest import Api
-
-# A request per documented operation that reaches the operation itself (not a route error).
-_EXAMPLES: dict[str, tuple[str, Any]] = {
-    "schedule": (
-        "/v1/jobs",
-        {"job_id": "doc-1", "action": "media.delete_source", "subject": "m", "delay": "60s"},
-    ),
-    "get": ("/v1/jobs/doc-1", None),
-    "cancel": ("/v1/jobs/doc-1:cancel", {"reason": "test"}),
-    "reschedule": ("/v1/jobs/doc-1:reschedule", {"delay": "120s"}),
-    "openapi": ("/v1/openapi.json", None),
-}
-
-
-def operations() -> list[tuple[str, str, dict[str, Any]]]:
-    return [
-        (method.upper(), path, operation)
-        for path, item in document.document()["paths"].items()
-        for method, operation in item.items()
-    ]
+from tests.unit.api.contract import EXAMPLES, check_against_schema, operations
 
 
 def test_the_document_is_valid_openapi_3_1() -> None:
@@ -80,42 +60,23 @@ _GOOGLE_CODES = frozenset(
 )
 
 
-def _resolve(spec: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
-    while "$ref" in node:
-        target: Any = spec
-        for part in node["$ref"].removeprefix("#/").split("/"):
-            target = target[part]
-        node = target
-    return node
-
-
-def _check_against_schema(spec: dict[str, Any], response_doc: dict[str, Any], body: Any) -> None:
-    schema = _resolve(spec, response_doc)["content"]["application/json"]["schema"]
-    # Validate in the document's context so its $refs resolve.
-    jsonschema.validate(
-        body,
-        {**schema, "components": spec["components"]},
-        cls=jsonschema.Draft202012Validator,
-    )
-
-
 @pytest.mark.parametrize(("method", "path", "operation"), operations())
 def test_every_documented_route_answers_as_documented(
     api: Api, method: str, path: str, operation: dict[str, Any]
 ) -> None:
     spec = document.document()
     # The job the resource operations address exists (reschedule runs before cancel).
-    api.post(*_EXAMPLES["schedule"])
-    url, body = _EXAMPLES[operation["operationId"]]
+    api.post(*EXAMPLES["schedule"])
+    url, body = EXAMPLES[operation["operationId"]]
     response = api.request(method, url, body)
     documented = operation["responses"]
     assert str(response.status_code) in documented, response.get_data(as_text=True)
     assert response.status_code < 300, response.get_data(as_text=True)
-    _check_against_schema(spec, documented[str(response.status_code)], response.get_json())
+    check_against_schema(spec, documented[str(response.status_code)], response.get_json())
     # And an error from the same route matches the error schema.
     refused = api.request(method, url, body, auth=None)
     assert str(refused.status_code) in documented
-    _check_against_schema(spec, documented[str(refused.status_code)], refused.get_json())
+    check_against_schema(spec, documented[str(refused.status_code)], refused.get_json())
 
 
 def test_the_served_document_is_the_file_byte_for_byte_as_json(api: Api) -> None:
