@@ -21,8 +21,10 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import flask
 
@@ -73,6 +75,15 @@ class ApiStore(Protocol):
     def reschedule(self, job_id: str, due_at: Any, reason: str, by: str) -> Job: ...
 
 
+@dataclass
+class _Seen:
+    """What the request turned out to be, for its one log line."""
+
+    operation: str | None = None
+    job_id: str | None = None
+    caller: str | None = None
+
+
 class _Answer:
     """A success: status, JSON body, extra headers."""
 
@@ -112,20 +123,23 @@ class ApiHandler:
     def handle(self, request: flask.Request) -> flask.Response:
         request_id = _request_id(request.headers.get(REQUEST_ID_HEADER))
         started = time.monotonic()
+        seen = _Seen()
         with log.bind_request(
             request.headers.get(log.TRACE_HEADER), self._project, request_id=request_id
         ):
-            response, operation = self._respond(request)
+            response = self._respond(request, seen)
             response.headers[REQUEST_ID_HEADER] = request_id
             logger.info(
                 "%s %s → %d",
                 request.method,
-                operation or request.path[:200],
+                seen.operation or request.path[:200],
                 response.status_code,
                 extra={
                     "fields": {
                         LOG_EVENT: EVENT_API_REQUEST,
-                        "operation": operation,
+                        "operation": seen.operation,
+                        "job_id": seen.job_id,
+                        "caller": seen.caller,
                         "status": response.status_code,
                         "latency_ms": round((time.monotonic() - started) * 1000, 1),
                     }
@@ -133,19 +147,19 @@ class ApiHandler:
             )
             return response
 
-    def _respond(self, request: flask.Request) -> tuple[flask.Response, str | None]:
-        operation: str | None = None
+    def _respond(self, request: flask.Request, seen: _Seen) -> flask.Response:
         try:
             caller = self._authenticate(request)
+            seen.caller = caller.email
             found = routes.match(request.method, request.path)
-            operation = found.route.operation
+            seen.operation, seen.job_id = found.route.operation, found.job_id
             with log.bound(job_id=found.job_id, caller=caller.email):
-                answer = self._operations[operation](request, caller, found.job_id)
-            response = _json(answer.status, answer.body, answer.headers)
+                answer = self._operations[found.route.operation](request, caller, found.job_id)
+            return _json(answer.status, answer.body, answer.headers)
         except ApiError as exc:
             if exc.http >= HTTPStatus.INTERNAL_SERVER_ERROR:
                 logger.error("request failed: %s", exc.message)
-            response = _json(exc.http, exc.body(), exc.headers)
+            return _json(exc.http, exc.body(), exc.headers)
         except Exception as exc:
             # Last resort: a bug. One structured ERROR line an alert can match, then a JSON 500.
             logger.exception(
@@ -154,8 +168,7 @@ class ApiHandler:
                     "fields": {LOG_EVENT: EVENT_API_CRASHED, "error_type": type(exc).__qualname__}
                 },
             )
-            response = _json(HTTPStatus.INTERNAL_SERVER_ERROR, errors.internal().body())
-        return response, operation
+            return _json(HTTPStatus.INTERNAL_SERVER_ERROR, errors.internal().body())
 
     # -- authentication -------------------------------------------------------------------
 
@@ -183,7 +196,8 @@ class ApiHandler:
         new_job = payload.parse_schedule(self._body(request), self._clock.now())
         result = self._call(lambda: self._store.schedule(new_job, by=_by(caller)))
         status = HTTPStatus.CREATED if result.created else HTTPStatus.OK
-        headers = {"Location": f"{routes.COLLECTION}/{result.job.job_id}"}
+        # Percent-encoded: a header is Latin-1, and a job ID may be any Unicode.
+        headers = {"Location": f"{routes.COLLECTION}/{quote(result.job.job_id, safe='')}"}
         return _Answer(status, job_resource(result.job), headers)
 
     def _get(self, request: flask.Request, caller: Caller, job_id: str | None) -> _Answer:

@@ -182,6 +182,13 @@ def test_cancelling_a_completed_job_is_failed_precondition(api: Api) -> None:
     assert fields_of(error) == ["state"]
 
 
+def test_the_location_of_a_unicode_job_id_is_percent_encoded(api: Api) -> None:
+    response = api.post("/v1/jobs", schedule_body(job_id="日本:1"))
+    assert response.status_code == 201
+    assert response.headers["Location"] == "/v1/jobs/%E6%97%A5%E6%9C%AC%3A1"
+    assert api.get(response.headers["Location"]).get_json()["job_id"] == "日本:1"
+
+
 def test_a_job_id_with_colons_is_addressed_by_its_last_colon(api: Api) -> None:
     job_id = derive_job_id(ACTION, "media-1", "retention-9")
     api.post("/v1/jobs", schedule_body(job_id=job_id))
@@ -228,4 +235,6 @@ def test_every_answer_is_logged_once_with_its_request_id(
     api.get("/v1/jobs/nosuch", headers={"X-Request-Id": "req-7"})
     lines = [r for r in caplog.records if r.name == "services.api.app"]
     assert len(lines) == 1
-    assert lines[0].fields["status"] == 404  # type: ignore[attr-defined]
+    fields = lines[0].fields  # type: ignore[attr-defined]
+    assert (fields["status"], fields["operation"], fields["job_id"]) == (404, "get", "nosuch")
+    assert fields["caller"] == CALLER
