@@ -7,12 +7,14 @@ examples/node/node_modules (git-ignored) when that is missing, so later runs nee
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,18 +36,22 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def node_modules() -> Path:
     installed = EXAMPLE / "node_modules" / "google-auth-library"
-    if not installed.is_dir():
-        npm = shutil.which("npm")
-        assert npm is not None, "node is on PATH but npm is not; install npm to run the example"
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=EXAMPLE,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, f"npm ci failed:\n{done.stdout}\n{done.stderr}"
+    # One installer at a time: parallel test workers share examples/node.
+    lock_path = Path(tempfile.gettempdir()) / "deferred-jobs-examples-node.lock"
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not installed.is_dir():
+            npm = shutil.which("npm")
+            assert npm is not None, "node is on PATH but npm is not; install npm to run this"
+            done = subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund"],
+                cwd=EXAMPLE,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert done.returncode == 0, f"npm ci failed:\n{done.stdout}\n{done.stderr}"
     return installed
 
 
