@@ -5,7 +5,10 @@ else, an environment ApiSettings accepts, and the exported URL as the expected a
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,3 +132,19 @@ def test_a_caller_that_is_not_a_service_account_fails_the_preview_naming_the_key
     raw["apiCallers"] = ["someone@example.com"]
     with pytest.raises(InfraConfigError, match="apiCallers"):
         parse_config(raw)
+
+
+def test_the_installed_package_carries_the_openapi_document(tmp_path: Path) -> None:
+    """The image runs `pip install .`, so the api imports services.api from site-packages: the
+    document must be package data, or /v1/openapi.json would fail only in production."""
+    script = (
+        "import sys; from setuptools import setup; "
+        f"sys.argv = ['setup.py', '-q', 'egg_info', '--egg-base', {str(tmp_path)!r}, "
+        f"'build_py', '--build-lib', {str(tmp_path / 'lib')!r}]; setup()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    built = tmp_path / "lib" / "services" / "api" / "openapi.json"
+    assert built.read_bytes() == (ROOT / "services" / "api" / "openapi.json").read_bytes()
