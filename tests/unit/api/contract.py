@@ -8,7 +8,8 @@ from typing import Any
 
 import jsonschema
 
-from services.api import document
+from services.api import document, routes
+from services.api.errors import ApiError
 
 # A request per documented operation that reaches the operation itself (not a route error).
 EXAMPLES: dict[str, tuple[str, Any]] = {
@@ -48,3 +49,13 @@ def check_against_schema(spec: dict[str, Any], response_doc: dict[str, Any], bod
         {**schema, "components": spec["components"]},
         cls=jsonschema.Draft202012Validator,
     )
+
+
+def documented_statuses(method: str, path: str) -> set[str] | None:
+    """The statuses the document lists for the operation `method path` reaches, if any."""
+    try:
+        found = routes.match(method, path)
+    except ApiError:
+        return None
+    item = document.document()["paths"][found.route.path][found.route.method.lower()]
+    return set(item["responses"])
