@@ -26,7 +26,6 @@ from services.jobs.clock import FakeClock
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 CALLER = "producer@test-project.iam.gserviceaccount.com"
 AUDIENCE = "https://api-test.a.run.app"
-ACTION = "media.delete_source"
 
 
 @dataclass
@@ -88,18 +87,6 @@ def api_rig(
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
-
-
-def schedule_body(**overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "job_id": "job-1",
-        "action": ACTION,
-        "subject": "media-1",
-        "params": {"bucket": "media-src", "objects": ["media-1/source.mp4"]},
-        "due_at": "2026-07-01T12:00:00Z",
-    }
-    body.update(overrides)
-    return {k: v for k, v in body.items() if v is not ...}
 
 
 def fields_of(response: requests.Response) -> list[str]:

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.api.conftest import ApiRig, schedule_body
-from tests.unit.api.contract import documented_statuses
+from tests.integration.api.conftest import ApiRig
+from tests.unit.api.contract import documented_statuses, schedule_body
 
 scalars = (
     st.none()

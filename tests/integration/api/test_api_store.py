@@ -9,14 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.jobs.model import derive_job_id
-from tests.integration.api.conftest import (
-    ACTION,
-    CALLER,
-    T0,
-    ApiRig,
-    fields_of,
-    schedule_body,
-)
+from tests.integration.api.conftest import CALLER, T0, ApiRig, fields_of
+from tests.unit.api.contract import ACTION, schedule_body
 
 
 def test_schedule_writes_a_deferred_record_and_a_repeat_is_200_writing_nothing(

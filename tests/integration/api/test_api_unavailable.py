@@ -12,7 +12,8 @@ from google.cloud import firestore
 from services.api.app import create_app
 from services.api.settings import ApiSettings
 from services.jobs.clock import FakeClock
-from tests.integration.api.conftest import AUDIENCE, CALLER, T0, schedule_body
+from tests.integration.api.conftest import AUDIENCE, CALLER, T0
+from tests.unit.api.contract import schedule_body
 
 
 def test_an_unreachable_firestore_is_503_with_retry_after(

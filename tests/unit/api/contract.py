@@ -1,4 +1,4 @@
-"""The OpenAPI document as a test oracle: its operations, an example request for each, and a
+"""The OpenAPI document as a test oracle: its operations, example requests, and a
 check that an answer's body fits the schema the document gives for its status. Shared by the
 unit test (in-memory store) and the integration test (Firestore emulator)."""
 
@@ -10,6 +10,23 @@ import jsonschema
 
 from services.api import document, routes
 from services.api.errors import ApiError
+
+ACTION = "media.delete_source"
+DUE = "2026-07-01T12:00:00Z"
+
+
+def schedule_body(**overrides: Any) -> dict[str, Any]:
+    """A valid `POST /v1/jobs` body; an override of `...` removes that field."""
+    body: dict[str, Any] = {
+        "job_id": "job-1",
+        "action": ACTION,
+        "subject": "media-1",
+        "params": {"bucket": "media-src", "objects": ["media-1/source.mp4"]},
+        "due_at": DUE,
+    }
+    body.update(overrides)
+    return {k: v for k, v in body.items() if v is not ...}
+
 
 # A request per documented operation that reaches the operation itself (not a route error).
 EXAMPLES: dict[str, tuple[str, Any]] = {

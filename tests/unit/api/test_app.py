@@ -10,22 +10,8 @@ import pytest
 from services.jobs.model import derive_job_id
 from services.jobs.state import State
 from tests.unit.api.conftest import Api
+from tests.unit.api.contract import ACTION, DUE, schedule_body
 from tests.unit.api.fakes import CALLER, STRANGER, T0
-
-ACTION = "media.delete_source"
-DUE = "2026-07-01T12:00:00Z"
-
-
-def schedule_body(**overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "job_id": "job-1",
-        "action": ACTION,
-        "subject": "media-1",
-        "params": {"bucket": "b", "objects": ["media-1/source.mp4"]},
-        "due_at": DUE,
-    }
-    body.update(overrides)
-    return {k: v for k, v in body.items() if v is not ...}
 
 
 def error_of(response: Any, status: int) -> dict[str, Any]:
