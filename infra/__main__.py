@@ -15,8 +15,8 @@ sys.path.insert(0, str(_REPO_ROOT))
 
 import pulumi  # noqa: E402
 
+from infra.api import build_with_api  # noqa: E402
 from infra.config import load_config  # noqa: E402
-from infra.program import build  # noqa: E402
 
-for _name, _value in build(load_config()).outputs().items():
+for _name, _value in build_with_api(load_config()).outputs().items():
     pulumi.export(_name, _value)

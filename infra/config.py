@@ -117,6 +117,9 @@ SETTINGS: tuple[Setting, ...] = (
         "days a completed, cancelled or failed job is kept (TTL)",
     ),
     Setting("alertEmails", "list", (), doc="email notification channels"),
+    Setting("apiCallers", "list", (), doc="service accounts that may call the api (none: no api)"),
+    Setting("apiMaxInstances", "int", 10, 1, 1000, "api maximum instances"),
+    Setting("apiConcurrency", "int", 80, 1, 1000, "api requests per instance"),
     Setting("slackChannel", "str", "", doc="Slack channel; needs the secret slackAuthToken"),
 )
 
@@ -131,6 +134,10 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _PLACEHOLDER_MARKS = ("<", ">", "$", "{", "}", "...", "\N{HORIZONTAL ELLIPSIS}", " ")
 _PLACEHOLDER_WORDS = ("todo", "fixme", "changeme", "placeholder", "replace-me", "replace_me")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+# A service account's email: an account ID of 6-30 characters @ a gserviceaccount.com domain.
+_SERVICE_ACCOUNT = re.compile(
+    r"^[a-z0-9][a-z0-9-]{4,28}[a-z0-9]@[a-z0-9.-]+\.gserviceaccount\.com\Z"
+)
 
 
 @dataclass(frozen=True)
@@ -184,6 +191,8 @@ class StackConfig:
     alert_emails: tuple[str, ...]
     slack_channel: str
     slack_auth_token: pulumi.Output[str] | None = None
+    api_callers: tuple[str, ...] = ()
+    api_scaling: Scaling = Scaling(0, 10, 80)
 
     @property
     def terminal_retention_s(self) -> int:
@@ -266,6 +275,8 @@ def parse_config(
         alert_emails=tuple(values["alertEmails"]),
         slack_channel=values["slackChannel"],
         slack_auth_token=slack_auth_token,
+        api_callers=tuple(values["apiCallers"]),
+        api_scaling=Scaling(0, values["apiMaxInstances"], values["apiConcurrency"]),
     )
 
 
@@ -401,6 +412,9 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
     for email in values["alertEmails"]:
         if not _EMAIL.match(email):
             errors.append(f"alertEmails: {email!r} is not an email address")
+    for email in values["apiCallers"]:
+        if not _SERVICE_ACCOUNT.match(email):
+            errors.append(f"apiCallers: {email!r} is not a service account email")
     return _check_schedule(values["schedule"], errors)
 
 

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from emulators.launcher import DEFAULT_PROJECT, READY_LINE, free_port, port_is_free
 from emulators.launcher import Ports as EmulatorPorts
 from emulators.oidc.server import CERTS_PATH, TOKEN_PATH
+from services.api import settings as api_keys
 from services.cli.backends import DEAD_LETTER_SUBSCRIPTION, Backends
 from services.jobs import settings as common_keys
 from services.jobs.clock import SystemClock
@@ -42,6 +43,12 @@ HOST = "127.0.0.1"
 _EMULATOR_START_S = {False: 60.0, True: 180.0}  # built-in, official (JVMs start slowly)
 _SERVICE_START_S = 60.0
 _POLL_S = 0.5
+# The local producer the api accepts (in the cloud: the stack's apiCallers), and the variables
+# examples/node reads to reach the api and mint its tokens from the local issuer.
+API_CALLER_ACCOUNT = "deferred-jobs-producer"
+PRODUCER_API_URL = "DEFERRED_JOBS_API_URL"
+PRODUCER_TOKEN_URL = "DEFERRED_JOBS_TOKEN_URL"
+PRODUCER_CALLER = "DEFERRED_JOBS_CALLER"
 
 
 class DemoTimeout(StackError):
@@ -55,6 +62,7 @@ class Ports(EmulatorPorts):
 
     scan: int = 8100
     worker: int = 8101
+    api: int = 8102
 
     @classmethod
     def all_free(cls) -> Ports:
@@ -89,6 +97,7 @@ class Endpoints:
     exports: dict[str, str] = field(default_factory=dict)
     scan_url: str = ""
     worker_url: str = ""
+    api_url: str = ""
     pids: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -216,6 +225,7 @@ class LocalSystem:
         started = [
             self._start_function("worker", worker_port, worker_env),
             self._start_function("scan", scan_port, scan_env),
+            self._start_api(common),
         ]
         for child, port in started:
             self.supervisor.wait_until(
@@ -224,6 +234,20 @@ class LocalSystem:
                 timeout_s=_SERVICE_START_S,
                 what=f"listening on port {port}",
             )
+
+    def _start_api(self, common: Mapping[str, str]) -> tuple[Child, int]:
+        port = self.options.ports.api or free_port(HOST)
+        self.endpoints.api_url = f"http://{HOST}:{port}"
+        env = {
+            **common,
+            api_keys.API_AUDIENCE: self.endpoints.api_url,
+            api_keys.API_ALLOWED_CALLERS: self.api_caller_email,
+        }
+        return self._start_function("api", port, env)
+
+    @property
+    def api_caller_email(self) -> str:
+        return self.topology.names.email(API_CALLER_ACCOUNT, self.options.project)
 
     def _start_function(self, target: str, port: int, env: Mapping[str, str]) -> tuple[Child, int]:
         argv = [
@@ -267,15 +291,18 @@ class LocalSystem:
             scheduler.stop()
 
     def _scheduler(self, on_attempt: Callable[[Attempt], None]) -> LocalScheduler:
-        certs_url = self.endpoints.exports[common_keys.OIDC_CERTS_URL]
         return LocalScheduler(
             url=self.endpoints.scan_url,
             audience=self.endpoints.scan_url,
             invoker_email=self.topology.scheduler_email,
             interval_s=self.options.scan_every_s,
-            tokens=token_from_issuer_url(certs_url.replace(CERTS_PATH, TOKEN_PATH)),
+            tokens=token_from_issuer_url(self._token_url()),
             on_attempt=on_attempt,
         )
+
+    def _token_url(self) -> str:
+        certs_url = self.endpoints.exports[common_keys.OIDC_CERTS_URL]
+        return certs_url.replace(CERTS_PATH, TOKEN_PATH)
 
     def _demo_done(self, deadline: float | None) -> bool:
         """Whether the demo is done (said once); DemoTimeout once `deadline` passed."""
@@ -352,12 +379,16 @@ class LocalSystem:
             scan_keys.TOPIC: self.topology.names.topic,
             DEAD_LETTER_SUBSCRIPTION: self.topology.names.dead_letter_subscription,
             scan_keys.SCAN_INTERVAL_S: f"{self.options.budget_interval_s:g}",
+            PRODUCER_API_URL: self.endpoints.api_url,
+            PRODUCER_TOKEN_URL: self._token_url(),
+            PRODUCER_CALLER: self.api_caller_email,
         }
 
     def _banner(self) -> None:
         e = self.endpoints
         self._say(f"scan    {e.scan_url}  (pid {e.pids['scan']})")
         self._say(f"worker  {e.worker_url}  (pid {e.pids['worker']})")
+        self._say(f"api     {e.api_url}  (pid {e.pids['api']}; caller {self.api_caller_email})")
         self._say(f"emulators (pid {e.pids['emulators']}); logs in {self.options.log_dir}")
         for note in e.notes:
             self._say(f"emulators: {note}")

@@ -84,6 +84,7 @@ def test_main_runs_under_the_python_host_layout_and_exports_every_output() -> No
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["outputs"] == sorted(
         [
+            "api_url",
             "dead_letter_subscription",
             "dead_letter_topic",
             "scan_url",

@@ -1,0 +1,84 @@
+"""The API's configuration: one frozen `ApiSettings`, read from JOBS_* variables once.
+
+The variable names are module constants (and `ALL_KEYS`) so the Pulumi program sets exactly
+what this reads. `from_env` names every missing or invalid key in one `SettingsError`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
+from services.jobs.settings import (
+    COMMON_KEYS,
+    DEFAULT_FIRESTORE_TIMEOUT_S,
+    DEFAULT_TERMINAL_RETENTION_S,
+    PROJECT,
+    TERMINAL_RETENTION_S,
+    CommonSettings,
+    EnvReader,
+    SettingsError,
+)
+
+__all__ = ["ALL_KEYS", "PROJECT", "TERMINAL_RETENTION_S", "ApiSettings", "SettingsError"]
+
+# The API's own (the shared ones are services.jobs.settings', read through CommonSettings).
+API_AUDIENCE = "JOBS_API_AUDIENCE"
+API_ALLOWED_CALLERS = "JOBS_API_ALLOWED_CALLERS"
+API_MAX_BODY_BYTES = "JOBS_API_MAX_BODY_BYTES"
+
+ALL_KEYS = (*COMMON_KEYS, API_AUDIENCE, API_ALLOWED_CALLERS, API_MAX_BODY_BYTES)
+
+# A schedule request is at most a 1,500-byte ID, a 1 KiB subject and 16 KiB of params (see
+# services/jobs/model.py); 64 KiB leaves room for JSON escaping without inviting megabytes.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024
+MIN_MAX_BODY_BYTES, MAX_MAX_BODY_BYTES = 32 * 1024, 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """Everything the API reads from its environment."""
+
+    project: str
+    audience: str
+    allowed_callers: frozenset[str]
+    certs_url: str = GOOGLE_CERTS_URL
+    auth_clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    log_level: str = "INFO"
+    terminal_retention_s: float = DEFAULT_TERMINAL_RETENTION_S
+    firestore_timeout_s: float = DEFAULT_FIRESTORE_TIMEOUT_S
+
+    @property
+    def terminal_retention(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.terminal_retention_s)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ApiSettings:
+        """Settings from `environ` (pass `os.environ`); SettingsError names every bad key."""
+        env = EnvReader(environ)
+        common = CommonSettings.read(env)
+        callers = env.csv(API_ALLOWED_CALLERS)
+        bad = sorted(e for e in callers if "@" not in e or " " in e)
+        if bad:
+            env.problem(API_ALLOWED_CALLERS, f"not email addresses: {', '.join(bad)}")
+        settings = cls(
+            project=common.project,
+            audience=env.url(API_AUDIENCE),
+            allowed_callers=frozenset(callers),
+            certs_url=common.oidc_certs_url,
+            auth_clock_skew_s=common.auth_clock_skew_s,
+            max_body_bytes=env.int(
+                API_MAX_BODY_BYTES,
+                default=DEFAULT_MAX_BODY_BYTES,
+                min=MIN_MAX_BODY_BYTES,
+                max=MAX_MAX_BODY_BYTES,
+            ),
+            log_level=common.log_level,
+            terminal_retention_s=common.terminal_retention_s,
+            firestore_timeout_s=common.firestore_timeout_s,
+        )
+        env.finish()
+        return settings

@@ -1,0 +1,150 @@
+"""The schedule API in both example stacks, under mocks: its service, its own runtime account
+with Firestore access only, `roles/run.invoker` on it for each `apiCallers` entry and nobody
+else, an environment ApiSettings accepts, and the exported URL as the expected audience."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import infra.program
+from infra import api as infra_api
+from infra.config import parse_config
+from infra.errors import InfraConfigError
+from services.api import settings as api_keys
+from services.api.settings import ApiSettings
+from services.jobs.settings import PREFIX
+from tests.infra.conftest import ROOT, StackRun, run_stack, stack_config
+
+SERVICE = "cloudrunv2/service:Service"
+RUN_INVOKER = "cloudrunv2/serviceIamMember:ServiceIamMember"
+ACCOUNT = "serviceaccount/account:Account"
+PROJECT_GRANT = "projects/iAMMember:IAMMember"
+
+
+def run_with_api(stack: str, overrides: dict[str, Any] | None = None) -> StackRun:
+    """run_stack, building what __main__.py builds (the core stack plus the API)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(infra.program, "build", infra_api.build_with_api)
+        return run_stack(stack, overrides)
+
+
+@pytest.fixture(scope="module", params=["dev", "prod"])
+def stack(request: pytest.FixtureRequest) -> Iterator[tuple[str, StackRun]]:
+    yield request.param, run_with_api(request.param)
+
+
+def callers_of(name: str) -> list[str]:
+    callers: list[str] = stack_config(name)["deferred-jobs:apiCallers"]
+    return callers
+
+
+def api_service(run: StackRun) -> dict[str, Any]:
+    return dict(run.one(SERVICE, "api-service").state)
+
+
+def envs(run: StackRun) -> dict[str, str]:
+    container = api_service(run)["template"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["envs"]}
+
+
+def runtime_email(run: StackRun) -> str:
+    return str(run.one(ACCOUNT, "sa-api").state["email"])
+
+
+def test_the_api_runs_the_api_target_of_the_one_image(stack: tuple[str, StackRun]) -> None:
+    _, run = stack
+    service = api_service(run)
+    core = run.one(SERVICE, "scan-service").state
+    assert (
+        service["template"]["containers"][0]["image"] == core["template"]["containers"][0]["image"]
+    )
+    variables = envs(run)
+    assert variables["FUNCTION_TARGET"] == "api"
+    source = ROOT / variables["FUNCTION_SOURCE"]
+    body = ast.parse(source.read_text()).body
+    functions = {n.name for n in body if isinstance(n, ast.FunctionDef)}
+    assert "api" in functions
+    assert service["ingress"] == "INGRESS_TRAFFIC_INTERNAL_ONLY"
+    assert service["template"]["serviceAccount"] == runtime_email(run)
+
+
+def test_each_configured_caller_and_nobody_else_may_invoke_the_api(
+    stack: tuple[str, StackRun],
+) -> None:
+    name, run = stack
+    api_name = api_service(run)["name"]
+    bindings = [r.state for r in run.of_type(RUN_INVOKER) if r.state["name"] == api_name]
+    assert sorted((b["role"], b["member"]) for b in bindings) == sorted(
+        ("roles/run.invoker", f"serviceAccount:{email}") for email in callers_of(name)
+    )
+    # The callers get nothing else: no invoker on the scan or the worker, no project role.
+    members = {f"serviceAccount:{email}" for email in callers_of(name)}
+    elsewhere = [
+        r.name
+        for r in run.resources
+        if r.state.get("member") in members and r.state.get("name") != api_name
+    ]
+    assert elsewhere == []
+
+
+def test_the_api_runtime_may_use_firestore_and_nothing_more(stack: tuple[str, StackRun]) -> None:
+    _, run = stack
+    member = f"serviceAccount:{runtime_email(run)}"
+    granted = [r.state["role"] for r in run.resources if r.state.get("member") == member]
+    assert granted == ["roles/datastore.user"]
+
+
+def test_the_environment_is_one_api_settings_accepts_with_the_url_as_audience(
+    stack: tuple[str, StackRun],
+) -> None:
+    name, run = stack
+    variables = envs(run)
+    jobs = {k: v for k, v in variables.items() if k.startswith(PREFIX)}
+    assert set(jobs) == set(infra_api.API_VARIABLES)
+    assert set(jobs) <= set(api_keys.ALL_KEYS)
+    settings = ApiSettings.from_env(jobs)
+    assert settings.audience == run.outputs["api_url"]
+    assert run.outputs["api_url"] == run.outputs["scan_url"].replace("-scan-", "-api-")
+    assert settings.allowed_callers == frozenset(callers_of(name))
+    template = api_service(run)["template"]
+    assert int(variables["THREADS"]) == template["maxInstanceRequestConcurrency"]
+    # functions-framework ends a request where Cloud Run stops waiting for it.
+    assert f"{variables['CLOUD_RUN_TIMEOUT_SECONDS']}s" == template["timeout"]
+    assert variables["THREADED_TIMEOUT_ENABLED"] == "true"
+
+
+def test_no_callers_means_no_api_service_and_no_url() -> None:
+    run = run_with_api("dev", {"apiCallers": []})
+    assert [r for r in run.resources if r.name.startswith(("api-service", "sa-api"))] == []
+    assert "api_url" not in run.outputs
+
+
+def test_a_caller_that_is_not_a_service_account_fails_the_preview_naming_the_key() -> None:
+    raw = {f"{k.split(':', 1)[1]}": v for k, v in stack_config("dev").items() if ":" in k}
+    raw.update({"gcp:project": "p", "gcp:region": "europe-west1"})
+    raw["apiCallers"] = ["someone@example.com"]
+    with pytest.raises(InfraConfigError, match="apiCallers"):
+        parse_config(raw)
+
+
+def test_the_installed_package_carries_the_openapi_document(tmp_path: Path) -> None:
+    """The image runs `pip install .`, so the api imports services.api from site-packages: the
+    document must be package data, or /v1/openapi.json would fail only in production."""
+    script = (
+        "import sys; from setuptools import setup; "
+        f"sys.argv = ['setup.py', '-q', 'egg_info', '--egg-base', {str(tmp_path)!r}, "
+        f"'build_py', '--build-lib', {str(tmp_path / 'lib')!r}]; setup()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    built = tmp_path / "lib" / "services" / "api" / "openapi.json"
+    assert built.read_bytes() == (ROOT / "services" / "api" / "openapi.json").read_bytes()
