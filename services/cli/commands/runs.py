@@ -19,7 +19,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "runs", parents=[common], help="recent scan runs, newest first (drain progress)"
     )
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=int, default=20, help="at most this many runs (default 20)")
     p.set_defaults(handler=runs)
 
     p = commands.add_parser(
@@ -27,7 +27,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="push messages the worker acknowledged but could not process",
     )
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=int, default=20, help="at most this many messages (default 20)")
     p.set_defaults(handler=rejected)
 
 
