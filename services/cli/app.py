@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from services.cli.backends import FIRESTORE_DATABASE, OPERATOR
-from services.cli.commands import backlog, control, deadletter, job, runs
+from services.cli.commands import backlog, control, deadletter, job, runs, watch
 from services.cli.errors import ExitCode
 from services.cli.session import Session, run_command, write_error
 from services.jobs.settings import PROJECT
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (job, backlog, control, runs, deadletter):
+    for module in (job, backlog, control, runs, deadletter, watch):
         module.register(commands, common)
     return parser
 

@@ -88,7 +88,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 def stats(session: Session, args: argparse.Namespace) -> Report:
     store = session.store()
     control = store.get_control()
-    timeout = _claim_timeout(session, args.claim_timeout, control)
+    timeout = claim_timeout(session, args.claim_timeout, control)
     now = session.now()
     figures = store.stats(now, timeout)
     age = figures.oldest_overdue_age_s
@@ -122,7 +122,7 @@ def reclaim(session: Session, args: argparse.Namespace) -> Report:
     if args.limit < 1:
         raise UsageError(f"--limit must be at least 1, not {args.limit}")
     store = session.store()
-    timeout = _claim_timeout(session, args.claim_timeout)
+    timeout = claim_timeout(session, args.claim_timeout)
     now = session.now()
     if not args.apply:
         candidates = _reclaim_candidates(session, now - timeout, args.limit)
@@ -206,7 +206,7 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
     return Report(data=data, text=text)
 
 
-def _claim_timeout(session: Session, text: str | None, control: Control | None = None) -> timedelta:
+def claim_timeout(session: Session, text: str | None, control: Control | None = None) -> timedelta:
     """--claim-timeout, else the control document's, never below the deployment's floor.
 
     The floor (JOBS_CLAIM_TIMEOUT_S, when set) is the scan's own rule, applied by the same

@@ -210,7 +210,7 @@ def _file_report(outcomes: list[tuple[jobfile.Line, str, str]], source: str) -> 
     if refused:
         text += "\n" + table(
             ["line", "job_id", "refused because"],
-            [[r["line"], r["job_id"], r["reason"]] for r in refused],
+            [[str(r["line"]), r["job_id"], r["reason"]] for r in refused],
         )
     data = {
         "lines": len(outcomes),

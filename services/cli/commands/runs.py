@@ -10,6 +10,7 @@ from typing import Any
 from services.cli.errors import UsageError
 from services.cli.output import Report, table
 from services.cli.session import Session
+from services.cli.view import effective_run_rate
 from services.jobs.errors import StoreUnavailable
 from services.jobs.rejections import RejectionStore
 from services.jobs.runs import RunLogError, ScanRunLog
@@ -39,6 +40,11 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         recent = log.recent(args.limit)
     except RunLogError as exc:
         raise StoreUnavailable(str(exc)) from exc
+    # Newest first; each run's effective rate needs the run before it (the next row).
+    effective = [
+        effective_run_rate(r, recent[i + 1] if i + 1 < len(recent) else None)
+        for i, r in enumerate(recent)
+    ]
     rows = [
         [
             r.started_at,
@@ -53,8 +59,9 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
             r.stale_enqueued,
             f"{r.duration_s:.1f}s",
             f"{r.drain_rate_per_s:.1f}",
+            f"{rate:.1f}" if rate is not None else None,
         ]
-        for r in recent
+        for r, rate in zip(recent, effective, strict=True)
     ]
     headers = [
         "started",
@@ -68,18 +75,26 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         "due",
         "stale",
         "took",
-        "jobs/s",
+        "burst/s",
+        "effective/s",
     ]
-    # The drain rate is what an operator watches after a pause: published / duration per run.
+    # Burst: published over the run's own duration (how fast a run goes). Effective: published
+    # over the time since the previous run started (the rate the backlog drains at).
     data = [
         {
             **dataclasses.asdict(r),
             "duration_s": r.duration_s,
             "drain_rate_per_s": r.drain_rate_per_s,
+            "burst_rate_per_s": r.drain_rate_per_s,
+            "effective_rate_per_s": rate,
         }
-        for r in recent
+        for r, rate in zip(recent, effective, strict=True)
     ]
-    return Report(data={"runs": data}, text=table(headers, rows))
+    legend = (
+        "burst/s: published / the run's duration; effective/s: published / time since the "
+        "previous run started (the drain rate)"
+    )
+    return Report(data={"runs": data}, text=f"{table(headers, rows)}\n{legend}")
 
 
 def rejected(session: Session, args: argparse.Namespace) -> Report:
