@@ -5,6 +5,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The default tiers in parallel (pytest-xdist): every worker starts its own emulators on free
+# ports; tests that must not overlap share an xdist_group, which loadgroup keeps on one worker.
+# PARALLEL="-n 0" runs serially.
+PARALLEL ?= -n 2 --dist loadgroup
 
 .PHONY: venv run emulators test lint typecheck unit integration infra bench clean
 
@@ -30,16 +34,16 @@ typecheck: venv
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(PARALLEL) $(PYTEST_ARGS)
 
 unit: venv
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit $(PARALLEL) $(PYTEST_ARGS)
 
 integration: venv
-	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/pytest tests/integration $(PARALLEL) $(PYTEST_ARGS)
 
 infra: venv
-	$(BIN)/pytest tests/infra $(PYTEST_ARGS)
+	$(BIN)/pytest tests/infra $(PARALLEL) $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python -m tests.benchmarks $(ARGS)
