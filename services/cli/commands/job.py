@@ -60,7 +60,6 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--action",
-        default=DEFAULT_ACTION,
         help=f"the side effect (default {DEFAULT_ACTION}; its params: {_params_help()})",
     )
     p.add_argument("--subject", help="what the action acts on (a media ID)")
@@ -72,11 +71,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help='a parameter (repeatable); VALUE is JSON when it starts with [ { " or is a '
         "number, true, false or null, else a string",
     )
-    p.add_argument("--due", default="now", help="when: now, +30d, +1y, ISO 8601 (default now)")
+    p.add_argument("--due", help="when: now, +30d, +1y, ISO 8601 (default now)")
     p.add_argument(
         "--max-attempts",
         type=int,
-        default=DEFAULT_MAX_ATTEMPTS,
         help=f"long-retry cycles before the job fails (default {DEFAULT_MAX_ATTEMPTS})",
     )
     p.set_defaults(handler=schedule)
@@ -137,20 +135,21 @@ def schedule(session: Session, args: argparse.Namespace) -> Report:
     if args.subject is None:
         raise UsageError("--subject is required (unless --from)")
     params = dict(_param(text) for text in args.param)
+    action = args.action or DEFAULT_ACTION
     if args.decision == "":
         raise UsageError("--decision must be a non-empty string")
     job_id = (
         args.job_id
         if args.job_id is not None
-        else derive_job_id(args.action, args.subject, args.decision)
+        else derive_job_id(action, args.subject, args.decision)
     )
     new = NewJob(
         job_id=job_id,
-        action=args.action,
+        action=action,
         subject=args.subject,
-        due_at=parse_time(args.due, session.now()),
+        due_at=parse_time(args.due or "now", session.now()),
         params=params,
-        max_attempts=args.max_attempts,
+        max_attempts=DEFAULT_MAX_ATTEMPTS if args.max_attempts is None else args.max_attempts,
     )
     result = session.store().schedule(new, by=f"jobsctl:{session.operator}")
     if result.created:
@@ -170,7 +169,14 @@ def schedule(session: Session, args: argparse.Namespace) -> Report:
 
 def schedule_file(session: Session, args: argparse.Namespace) -> Report:
     """`schedule --from FILE|-`: every line's job, in batches; a summary with line numbers."""
-    flags = [f for f, v in (("--subject", args.subject), ("--param", args.param)) if v]
+    given = {
+        "--subject": args.subject,
+        "--param": args.param,
+        "--action": args.action,
+        "--due": args.due,
+        "--max-attempts": args.max_attempts,
+    }
+    flags = [flag for flag, value in given.items() if value not in (None, [])]
     if flags:
         raise UsageError(f"{' and '.join(flags)} cannot be combined with --from (use the file)")
     lines = jobfile.read_lines(_open_lines(session, args.from_file), session.now())

@@ -13,7 +13,7 @@ from services.cli.session import Session
 from services.cli.view import effective_run_rate
 from services.jobs.errors import StoreUnavailable
 from services.jobs.rejections import RejectionStore
-from services.jobs.runs import RunLogError, ScanRunLog
+from services.jobs.runs import RunLogError, ScanRun, ScanRunLog
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -49,6 +49,7 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         [
             r.started_at,
             r.run_id,
+            run_outcome(r),
             r.stopped_because,
             r.budget,
             r.claimed,
@@ -66,6 +67,7 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
     headers = [
         "started",
         "run_id",
+        "outcome",
         "stopped",
         "budget",
         "claimed",
@@ -85,6 +87,7 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
             **dataclasses.asdict(r),
             "duration_s": r.duration_s,
             "drain_rate_per_s": r.drain_rate_per_s,
+            "outcome": run_outcome(r),
             "burst_rate_per_s": r.drain_rate_per_s,
             "effective_rate_per_s": rate,
         }
@@ -95,6 +98,14 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         "previous run started (the drain rate)"
     )
     return Report(data={"runs": data}, text=f"{table(headers, rows)}\n{legend}")
+
+
+def run_outcome(run: ScanRun) -> str:
+    """How the run ended for its caller: `failed` is a run that answered 503 because every
+    publish failed (the scan records it before answering), `partial` one with some failed."""
+    if run.publish_failed and not run.published:
+        return "failed"
+    return "partial" if run.publish_failed else "ok"
 
 
 def rejected(session: Session, args: argparse.Namespace) -> Report:

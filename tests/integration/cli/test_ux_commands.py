@@ -220,3 +220,24 @@ def test_runs_label_burst_and_effective_rates_apart(
     assert newest["effective_rate_per_s"] == 10.0  # 50 in the 5 s since the previous began
     assert oldest["effective_rate_per_s"] is None
     assert "effective/s" in jobsctl("runs").out
+
+
+def test_runs_list_runs_whose_publishes_failed_as_failed(
+    jobsctl: Jobsctl, firestore_client: Any
+) -> None:
+    log = ScanRunLog(firestore_client, retention=timedelta(days=1))
+    at = datetime.now(UTC) - timedelta(minutes=1)
+    log.record(ScanRun("down", at, at + timedelta(seconds=1), "budget", publish_failed=50))
+    log.record(
+        ScanRun(
+            "half",
+            at + timedelta(seconds=5),
+            at + timedelta(seconds=6),
+            "budget",
+            published=25,
+            publish_failed=25,
+        )
+    )
+    outcomes = {r["run_id"]: r["outcome"] for r in jobsctl("runs", "--json").json()["runs"]}
+    assert outcomes == {"down": "failed", "half": "partial"}
+    assert "failed" in jobsctl("runs").out
