@@ -40,13 +40,14 @@ class DrainRate:
 
 
 def drain_rate(runs: Sequence[ScanRun]) -> DrainRate:
-    """What the runs after the oldest published, per second from the oldest's end to the
-    newest's end: the gaps between runs count, so this is the rate the backlog drains at."""
+    """What the runs before the newest published, per second from the oldest's start to the
+    newest's start: runs start on the schedule's cadence, so the gaps between runs count and
+    this is the rate the backlog drains at."""
     ordered = sorted(runs, key=lambda r: r.started_at)
     if len(ordered) < 2:
         return DrainRate(None, len(ordered), 0.0)
-    span = (ordered[-1].finished_at - ordered[0].finished_at).total_seconds()
-    published = sum(r.published for r in ordered[1:])
+    span = (ordered[-1].started_at - ordered[0].started_at).total_seconds()
+    published = sum(r.published for r in ordered[:-1])
     return DrainRate(published / span if span > 0 else None, len(ordered), span)
 
 

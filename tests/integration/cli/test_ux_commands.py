@@ -199,9 +199,10 @@ def test_watch_once_prints_states_backlog_rates_eta_and_the_last_runs(
         assert text in frame.out, text
     snapshot = jobsctl("watch", "--once", "--json").json()
     assert snapshot["states"]["deferred"] == 5 and snapshot["due_now"] == 4
-    # 100 published by the runs after the oldest, over the 15 s between the first and last.
-    assert snapshot["measured_rate_per_s"] == pytest.approx(100 / 15)
-    assert snapshot["eta_s"] == pytest.approx(4 / (100 / 15))
+    # 150 published by the runs before the newest, over the 15 s from the first start to
+    # the last: the 10/s the settings allow.
+    assert snapshot["measured_rate_per_s"] == pytest.approx(10.0)
+    assert snapshot["eta_s"] == pytest.approx(4 / 10.0)
     assert [r["stopped_because"] for r in snapshot["runs"]][:2] == ["drained", "budget"]
     assert snapshot["read_time"] is not None
 
