@@ -97,7 +97,8 @@ def show_control(session: Session, args: argparse.Namespace) -> Report:
         ["at", "by", "changes", "reason"],
         [[c.at, c.by, _changes_text(c.changes), c.reason] for c in control.history],
     )
-    return _report(control, "", changed=False, extra=f"\n\nhistory:\n{history}")
+    headline = f"per run: {_budget_text(session, control)}"
+    return _report(control, headline, changed=False, extra=f"\n\nhistory:\n{history}")
 
 
 def set_control(session: Session, args: argparse.Namespace) -> Report:

@@ -242,3 +242,43 @@ def test_runs_list_runs_whose_publishes_failed_as_failed(
     outcomes = {r["run_id"]: r["outcome"] for r in jobsctl("runs", "--json").json()["runs"]}
     assert outcomes == {"down": "failed", "half": "partial"}
     assert "failed" in jobsctl("runs").out
+
+
+def _interrupt_on_call(calls: int) -> Callable[[float], None]:
+    """A time.sleep that lets `calls - 1` refreshes happen, then is Ctrl-C."""
+    seen = []
+
+    def sleep(_: float) -> None:
+        seen.append(1)
+        if len(seen) >= calls:
+            raise KeyboardInterrupt
+
+    return sleep
+
+
+def test_watch_json_prints_one_snapshot_per_interval_until_ctrl_c(
+    jobsctl: Jobsctl, seed: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed("due", due=timedelta(minutes=-5))
+    monkeypatch.setattr("services.cli.commands.watch.time.sleep", _interrupt_on_call(2))
+    result = jobsctl("watch", "--json", "--every", "1")
+    assert result.code == ExitCode.OK, result.err
+    lines = result.out.splitlines()
+    assert len(lines) == 2
+    assert [json.loads(line)["due_now"] for line in lines] == [1, 1]
+
+
+def test_watch_redraws_until_ctrl_c(jobsctl: Jobsctl, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("services.cli.commands.watch.time.sleep", _interrupt_on_call(3))
+    result = jobsctl("watch", "--every", "1")
+    assert result.code == ExitCode.OK, result.err
+    assert "Deferred Jobs at" in result.out and "last scan runs" in result.out
+
+
+def test_control_show_prints_the_effective_budget(
+    jobsctl: Jobsctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JOBS_SCAN_INTERVAL_S", "60")
+    monkeypatch.setenv("JOBS_SCAN_MAX_PER_RUN", "500")
+    shown = jobsctl("control", "show")
+    assert "per run: 500 per run = min(max per run 500, 20/s x 1 m 00 s = 1,200)" in shown.out
