@@ -86,6 +86,7 @@ _MAX_LIST_LIMIT = 500
 # computes a new instant for the same decision.
 _SCHEDULE_COMPARED = ("action", "subject", "params", "max_attempts", "idempotency_key")
 _MAX_SCHEDULE_BATCH = 500  # Firestore's writes per batched write
+ScheduleOutcome = ScheduleResult | ValidationError | ScheduleConflict
 
 
 def _same_decision(requested: NewJob, existing: Job) -> ScheduleResult:
@@ -426,63 +427,80 @@ class FirestoreJobStore:
 
     def schedule_many(
         self, new_jobs: Sequence[NewJob], *, by: str = "application"
-    ) -> list[ScheduleResult | ValidationError | ScheduleConflict]:
-        """`schedule` for up to 500 jobs in one batched read and one batched write: each
-        item's outcome, in order, is its ScheduleResult or the error refusing it (the others
-        are still scheduled). Same identity rule as `schedule`; an ID twice in one call is
-        compared with its first occurrence. Firestore errors raise StoreUnavailable."""
+    ) -> list[ScheduleOutcome]:
+        """`schedule` for up to 500 jobs in batched writes: each item's outcome, in order, is
+        its ScheduleResult or the error refusing it (the others are still scheduled). Same
+        identity rule as `schedule`; an ID twice in one call is compared with its first
+        occurrence. Firestore errors raise StoreUnavailable.
+
+        Costs 1 write per new job and no read when none exists yet (the batch of creates
+        commits); when one does, that commit changes nothing and one batched read (1 read
+        per job) settles which are new."""
         if len(new_jobs) > _MAX_SCHEDULE_BATCH:
             raise ValidationError(f"at most {_MAX_SCHEDULE_BATCH} jobs per call")
-        outcomes: list[ScheduleResult | ValidationError | ScheduleConflict | None]
-        outcomes = [None] * len(new_jobs)
+        outcomes: list[ScheduleOutcome | None] = [None] * len(new_jobs)
         valid: dict[int, NewJob] = {}
         for index, new_job in enumerate(new_jobs):
             try:
                 valid[index] = new_job.validated(self._known_actions)
             except ValidationError as exc:
                 outcomes[index] = exc
-        refs = {v.job_id: self._jobs.document(v.job_id) for v in valid.values()}
-        with _store_errors():
-            found = {
-                s.id: Job.from_document(s.id, s.to_dict() or {})
-                for s in self._client.get_all(list(refs.values()), **self._bounds.kwargs)
-                if s.exists
-            }
-        batch = self._client.batch()
-        created: dict[str, int] = {}
-        for index, new in valid.items():
-            existing = found.get(new.job_id)
-            if existing is None:
-                job = self._new_record(new, by)
-                batch.create(refs[new.job_id], job.to_document())
-                found[new.job_id], created[new.job_id] = job, index
-                outcomes[index] = ScheduleResult(job, created=True)
-            else:
-                outcomes[index] = _decision_outcome(new, existing)
-        if created and not self._commit_creates(batch):
-            # A writer created one of them since our read: settle each one on its own.
-            for index in created.values():
-                try:
-                    outcomes[index] = self.schedule(valid[index], by=by)
-                except ScheduleConflict as exc:
-                    outcomes[index] = exc
-        logger.info("scheduled %d of %d jobs in one batch", len(created), len(new_jobs))
+        if not self._create_batch(valid, {}, outcomes, by):
+            refs = [self._jobs.document(v.job_id) for v in valid.values()]
+            with _store_errors():
+                found = {
+                    s.id: Job.from_document(s.id, s.to_dict() or {})
+                    for s in self._client.get_all(refs, **self._bounds.kwargs)
+                    if s.exists
+                }
+            if not self._create_batch(valid, found, outcomes, by):
+                # A writer created one of them since our read: settle each one on its own.
+                for index, new in valid.items():
+                    if new.job_id not in found:
+                        outcomes[index] = self._schedule_outcome(new, by)
         return [outcome for outcome in outcomes if outcome is not None]
 
-    def _new_record(self, valid: NewJob, by: str) -> Job:
-        now = self._clock.now()
-        created = HistoryEntry(now, None, State.DEFERRED, f"{Role.APPLICATION}:{by}", "scheduled")
-        return Job.create(valid, now, history=(created,))
-
-    def _commit_creates(self, batch: Any) -> bool:
-        """Commit a batch of creates; False when one of them already existed (nothing
-        written: a batched write is atomic)."""
+    def _create_batch(
+        self,
+        valid: Mapping[int, NewJob],
+        existing: Mapping[str, Job],
+        outcomes: list[ScheduleOutcome | None],
+        by: str,
+    ) -> bool:
+        """Create, in one batched write, every job of `valid` not in `existing`, filling in
+        each outcome; False when one already existed (a batched write is atomic: nothing was
+        written, and the caller settles again)."""
+        batch = self._client.batch()
+        pending: dict[str, Job] = {}
+        for index, new in valid.items():
+            known = existing.get(new.job_id) or pending.get(new.job_id)
+            if known is not None:
+                outcomes[index] = _decision_outcome(new, known)
+                continue
+            job = self._new_record(new, by)
+            batch.create(self._jobs.document(new.job_id), job.to_document())
+            pending[new.job_id] = job
+            outcomes[index] = ScheduleResult(job, created=True)
+        if not pending:
+            return True
         with _store_errors():
             try:
                 batch.commit(**self._bounds.write_kwargs)
             except api_exceptions.AlreadyExists:
                 return False
+        logger.info("scheduled %d jobs in one batched write", len(pending))
         return True
+
+    def _schedule_outcome(self, new: NewJob, by: str) -> ScheduleOutcome:
+        try:
+            return self.schedule(new, by=by)
+        except ScheduleConflict as exc:
+            return exc
+
+    def _new_record(self, valid: NewJob, by: str) -> Job:
+        now = self._clock.now()
+        created = HistoryEntry(now, None, State.DEFERRED, f"{Role.APPLICATION}:{by}", "scheduled")
+        return Job.create(valid, now, history=(created,))
 
     # -- operator --------------------------------------------------------------------------
 

@@ -89,10 +89,24 @@ def test_schedule_many_reports_each_item_and_writes_new_ones_in_one_commit(
     ]
     assert kinds == ["created", "present", ValidationError, ScheduleConflict, "created", "present"]
     counts = firestore_stats.get()
+    # The optimistic batch of creates hit "old": it wrote nothing; one batched read, then one
+    # batch with the two new jobs.
     assert counts["document_writes"] == 2
-    assert counts["calls"].get("Commit", 0) == 1
+    assert counts["calls"].get("Commit", 0) == 2
+    assert counts["calls"].get("BatchGetDocuments", 0) == 1
     assert store.get("a") is not None and store.get("b") is not None
     assert store.get("bad") is None
+
+
+def test_schedule_many_of_new_jobs_reads_nothing_and_commits_once(
+    store: FirestoreJobStore, firestore_stats: Any
+) -> None:
+    firestore_stats.reset()
+    outcomes = store.schedule_many([new_job(f"j{n}") for n in range(300)])
+    assert all(isinstance(o, ScheduleResult) and o.created for o in outcomes)
+    counts = firestore_stats.get()
+    assert (counts["document_reads"], counts["document_writes"]) == (0, 300)
+    assert counts["calls"].get("Commit", 0) == 1
 
 
 def test_concurrent_schedule_many_of_the_same_jobs_creates_each_once(
