@@ -68,8 +68,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help='a parameter (repeatable); VALUE is JSON when it starts with [ { " or is a '
-        "number, true, false or null, else a string",
+        help="a parameter (repeatable); VALUE is read as JSON when it parses (3, true, "
+        '[...], {...}), else taken as a string; a VALUE starting with [ { or " that is not '
+        "valid JSON is refused",
     )
     p.add_argument("--due", help="when: now, +30d, +1y, ISO 8601 (default now)")
     p.add_argument(
