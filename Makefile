@@ -5,6 +5,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The default tiers in parallel (pytest-xdist): every worker starts its own emulators on free
+# ports; tests that must not overlap share an xdist_group, which loadgroup keeps on one worker.
+# PARALLEL="-n 0" runs serially. The infra tier runs in processes of its own: its Hypothesis
+# tests fail when anything else in the process changes the global `random` state mid-draw,
+# which happened once when they shared an xdist worker with integration tests (google-api-core
+# jitters its background retries with `random`).
+PARALLEL ?= -n 2 --dist loadgroup
 
 .PHONY: venv run emulators test lint typecheck unit integration infra bench clean
 
@@ -30,16 +37,21 @@ typecheck: venv
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/pytest $(PYTEST_ARGS)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(BIN)/pytest $(PARALLEL) tests/unit tests/integration
+	$(BIN)/pytest $(PARALLEL) tests/infra
+else
+	$(BIN)/pytest $(PARALLEL) $(PYTEST_ARGS)
+endif
 
 unit: venv
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit $(PARALLEL) $(PYTEST_ARGS)
 
 integration: venv
-	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/pytest tests/integration $(PARALLEL) $(PYTEST_ARGS)
 
 infra: venv
-	$(BIN)/pytest tests/infra $(PYTEST_ARGS)
+	$(BIN)/pytest tests/infra $(PARALLEL) $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python -m tests.benchmarks $(ARGS)

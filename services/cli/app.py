@@ -13,16 +13,22 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from services.cli.backends import FIRESTORE_DATABASE, OPERATOR
-from services.cli.commands import backlog, control, deadletter, job, runs
+from services.cli.commands import backlog, control, deadletter, job, runs, watch
 from services.cli.errors import ExitCode
-from services.cli.session import Session, run_command
+from services.cli.session import Session, run_command, write_error
 from services.jobs.settings import PROJECT
 
 EPILOG = """\
 exit codes: 0 done; 1 refused (not found, terminal, lost race, conflict); 2 usage or
 validation; 3 backend unavailable (Firestore/Pub/Sub unreachable, credentials, permission)
+
+repeating a command whose outcome already holds is a no-op that exits 0 and says "already"
+(schedule the same decision, cancel a cancelled job, pause when paused, resume when running);
+a command on something that does not exist, or whose outcome can no longer happen, exits 1.
+with --json, errors are JSON on stderr: {"error": MESSAGE, "exit_code": CODE}.
 
 environment: JOBS_PROJECT (or --project), JOBS_FIRESTORE_DATABASE, FIRESTORE_EMULATOR_HOST,
 PUBSUB_EMULATOR_HOST, JOBS_TOPIC and JOBS_DEAD_LETTER_SUBSCRIPTION (dead-letters),
@@ -33,8 +39,23 @@ TIME_FLAGS = frozenset({"--due", "--due-before", "--claimed-before"})
 _PAST = re.compile(r"-\d")
 
 
+class ArgumentError(Exception):
+    """A command line argparse refused (raised instead of exiting, so --json can shape it)."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors raised as ArgumentError; sub-commands inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentError(f"{self.prog}: {message}", self.format_usage())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON on stdout"
     )
@@ -46,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help=f"Firestore database ID ({FIRESTORE_DATABASE}, default (default))",
     )
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="jobsctl",
         description="Operate Deferred Jobs: schedule, inspect and steer jobs; plan a catch-up.",
         epilog=EPILOG,
@@ -54,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (job, backlog, control, runs, deadletter):
+    for module in (job, backlog, control, runs, deadletter, watch):
         module.register(commands, common)
     return parser
 
@@ -62,10 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (the console script exits with it)."""
     parser = build_parser()
+    tokens = _attach_past_times(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(_attach_past_times(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        args = parser.parse_args(tokens)
+    except SystemExit as exc:  # argparse: --help (0)
         return int(exc.code) if isinstance(exc.code, int) else ExitCode.USAGE
+    except ArgumentError as exc:
+        if "--json" in tokens:
+            write_error(sys.stderr, str(exc), ExitCode.USAGE)
+        else:
+            sys.stderr.write(f"{exc.usage}{exc}\n")
+        return ExitCode.USAGE
     environ = dict(os.environ)
     session = Session(
         project_flag=getattr(args, "project", None),

@@ -2,7 +2,7 @@
 
 Every command builds one `Report` (JSON-ready data plus the human text for it), so `--json`
 and the table always say the same thing. Progress bars are plain text on stderr: stdout stays
-clean for pipes, and no terminal library is needed.
+clean for pipes. Only the live view (`watch`, view.py) draws with a terminal library.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ class Report:
     data: Any
     text: str
     exit_code: int = 0
+    written: bool = False  # the command wrote its output itself (a live view)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
@@ -86,6 +87,8 @@ def to_json(value: Any) -> Any:
 
 
 def write(report: Report, stdout: TextIO, *, as_json: bool) -> None:
+    if report.written:
+        return
     if as_json:
         stdout.write(json.dumps(to_json(report.data), indent=2, sort_keys=True) + "\n")
     elif report.text:

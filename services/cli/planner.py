@@ -127,6 +127,16 @@ def describe(plan: DrainPlan) -> str:
     return line
 
 
+def budget_arithmetic(limit: int, cap: int | None, rate_per_s: float, interval_s: float) -> str:
+    """The per-run budget with its arithmetic: `100 per run = min(max per run 1,000, 10/s x
+    10 s = 100)`; the rate term alone when no cap applies."""
+    by_rate = math.floor(rate_per_s * interval_s + 1e-9)
+    term = f"{_number(rate_per_s)}/s x {format_duration(interval_s)} = {by_rate:,}"
+    if cap is None:
+        return f"{limit:,} per run = {term}"
+    return f"{limit:,} per run = min(max per run {cap:,}, {term})"
+
+
 def _number(value: float) -> str:
     if value == int(value):
         return f"{int(value):,}"

@@ -4,7 +4,9 @@ one place where failures become exit codes."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -60,6 +62,7 @@ class Session:
     as_json: bool = False
     database_flag: str | None = None
     clock: Clock = field(default_factory=SystemClock)
+    stdin: TextIO = field(default_factory=lambda: sys.stdin)
     backends: Backends = field(init=False)
     _store: FirestoreJobStore | None = field(default=None, init=False, repr=False)
 
@@ -138,9 +141,13 @@ def run_command(session: Session, args: argparse.Namespace) -> int:
 
 
 def _fail(session: Session, code: ExitCode, message: str) -> int:
-    session.stderr.write(f"jobsctl: {message}\n")
     if session.as_json:
-        # Scripts reading stdout get the failure in the same format as a success.
-        report = Report(data={"error": message, "exit_code": int(code)}, text="")
-        write(report, session.stdout, as_json=True)
+        write_error(session.stderr, message, code)
+    else:
+        session.stderr.write(f"jobsctl: {message}\n")
     return int(code)
+
+
+def write_error(stderr: TextIO, message: str, code: ExitCode) -> None:
+    """An error as one JSON line on stderr: stdout carries only results."""
+    stderr.write(json.dumps({"error": message, "exit_code": int(code)}) + "\n")

@@ -1,4 +1,7 @@
-"""Times and durations as an operator types them: `now`, `+30d`, `-2h`, `1h30m`, ISO 8601."""
+"""Times and durations as an operator types them: `now`, `+30d`, `+1y`, `-2h`, `1h30m`, ISO 8601.
+
+A year (`y`) is 365 days: a retention decision's "in a year" is a duration, not a calendar date.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +13,18 @@ class TimeSpecError(ValueError):
     """Not a time or duration this CLI understands."""
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdwy])")
 
 
 def parse_duration(text: str) -> datetime.timedelta:
-    """`90s`, `15m`, `1h30m`, `30d`, `2w`; a bare number means seconds."""
+    """`90s`, `15m`, `1h30m`, `30d`, `2w`, `1y`; a bare number means seconds."""
     spec = text.strip().lower()
     if re.fullmatch(r"\d+(?:\.\d+)?", spec):
         return _seconds(float(spec), text)
     parts = _DURATION.findall(spec)
     if not parts or "".join(n + u for n, u in parts) != spec:
-        raise TimeSpecError(f"{text!r} is not a duration (try 90s, 15m, 1h30m, 30d)")
+        raise TimeSpecError(f"{text!r} is not a duration (try 90s, 15m, 1h30m, 30d, 1y)")
     return _seconds(sum(float(n) * _UNITS[u] for n, u in parts), text)
 
 

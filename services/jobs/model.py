@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.jobs.errors import JobsError, ValidationError
+from services.jobs.params import MEDIA_DELETE_SOURCE, params_problems
 from services.jobs.state import HistoryEntry, State
 
 SCHEMA_VERSION = 1
@@ -24,7 +25,7 @@ MAX_MAP_DEPTH = 20  # Firestore's nesting limit for maps in a document; params i
 MAX_ATTEMPTS_LIMIT = 100
 DEFAULT_MAX_ATTEMPTS = 5
 FIRST_ATTEMPT = 1  # a new job is in its first retry cycle
-DEFAULT_ACTIONS: frozenset[str] = frozenset({"media.delete_source"})
+DEFAULT_ACTIONS: frozenset[str] = frozenset({MEDIA_DELETE_SOURCE})
 
 _RESERVED_NAME = re.compile(r"^__.*__$", re.DOTALL)
 _READABLE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -172,7 +173,11 @@ class NewJob:
             problems.append("due_at must be a datetime")
         elif self.due_at.tzinfo is None or self.due_at.utcoffset() is None:
             problems.append(f"due_at {self.due_at.isoformat()} has no timezone")
-        problems.extend(_params_problems(self.params))
+        generic = _params_problems(self.params)
+        problems.extend(generic)
+        if not generic and isinstance(self.action, str):
+            # The action's own schema, once params are a JSON map at all.
+            problems.extend(params_problems(self.action, self.params))
         if (
             not isinstance(self.max_attempts, int)
             or isinstance(self.max_attempts, bool)
@@ -469,6 +474,7 @@ class Stats:
     stuck_claims: int
     expired_leases: int
     per_state: Mapping[State, int]
+    read_time: datetime | None = None  # the one snapshot every figure was read at
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,51 @@ DEFAULT_CALL_TIMEOUT_S = 10.0
 _TRANSACTION_ATTEMPTS = 5  # the client's own retries of an ABORTED commit
 _CONTENTION_ROUNDS = 8  # our retries, with jittered backoff, once the client gives up
 _MAX_LIST_LIMIT = 500
-_SCHEDULE_COMPARED = ("action", "subject", "params", "scheduled_due_at", "max_attempts")
+# A decision's identity beyond its job ID (docs/job-record.md, "Scheduling twice"): the same
+# values again are the same decision. The due time is not part of it: a retry of `--due +30d`
+# computes a new instant for the same decision.
+_SCHEDULE_COMPARED = ("action", "subject", "params", "max_attempts", "idempotency_key")
+_MAX_SCHEDULE_BATCH = 500  # Firestore's writes per batched write
+ScheduleOutcome = ScheduleResult | ValidationError | ScheduleConflict
+
+
+def _same_decision(requested: NewJob, existing: Job) -> ScheduleResult:
+    """The existing job when `requested` is the same decision; else ScheduleConflict."""
+    different = [
+        name
+        for field_name in _SCHEDULE_COMPARED
+        for name in _differences(field_name, requested, existing)
+    ]
+    if different:
+        raise ScheduleConflict(requested.job_id, different)
+    return ScheduleResult(existing, created=False)
+
+
+def _decision_outcome(requested: NewJob, existing: Job) -> ScheduleResult | ScheduleConflict:
+    try:
+        return _same_decision(requested, existing)
+    except ScheduleConflict as exc:
+        return exc
+
+
+def _differences(field_name: str, requested: NewJob, existing: Job) -> list[str]:
+    """The names that differ: `params.<key>` per params key, else the field itself."""
+    if field_name != "params":
+        same = getattr(requested, field_name) == getattr(existing, field_name)
+        return [] if same else [field_name]
+    asked, stored = dict(requested.params), dict(existing.params)
+    return [
+        f"params.{key}"
+        for key in sorted(set(asked) | set(stored))
+        if key not in asked
+        or key not in stored
+        or _canonical(asked[key]) != _canonical(stored[key])
+    ]
+
+
+def _canonical(value: Any) -> str:
+    # Tuples read back from Firestore as lists; JSON text compares the values, not containers.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 # --- queries as data ----------------------------------------------------------------------
@@ -358,16 +402,17 @@ class FirestoreJobStore:
     # -- application -----------------------------------------------------------------------
 
     def schedule(self, new_job: NewJob, *, by: str = "application") -> ScheduleResult:
-        """Create a deferred job, idempotent by job ID.
+        """Create a deferred job, idempotent by the decision's identity.
 
-        The same content again returns the existing job with created=False; different content
-        under the same ID raises ScheduleConflict. Invalid input raises ValidationError and
-        writes nothing. Costs 1 write when new (no read).
+        The same decision again (job ID, action, subject, params, max_attempts, idempotency
+        key; never the due time, so a retry of `+30d` matches) returns the existing job with
+        created=False and writes nothing. A different value of one of those under the same
+        ID raises ScheduleConflict naming each differing field. Invalid input (including
+        params that do not fit the action's schema) raises ValidationError and writes
+        nothing. Costs 1 write when new (no read), 1 read when it exists.
         """
         valid = new_job.validated(self._known_actions)
-        now = self._clock.now()
-        created = HistoryEntry(now, None, State.DEFERRED, f"{Role.APPLICATION}:{by}", "scheduled")
-        job = Job.create(valid, now, history=(created,))
+        job = self._new_record(valid, by)
         ref = self._jobs.document(valid.job_id)
         with _store_errors():
             try:
@@ -378,15 +423,84 @@ class FirestoreJobStore:
                 snapshot = ref.get(**self._bounds.kwargs)
         if not snapshot.exists:  # deleted (TTL) between our create and read
             raise LostRace(f"job {valid.job_id!r} vanished while scheduling; retry")
-        existing = Job.from_document(valid.job_id, snapshot.to_dict() or {})
-        requested = job.to_document()
-        stored = existing.to_document()
-        different = [f for f in _SCHEDULE_COMPARED if requested[f] != stored[f]]
-        if valid.idempotency_key != existing.idempotency_key:
-            different.append("idempotency_key")
-        if different:
-            raise ScheduleConflict(valid.job_id, different)
-        return ScheduleResult(existing, created=False)
+        return _same_decision(valid, Job.from_document(valid.job_id, snapshot.to_dict() or {}))
+
+    def schedule_many(
+        self, new_jobs: Sequence[NewJob], *, by: str = "application"
+    ) -> list[ScheduleOutcome]:
+        """`schedule` for up to 500 jobs in batched writes: each item's outcome, in order, is
+        its ScheduleResult or the error refusing it (the others are still scheduled). Same
+        identity rule as `schedule`; an ID twice in one call is compared with its first
+        occurrence. Firestore errors raise StoreUnavailable.
+
+        Costs 1 write per new job and no read when none exists yet (the batch of creates
+        commits); when one does, that commit changes nothing and one batched read (1 read
+        per job) settles which are new."""
+        if len(new_jobs) > _MAX_SCHEDULE_BATCH:
+            raise ValidationError(f"at most {_MAX_SCHEDULE_BATCH} jobs per call")
+        outcomes: list[ScheduleOutcome | None] = [None] * len(new_jobs)
+        valid: dict[int, NewJob] = {}
+        for index, new_job in enumerate(new_jobs):
+            try:
+                valid[index] = new_job.validated(self._known_actions)
+            except ValidationError as exc:
+                outcomes[index] = exc
+        if not self._create_batch(valid, {}, outcomes, by):
+            refs = [self._jobs.document(v.job_id) for v in valid.values()]
+            with _store_errors():
+                found = {
+                    s.id: Job.from_document(s.id, s.to_dict() or {})
+                    for s in self._client.get_all(refs, **self._bounds.kwargs)
+                    if s.exists
+                }
+            if not self._create_batch(valid, found, outcomes, by):
+                # A writer created one of them since our read: settle each one on its own.
+                for index, new in valid.items():
+                    if new.job_id not in found:
+                        outcomes[index] = self._schedule_outcome(new, by)
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _create_batch(
+        self,
+        valid: Mapping[int, NewJob],
+        existing: Mapping[str, Job],
+        outcomes: list[ScheduleOutcome | None],
+        by: str,
+    ) -> bool:
+        """Create, in one batched write, every job of `valid` not in `existing`, filling in
+        each outcome; False when one already existed (a batched write is atomic: nothing was
+        written, and the caller settles again)."""
+        batch = self._client.batch()
+        pending: dict[str, Job] = {}
+        for index, new in valid.items():
+            known = existing.get(new.job_id) or pending.get(new.job_id)
+            if known is not None:
+                outcomes[index] = _decision_outcome(new, known)
+                continue
+            job = self._new_record(new, by)
+            batch.create(self._jobs.document(new.job_id), job.to_document())
+            pending[new.job_id] = job
+            outcomes[index] = ScheduleResult(job, created=True)
+        if not pending:
+            return True
+        with _store_errors():
+            try:
+                batch.commit(**self._bounds.write_kwargs)
+            except api_exceptions.AlreadyExists:
+                return False
+        logger.info("scheduled %d jobs in one batched write", len(pending))
+        return True
+
+    def _schedule_outcome(self, new: NewJob, by: str) -> ScheduleOutcome:
+        try:
+            return self.schedule(new, by=by)
+        except ScheduleConflict as exc:
+            return exc
+
+    def _new_record(self, valid: NewJob, by: str) -> Job:
+        now = self._clock.now()
+        created = HistoryEntry(now, None, State.DEFERRED, f"{Role.APPLICATION}:{by}", "scheduled")
+        return Job.create(valid, now, history=(created,))
 
     # -- operator --------------------------------------------------------------------------
 
@@ -471,13 +585,26 @@ class FirestoreJobStore:
 
     def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
         """Backlog figures from count aggregations and one limit-1 query; never reads every
-        document."""
+        document. Every figure is read at one snapshot: the first count's server read time,
+        passed to the others (https://cloud.google.com/firestore/docs/reference/rpc/google.
+        firestore.v1#runaggregationqueryrequest), so a job moving between states mid-way is
+        counted once, in one state."""
         with _store_errors():
-            oldest = list(self._stream(due_query(now, 1)))
-            due_count = self._count(due_query(now, None))
-            stuck = self._count(expired_claims_query(now - claim_timeout, None))
-            expired = self._count(expired_leases_query(now, None))
-            per_state = {state: self._count(state_query(state)) for state in State}
+            first = self._query(state_query(State.DEFERRED)).count(alias="n")
+            results = first.get(**self._bounds.kwargs)
+            read_time = results[0][0].read_time if results and results[0] else None
+            per_state = {State.DEFERRED: int(results[0][0].value) if results else 0}
+            per_state |= {
+                state: self._count(state_query(state), read_time=read_time)
+                for state in State
+                if state is not State.DEFERRED
+            }
+            oldest = list(self._stream(due_query(now, 1), read_time=read_time))
+            due_count = self._count(due_query(now, None), read_time=read_time)
+            stuck = self._count(
+                expired_claims_query(now - claim_timeout, None), read_time=read_time
+            )
+            expired = self._count(expired_leases_query(now, None), read_time=read_time)
         age = None
         if oldest:
             due_at = Job.from_document(oldest[0].id, oldest[0].to_dict() or {}).due_at
@@ -487,7 +614,8 @@ class FirestoreJobStore:
             due_count=due_count,
             stuck_claims=stuck,
             expired_leases=expired,
-            per_state=per_state,
+            per_state={state: per_state[state] for state in State},
+            read_time=read_time,
         )
 
     def backlog(
@@ -1058,11 +1186,15 @@ class FirestoreJobStore:
                 time.sleep(random.uniform(0, min(0.5, 0.01 * 2**round_)))
         raise LostRace("gave up after repeated transaction contention; retry later")
 
-    def _stream(self, spec: QuerySpec, transaction: Any = None) -> Iterator[Any]:
-        return self._query(spec).stream(transaction=transaction, **self._bounds.kwargs)
+    def _stream(
+        self, spec: QuerySpec, transaction: Any = None, read_time: datetime | None = None
+    ) -> Iterator[Any]:
+        snapshot = {"read_time": read_time} if read_time is not None else {}
+        return self._query(spec).stream(transaction=transaction, **self._bounds.kwargs, **snapshot)
 
-    def _count(self, spec: QuerySpec) -> int:
-        results = self._query(spec).count(alias="n").get(**self._bounds.kwargs)
+    def _count(self, spec: QuerySpec, read_time: datetime | None = None) -> int:
+        snapshot = {"read_time": read_time} if read_time is not None else {}
+        results = self._query(spec).count(alias="n").get(**self._bounds.kwargs, **snapshot)
         return int(results[0][0].value) if results and results[0] else 0
 
     def _query(self, spec: QuerySpec) -> Any:

@@ -4,7 +4,8 @@ Starts the emulators, the scan and the worker (functions-framework, one process 
 Pub/Sub topology the way infra/ builds it, a local scheduler that calls the scan with OIDC
 tokens every few seconds, and a demo; prints a line per scan run. Ctrl-C or SIGTERM stops
 every child process. Exit codes: 0 stopped cleanly (or demo done with --exit-when-done);
-1 a process died or the demo timed out; 2 bad usage, a port in use, or gcloud missing.
+1 a process died or the demo timed out; 2 bad usage, a port in use, another stack running with
+the same --log-dir, or gcloud missing.
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ def parse_args(argv: list[str] | None) -> Options:
         metavar="SECONDS",
         help="how often the local scheduler calls the scan (default 5)",
     )
-    parser.add_argument("--project", default=DEFAULT_PROJECT)
+    parser.add_argument(
+        "--project",
+        default=DEFAULT_PROJECT,
+        help=f"Google Cloud project ID (default {DEFAULT_PROJECT})",
+    )
     parser.add_argument(
         "--official",
         action="store_true",
@@ -61,19 +66,27 @@ def parse_args(argv: list[str] | None) -> Options:
         help="stop everything and exit 0 once the demo's due jobs completed",
     )
     parser.add_argument(
-        "--timeout", type=float, metavar="SECONDS", help="exit 1 if the demo is not done by then"
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="exit 1 if the demo is not done by then (a number above 0)",
     )
     parser.add_argument("--no-demo", action="store_true", help="seed nothing")
     parser.add_argument(
         "--log-dir",
         type=Path,
         default=ROOT / ".local",
-        help="child process logs and the env file (default .local/)",
+        help="child process logs (appended), the env file and the lock that allows one "
+        "stack per directory (default .local/)",
     )
-    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument(
+        "--log-level", default="WARNING", help="this process's log level (default WARNING)"
+    )
     args = parser.parse_args(argv)
     if not 0 < args.scan_every < math.inf:  # also refuses nan
         parser.error("--scan-every must be a number of seconds above 0")
+    if args.timeout is not None and not 0 < args.timeout < math.inf:
+        parser.error("--timeout must be a number of seconds above 0")
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
@@ -98,8 +111,11 @@ def parse_args(argv: list[str] | None) -> Options:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
-    # SIGTERM stops the stack exactly like Ctrl-C.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # SIGINT and SIGTERM both stop the stack like Ctrl-C. SIGINT explicitly too: a shell
+    # starts a background job (`make run &`) with SIGINT ignored, and Python keeps an
+    # inherited SIG_IGN, so `kill -INT` did nothing.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.default_int_handler)
     system = LocalSystem(options, sys.stdout)
     try:
         return system.run()

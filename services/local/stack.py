@@ -3,8 +3,9 @@
 Each child gets its own process group, so Ctrl-C in the terminal reaches only the supervisor,
 which then stops children in reverse start order (SIGTERM to the group, SIGKILL after a grace
 period). A group, not just the PID, because functions-framework runs gunicorn, whose workers
-are grandchildren. Output goes to one log file per child; when a child dies, its log tail is
-part of the error.
+are grandchildren. Output goes to one log file per child, opened for append (an earlier run's
+lines stay; readiness and log tails read only this run's part, from the offset it started at);
+when a child dies, its log tail is part of the error.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from types import TracebackType
 
 logger = logging.getLogger(__name__)
 
-_STOP_GRACE_S = 10.0
+# How long a child may take to stop after SIGTERM: a service finishing its in-flight request
+# (a scan run's own time budget is a few seconds locally), an emulator flushing its state.
+_STOP_GRACE_S = 5.0
 _LOG_TAIL_LINES = 30
 
 
@@ -59,17 +62,23 @@ class Child:
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    log_offset: int = 0  # where this run's output starts in the (appended) log
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
-    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+    def log_text(self) -> str:
+        """This run's output so far."""
         try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+            with self.log_path.open("rb") as log:
+                log.seek(self.log_offset)
+                return log.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+
+    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
 
 
 @dataclass
@@ -90,9 +99,11 @@ class Supervisor:
         """Start `argv` as child `name`; stdout and stderr go to `<log_dir>/<name>.log`."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
-        # Truncated, not appended: readiness is read from the log, so a previous run's
-        # "ready" line in the same log directory must not count for this child.
-        with log_path.open("wb") as log:
+        # Appended, never truncated: truncating a log another process still writes to leaves
+        # it full of NUL bytes. Readiness reads from `log_offset`, so a previous run's
+        # "ready" line does not count for this child.
+        with log_path.open("ab") as log:
+            offset = log.tell()
             process = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,
@@ -102,7 +113,7 @@ class Supervisor:
                 cwd=cwd,
                 process_group=0,
             )
-        child = Child(name, process, log_path)
+        child = Child(name, process, log_path, offset)
         self.children.append(child)
         logger.debug("started %s (pid %d): %s", name, process.pid, " ".join(argv))
         return child
@@ -151,7 +162,12 @@ class Supervisor:
             try:
                 child.process.wait(timeout=remaining)
             except subprocess.TimeoutExpired:
-                logger.warning("%s (pid %d) ignored SIGTERM; killing it", child.name, child.pid)
+                logger.warning(
+                    "%s (pid %d) still running %g s after SIGTERM; killing it",
+                    child.name,
+                    child.pid,
+                    grace_s,
+                )
                 _signal_group(child, signal.SIGKILL)
                 child.process.wait()
             # The leader is gone; its group may still hold a straggler (a gunicorn worker).

@@ -30,6 +30,7 @@ from services.jobs import settings as common_keys
 from services.jobs.clock import SystemClock
 from services.jobs.store import FirestoreJobStore
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
+from services.local.lock import StackLock
 from services.local.scheduler import Attempt, LocalScheduler, token_from_issuer_url
 from services.local.stack import Child, PortInUse, StackError, Supervisor, port_accepts
 from services.local.topology import Names, PushPolicy, Topology, create_topology
@@ -132,13 +133,15 @@ class LocalSystem:
         self._storage: Any = None
 
     def run(self) -> int:
-        """Start, show progress, stop. Returns 0, or raises StackError (children stopped)."""
-        try:
-            self.start()
-            return self.watch()
-        finally:
-            with _signals_ignored():
-                self.stop()
+        """Start, show progress, stop. Returns 0, or raises StackError (children stopped);
+        StackLocked when another stack runs with the same directory (nothing touched)."""
+        with StackLock(self.options.log_dir):
+            try:
+                self.start()
+                return self.watch()
+            finally:
+                with _signals_ignored():
+                    self.stop()
 
     # -- start --------------------------------------------------------------------------
 
@@ -183,7 +186,7 @@ class LocalSystem:
         child = self.supervisor.start("emulators", argv, env=_base_environment(), cwd=ROOT)
         self.supervisor.wait_until(
             child,
-            lambda: env_file.exists() and READY_LINE in _read(child.log_path),
+            lambda: env_file.exists() and READY_LINE in child.log_text(),
             timeout_s=_EMULATOR_START_S[options.official],
             what="its emulators ready",
         )
@@ -370,12 +373,17 @@ class LocalSystem:
 
     def _write_env_file(self) -> None:
         lines = [f"export {k}={v}" for k, v in self._shell_exports().items()]
+        # jobsctl (and the project's Python) on PATH: `source .local/env; jobsctl stats`.
+        lines.append(f'export PATH="{Path(sys.executable).parent}:$PATH"')
         (self.options.log_dir / "env").write_text("\n".join(lines) + "\n")
 
     def _shell_exports(self) -> dict[str, str]:
         return {
             **self.endpoints.exports,
             common_keys.PROJECT: self.options.project,
+            # The client libraries' own project variable: `firestore.Client()` with no
+            # project argument then writes where this stack reads.
+            "GOOGLE_CLOUD_PROJECT": self.options.project,
             scan_keys.TOPIC: self.topology.names.topic,
             DEAD_LETTER_SUBSCRIPTION: self.topology.names.dead_letter_subscription,
             scan_keys.SCAN_INTERVAL_S: f"{self.options.budget_interval_s:g}",
@@ -401,8 +409,7 @@ class LocalSystem:
                 f"demo: bucket {self.demo.bucket}; {len(self.demo.due)} jobs due now, "
                 "1 due in 30 days, 1 cancelled"
             )
-        jobsctl = Path(sys.executable).with_name("jobsctl")
-        self._say(f"in another shell: source {self.options.log_dir / 'env'} && {jobsctl} stats")
+        self._say(f"in another shell: source {self.options.log_dir / 'env'} && jobsctl watch")
 
     def _say(self, line: str) -> None:
         self.out.write(line + "\n")
@@ -429,13 +436,6 @@ def _parse_exports(text: str) -> dict[str, str]:
             key, _, value = line.removeprefix("export ").partition("=")
             exports[key.strip()] = value.strip()
     return exports
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 @contextmanager

@@ -64,7 +64,9 @@ def _seed(client: Any, count: int) -> None:
         batch = client.batch()
         for n in range(first, min(first + 500, count)):
             job_id = f"job-{n:07d}"
-            new = NewJob(job_id, "media.delete_source", f"media-{n}", T0, {"bucket": "b"})
+            new = NewJob(
+                job_id, "media.delete_source", f"media-{n}", T0, {"object": f"media-{n}/source.mp4"}
+            )
             job = Job.create(new.validated(), T0)
             batch.set(client.collection(schema.JOBS).document(job_id), job.to_document())
         batch.commit()

@@ -24,7 +24,9 @@ FUTURE = 100_000
 
 
 def _seed(client: Any, count: int, due_at: datetime, prefix: str) -> None:
-    template = Job.create(NewJob("x", "media.delete_source", "m", due_at).validated(), T0)
+    template = Job.create(
+        NewJob("x", "media.delete_source", "m", due_at, {"object": "m/source.mp4"}).validated(), T0
+    )
     document = template.to_document()
     for first in range(0, count, 500):
         batch = client.batch()

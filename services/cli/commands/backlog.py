@@ -9,16 +9,17 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+from services.cli import deployment
 from services.cli.errors import UsageError
 from services.cli.output import Report, fields, table
-from services.cli.planner import describe, format_duration, plan_drain
+from services.cli.planner import budget_arithmetic, describe, format_duration, plan_drain
 from services.cli.session import Session
-from services.cli.timespec import TimeSpecError, parse_duration
+from services.cli.timespec import parse_duration
 from services.jobs.control import MAX_CLAIM_TIMEOUT, Control
 from services.jobs.model import Job, Reclaimed
 from services.jobs.settings import SettingsError
 from services.jobs.state import State
-from services.scan.budget import effective_claim_timeout
+from services.scan.budget import effective_claim_timeout, enqueue_budget
 from services.scan.settings import (
     CLAIM_TIMEOUT_S,
     DEFAULT_INTERVAL_S,
@@ -60,7 +61,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "plan",
         parents=[common],
         help="drain time of the backlog at a catch-up rate",
-        description="How long the due backlog takes to drain at --rate jobs/s with --reserve %% "
+        # argparse %-formats help strings, not descriptions: a single % here.
+        description="How long the due backlog takes to drain at --rate jobs/s with --reserve % "
         "kept for normal traffic, and whether the per-run budget is the bottleneck. Without "
         "--due it reads the backlog and the control document (rate, budget) from Firestore; "
         "with --due nothing is read and only an explicit --max-per-run limits the plan.",
@@ -86,7 +88,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 def stats(session: Session, args: argparse.Namespace) -> Report:
     store = session.store()
     control = store.get_control()
-    timeout = _claim_timeout(session, args.claim_timeout, control)
+    timeout = claim_timeout(session, args.claim_timeout, control)
     now = session.now()
     figures = store.stats(now, timeout)
     age = figures.oldest_overdue_age_s
@@ -120,7 +122,7 @@ def reclaim(session: Session, args: argparse.Namespace) -> Report:
     if args.limit < 1:
         raise UsageError(f"--limit must be at least 1, not {args.limit}")
     store = session.store()
-    timeout = _claim_timeout(session, args.claim_timeout)
+    timeout = claim_timeout(session, args.claim_timeout)
     now = session.now()
     if not args.apply:
         candidates = _reclaim_candidates(session, now - timeout, args.limit)
@@ -155,7 +157,7 @@ def reclaim(session: Session, args: argparse.Namespace) -> Report:
 
 
 def plan(session: Session, args: argparse.Namespace) -> Report:
-    interval_s = _interval_s(session, args.interval)
+    interval_s = deployment.interval_s(session, args.interval)
     budget: int | None
     if args.due is not None:
         # A hypothetical backlog: only the budget the operator names can limit it.
@@ -165,7 +167,7 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
         control = store.get_control()
         backlog = store.stats(session.now(), control.claim_timeout).due_count
         budget = args.max_per_run if args.max_per_run is not None else control.claim_budget
-    ceiling = _deployment_ceiling(session)
+    ceiling = deployment.ceiling(session)
     if budget is not None and ceiling is not None and budget > ceiling:
         # The scan never claims more than the deployment allows, whatever the control says.
         session.stderr.write(
@@ -179,9 +181,15 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
     )
     text = describe(result)
     if result.runs is not None:
-        per_run = f", up to {budget:,} per run" if budget is not None else ""
         every = format_duration(interval_s)
-        text += f"\n{result.runs:,} scan run(s) at one every {every}{per_run}"
+        per_run = enqueue_budget(budget, interval_s, rate_per_s=rate) if budget else None
+        arithmetic = budget_arithmetic(
+            per_run.limit if per_run else math.floor(rate * interval_s + 1e-9),
+            budget,
+            rate,
+            interval_s,
+        )
+        text += f"\n{result.runs:,} scan run(s) at one every {every}; {arithmetic}"
     if result.limited_by == "budget":
         needed = math.ceil(rate * interval_s)
         text += (
@@ -198,28 +206,7 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
     return Report(data=data, text=text)
 
 
-def _interval_s(session: Session, flag: str | None) -> float:
-    if flag:
-        return parse_duration(flag).total_seconds()
-    text = session.env(SCAN_INTERVAL_S, str(DEFAULT_INTERVAL_S))
-    try:
-        return parse_duration(text).total_seconds()
-    except TimeSpecError as exc:
-        # The operator did not type this value: name where it came from.
-        raise UsageError(f"{SCAN_INTERVAL_S}={text!r}: {exc}") from exc
-
-
-def _deployment_ceiling(session: Session) -> int | None:
-    text = session.env(SCAN_MAX_PER_RUN)
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError as exc:
-        raise UsageError(f"{SCAN_MAX_PER_RUN}={text!r} is not an integer") from exc
-
-
-def _claim_timeout(session: Session, text: str | None, control: Control | None = None) -> timedelta:
+def claim_timeout(session: Session, text: str | None, control: Control | None = None) -> timedelta:
     """--claim-timeout, else the control document's, never below the deployment's floor.
 
     The floor (JOBS_CLAIM_TIMEOUT_S, when set) is the scan's own rule, applied by the same

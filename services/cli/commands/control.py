@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from services.cli import deployment
 from services.cli.errors import UsageError
 from services.cli.output import Report, fields, table
-from services.cli.planner import format_duration
+from services.cli.planner import budget_arithmetic, format_duration
 from services.cli.session import Session
 from services.cli.timespec import parse_duration
-from services.jobs.control import Control
+from services.jobs.control import MAX_CLAIM_BUDGET, Control
+from services.jobs.errors import ValidationError
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -29,9 +31,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="let the scan claim work again",
         description="Resume the scan. Set a conservative catch-up rate first (control set), "
-        "see jobsctl plan.",
+        "see jobsctl plan. It prints the per-run budget the scan will use, with its "
+        "arithmetic: min(max per run, catch-up rate x scan interval).",
     )
-    p.add_argument("--reason", required=True)
+    p.add_argument("--reason", required=True, help="why (kept in the control history)")
     p.set_defaults(handler=resume)
 
     p = commands.add_parser("control", parents=[common], help="show or change scan settings")
@@ -43,24 +46,49 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="change the catch-up rate, per-run budget or claim timeout",
     )
-    change.add_argument("--catch-up-rate", type=float, metavar="JOBS_PER_S")
-    change.add_argument("--max-per-run", type=int, metavar="JOBS", help="per-run claim budget")
-    change.add_argument("--claim-timeout", metavar="DURATION", help="e.g. 10m")
-    change.add_argument("--reason", required=True)
+    change.add_argument(
+        "--catch-up-rate",
+        type=float,
+        metavar="JOBS_PER_S",
+        help="jobs per second the backlog may drain at (above 0)",
+    )
+    change.add_argument(
+        "--max-per-run",
+        type=int,
+        metavar="JOBS",
+        help=f"per-run claim budget, 1 to {MAX_CLAIM_BUDGET:,} (the deployment may cap it)",
+    )
+    change.add_argument(
+        "--claim-timeout",
+        metavar="DURATION",
+        help="claims older than this are taken back, e.g. 10m (at most 30d)",
+    )
+    change.add_argument("--reason", required=True, help="why (kept in the control history)")
     change.set_defaults(handler=set_control)
 
 
 def pause(session: Session, args: argparse.Namespace) -> Report:
+    current = session.store().get_control()
+    if current.paused:
+        # The rule for every command: a repeat whose outcome already holds is a no-op.
+        return _report(current, "already paused (unchanged)", changed=False)
     control = session.store().update_control(session.operator, args.reason, paused=True)
     return _report(control, "paused: the scan claims nothing until `jobsctl resume`")
 
 
 def resume(session: Session, args: argparse.Namespace) -> Report:
+    current = session.store().get_control()
+    if not current.paused:
+        return _report(
+            current, f"already running (unchanged): {_budget_text(session, current)}", False
+        )
     control = session.store().update_control(session.operator, args.reason, paused=False)
-    return _report(
-        control,
-        f"resumed: up to {control.claim_budget:,} per run at {control.catch_up_rate:g}/s",
-    )
+    return _report(control, f"resumed: {_budget_text(session, control)}")
+
+
+def _budget_text(session: Session, control: Control) -> str:
+    budget = deployment.effective_budget(session, control)
+    return budget_arithmetic(budget.limit, budget.cap, control.catch_up_rate, budget.interval_s)
 
 
 def show_control(session: Session, args: argparse.Namespace) -> Report:
@@ -69,7 +97,8 @@ def show_control(session: Session, args: argparse.Namespace) -> Report:
         ["at", "by", "changes", "reason"],
         [[c.at, c.by, _changes_text(c.changes), c.reason] for c in control.history],
     )
-    return _report(control, "", extra=f"\n\nhistory:\n{history}")
+    headline = f"per run: {_budget_text(session, control)}"
+    return _report(control, headline, changed=False, extra=f"\n\nhistory:\n{history}")
 
 
 def set_control(session: Session, args: argparse.Namespace) -> Report:
@@ -84,8 +113,25 @@ def set_control(session: Session, args: argparse.Namespace) -> Report:
         raise UsageError(
             "nothing to change: pass --catch-up-rate, --max-per-run or --claim-timeout"
         )
-    control = session.store().update_control(session.operator, args.reason, **changes)
-    return _report(control, "updated")
+    try:
+        control = session.store().update_control(session.operator, args.reason, **changes)
+    except ValidationError as exc:
+        raise ValidationError([_flag_names(p) for p in exc.problems]) from exc
+    return _report(control, f"updated: {_budget_text(session, control)}")
+
+
+# The control document's field names as the operator typed them.
+_FLAGS = {
+    "claim_budget": "--max-per-run",
+    "catch_up_rate": "--catch-up-rate",
+    "claim_timeout": "--claim-timeout",
+}
+
+
+def _flag_names(problem: str) -> str:
+    for name, flag in _FLAGS.items():
+        problem = problem.replace(name, flag)
+    return problem
 
 
 def control_document(control: Control) -> dict[str, Any]:
@@ -104,7 +150,7 @@ def control_document(control: Control) -> dict[str, Any]:
     }
 
 
-def _report(control: Control, headline: str, extra: str = "") -> Report:
+def _report(control: Control, headline: str, changed: bool = True, extra: str = "") -> Report:
     block = fields(
         [
             ("paused", control.paused),
@@ -121,7 +167,7 @@ def _report(control: Control, headline: str, extra: str = "") -> Report:
         ]
     )
     text = f"{headline}\n{block}" if headline else block
-    return Report(data=control_document(control), text=text + extra)
+    return Report(data={**control_document(control), "changed": changed}, text=text + extra)
 
 
 def _changes_text(changes: Any) -> str:

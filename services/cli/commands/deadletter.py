@@ -17,7 +17,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from services.cli.backends import DEAD_LETTER_SUBSCRIPTION
-from services.cli.errors import BackendUnavailable
+from services.cli.errors import BackendUnavailable, Refused, UsageError
 from services.cli.output import Report, table
 from services.cli.session import Session
 from services.local.topology import Names
@@ -78,7 +78,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help=f"dead-letter pull subscription ({DEAD_LETTER_SUBSCRIPTION}, "
         f"default {DEFAULT_DEAD_LETTER_SUBSCRIPTION})",
     )
-    shared.add_argument("--max", type=int, default=1000, help="at most this many messages")
+    shared.add_argument(
+        "--max", type=int, default=1000, help="at most this many messages (default 1000)"
+    )
 
     show = actions.add_parser(
         "list", parents=[common, shared], help="list dead letters without acknowledging them"
@@ -88,7 +90,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     replay = actions.add_parser(
         "replay",
         parents=[common, shared],
-        help="republish dead-lettered job IDs to the jobs topic, then ack them",
+        help="republish dead-lettered job IDs to the jobs topic, then ack them "
+        "(dry run unless --apply)",
+        description="Without --apply, list what would be replayed and acknowledge nothing. "
+        "--job naming a job with no dead letter is refused (exit 1) and replays nothing.",
     )
     replay.add_argument("--topic", help=f"jobs topic ({TOPIC}, default {DEFAULT_TOPIC})")
     replay.add_argument(
@@ -98,11 +103,16 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="JOB_ID",
         help="replay only these job IDs (repeatable); others stay dead-lettered",
     )
-    replay.add_argument("--dry-run", action="store_true", help="show what would be replayed")
+    replay.add_argument(
+        "--apply",
+        action="store_true",
+        help="replay them (default: a dry run that shows what would be replayed, like reclaim)",
+    )
     replay.set_defaults(handler=replay_dead_letters)
 
 
 def list_dead_letters(session: Session, args: argparse.Namespace) -> Report:
+    _check_max(args.max)
     subscriber = session.backends.subscriber()
     path = _subscription_path(session, args.subscription)
     letters = _pull(session, subscriber, path, args.max)
@@ -111,15 +121,22 @@ def list_dead_letters(session: Session, args: argparse.Namespace) -> Report:
 
 
 def replay_dead_letters(session: Session, args: argparse.Namespace) -> Report:
+    _check_max(args.max)
     subscriber = session.backends.subscriber()
     path = _subscription_path(session, args.subscription)
     letters = _pull(session, subscriber, path, args.max)
     wanted = set(args.job)
     chosen = [d for d in letters if not wanted or d.job_id in wanted]
     skipped = [d for d in letters if d not in chosen]
-    if args.dry_run:
+    missing = sorted(wanted - {d.job_id for d in letters})
+    if missing:
         _release(subscriber, path, letters)
-        return _report(chosen, f"(dry run: {len(chosen):,} would be replayed)")
+        raise Refused(f"no dead letter for job(s) {', '.join(missing)} in {path}; nothing replayed")
+    if not args.apply:
+        _release(subscriber, path, letters)
+        return _report(
+            chosen, f"(dry run: {len(chosen):,} would be replayed; add --apply to do it)"
+        )
     _release(subscriber, path, skipped)
     topic = _topic_path(session, args.topic)
     publisher = session.backends.publisher()
@@ -175,6 +192,11 @@ def _pull(session: Session, subscriber: Any, path: str, limit: int) -> list[Dead
     if letters:
         progress.finish()
     return list(letters.values())
+
+
+def _check_max(limit: int) -> None:
+    if limit < 1:
+        raise UsageError(f"--max must be at least 1, not {limit}")
 
 
 def _release(subscriber: Any, path: str, letters: list[DeadLetter]) -> None:

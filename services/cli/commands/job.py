@@ -4,65 +4,102 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime
 from typing import Any
 
-from services.cli.errors import Refused, UsageError
-from services.cli.output import Report, fields, table
+from services.cli import jobfile
+from services.cli.errors import ExitCode, Refused, UsageError
+from services.cli.output import Report, fields, table, timestamp_text
 from services.cli.session import Session
 from services.cli.timespec import parse_time
+from services.jobs.errors import AlreadyTerminal
 from services.jobs.model import (
     DEFAULT_MAX_ATTEMPTS,
     Job,
     NewJob,
+    ScheduleResult,
     derive_job_id,
     document_id_problems,
 )
+from services.jobs.params import SCHEMAS
 from services.jobs.state import State
 
 PAGE = 50  # one page on screen
 ALL_PAGE = 500  # the store's largest page, for --all
 DEFAULT_ACTION = "media.delete_source"
+BULK_BATCH = 500  # jobs per batched read and write (Firestore's batch limit)
+CREATED, PRESENT, REFUSED = "created", "already present", "refused"
+OUTCOMES = (CREATED, PRESENT, REFUSED)
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "schedule",
         parents=[common],
-        help="schedule a job (idempotent by job ID)",
-        description="Schedule a deferred job. The same job ID with the same content is a no-op; "
-        "with different content it is refused (exit 1).",
+        help="schedule a job, or every job of a JSON-lines file (idempotent)",
+        description="Schedule a deferred job. The same decision again (job ID, action, "
+        "subject, params, max attempts; not the due time) is a no-op that shows the existing "
+        "job; other content under the same job ID is refused (exit 1), naming the field. "
+        "--from FILE (or - for stdin) schedules one job per JSON line, in batches: each "
+        'line an object like {"decision": "d-1", "subject": "media-1", "params": {"object": '
+        '"media-1/source.mp4"}, "due": "+30d"} (keys: job_id or decision; subject; action, '
+        "params, due, max_attempts, idempotency_key optional); it prints how many were "
+        "created, already present and refused (with line numbers), and exits 1 if any line "
+        "was refused. Re-running the same file is a no-op.",
     )
-    ident = p.add_mutually_exclusive_group(required=True)
+    ident = p.add_mutually_exclusive_group()
     ident.add_argument("--job-id", help="the job ID (document ID) to use")
     ident.add_argument(
         "--decision", help="derive the job ID from action + subject + this decision ID"
     )
-    p.add_argument("--action", default=DEFAULT_ACTION, help=f"default {DEFAULT_ACTION}")
-    p.add_argument("--subject", required=True, help="what the action acts on (a media ID)")
+    ident.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="FILE",
+        help="schedule every job of this JSON-lines file (- reads stdin)",
+    )
+    p.add_argument(
+        "--action",
+        help=f"the side effect (default {DEFAULT_ACTION}; its params: {_params_help()})",
+    )
+    p.add_argument("--subject", help="what the action acts on (a media ID)")
     p.add_argument(
         "--param",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a parameter; VALUE is parsed as JSON when it can be (repeatable)",
+        help="a parameter (repeatable); VALUE is read as JSON when it parses (3, true, "
+        '[...], {...}), else taken as a string; a VALUE starting with [ { or " that is not '
+        "valid JSON is refused",
     )
-    p.add_argument("--due", default="now", help="when: now, +30d, ISO 8601 (default now)")
-    p.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS)
+    p.add_argument("--due", help="when: now, +30d, +1y, ISO 8601 (default now)")
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        help=f"long-retry cycles before the job fails (default {DEFAULT_MAX_ATTEMPTS})",
+    )
     p.set_defaults(handler=schedule)
 
-    p = commands.add_parser("cancel", parents=[common], help="cancel a job")
-    p.add_argument("job_id")
+    p = commands.add_parser(
+        "cancel",
+        parents=[common],
+        help="cancel a job (again: a no-op)",
+        description="Cancel a job. A running one gets a cancel request the worker honours. "
+        "Cancelling a cancelled job again changes nothing (exit 0); a completed or failed "
+        "job is refused (exit 1).",
+    )
+    p.add_argument("job_id", help="the job's ID")
     p.add_argument("--reason", required=True, help="why (kept in the job's history)")
     p.set_defaults(handler=cancel)
 
     p = commands.add_parser("reschedule", parents=[common], help="move a deferred job's due time")
-    p.add_argument("job_id")
+    p.add_argument("job_id", help="the job's ID (it must be deferred)")
     p.add_argument("--due", required=True, help="new due time: now, +2h, ISO 8601")
     p.add_argument("--reason", required=True, help="why (kept in the job's history)")
     p.set_defaults(handler=reschedule)
 
     p = commands.add_parser("show", parents=[common], help="one job with its history")
-    p.add_argument("job_id")
+    p.add_argument("job_id", help="the job's ID")
     p.set_defaults(handler=show)
 
     p = commands.add_parser(
@@ -72,7 +109,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         description="List jobs ordered by due time (by claim time with --claimed-before). "
         "At most one of --due-before, --overdue, --claimed-before.",
     )
-    p.add_argument("--state", choices=[s.value for s in State])
+    p.add_argument("--state", choices=[s.value for s in State], help="only jobs in this state")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--due-before", metavar="TIME", help="due_at before TIME")
     when.add_argument("--overdue", action="store_true", help="deferred and due now or earlier")
@@ -86,34 +123,139 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=list_jobs)
 
 
+def _params_help() -> str:
+    declared = SCHEMAS.get(DEFAULT_ACTION)
+    return declared.summary() if declared else "any JSON map"
+
+
 def schedule(session: Session, args: argparse.Namespace) -> Report:
+    if args.from_file is not None:
+        return schedule_file(session, args)
+    if args.job_id is None and args.decision is None:
+        raise UsageError("pass --job-id, --decision or --from")
+    if args.subject is None:
+        raise UsageError("--subject is required (unless --from)")
     params = dict(_param(text) for text in args.param)
+    action = args.action or DEFAULT_ACTION
     if args.decision == "":
-        raise UsageError("decision must be a non-empty string")
+        raise UsageError("--decision must be a non-empty string")
     job_id = (
         args.job_id
         if args.job_id is not None
-        else derive_job_id(args.action, args.subject, args.decision)
+        else derive_job_id(action, args.subject, args.decision)
     )
     new = NewJob(
         job_id=job_id,
-        action=args.action,
+        action=action,
         subject=args.subject,
-        due_at=parse_time(args.due, session.now()),
+        due_at=parse_time(args.due or "now", session.now()),
         params=params,
-        max_attempts=args.max_attempts,
+        max_attempts=DEFAULT_MAX_ATTEMPTS if args.max_attempts is None else args.max_attempts,
     )
     result = session.store().schedule(new, by=f"jobsctl:{session.operator}")
-    verb = "scheduled" if result.created else "already scheduled (unchanged)"
+    if result.created:
+        verb = "scheduled"
+    else:
+        verb = "already scheduled (unchanged)"
+        if _minute(result.job.scheduled_due_at) != _minute(new.due_at):
+            verb += (
+                f"; it keeps its due time {timestamp_text(result.job.due_at)} (the due time "
+                "is not part of a decision; `jobsctl reschedule` moves it)"
+            )
     return Report(
         data={"created": result.created, "job": job_document(result.job)},
         text=f"{verb}: {result.job.job_id}\n{summary(result.job)}",
     )
 
 
+def schedule_file(session: Session, args: argparse.Namespace) -> Report:
+    """`schedule --from FILE|-`: every line's job, in batches; a summary with line numbers."""
+    given = {
+        "--subject": args.subject,
+        "--param": args.param,
+        "--action": args.action,
+        "--due": args.due,
+        "--max-attempts": args.max_attempts,
+    }
+    flags = [flag for flag, value in given.items() if value not in (None, [])]
+    if flags:
+        raise UsageError(f"{' and '.join(flags)} cannot be combined with --from (use the file)")
+    lines = jobfile.read_lines(_open_lines(session, args.from_file), session.now())
+    store = session.store()
+    progress = session.progress("scheduling", len(lines))
+    outcomes: list[tuple[jobfile.Line, str, str]] = []  # line, outcome, reason
+    for start in range(0, len(lines), BULK_BATCH):
+        batch = lines[start : start + BULK_BATCH]
+        outcomes.extend((line, REFUSED, line.refusal or "") for line in batch if line.job is None)
+        wanted = [line for line in batch if line.job is not None]
+        results = store.schedule_many(
+            [line.job for line in wanted if line.job is not None],
+            by=f"jobsctl:{session.operator}",
+        )
+        for line, result in zip(wanted, results, strict=True):
+            if isinstance(result, ScheduleResult):
+                outcomes.append((line, CREATED if result.created else PRESENT, ""))
+            else:
+                outcomes.append((line, REFUSED, str(result)))
+        progress.advance(len(batch))
+    progress.finish()
+    return _file_report(sorted(outcomes, key=lambda o: o[0].number), args.from_file)
+
+
+def _file_report(outcomes: list[tuple[jobfile.Line, str, str]], source: str) -> Report:
+    counts = {name: sum(1 for o in outcomes if o[1] == name) for name in OUTCOMES}
+    refused = [
+        {"line": line.number, "job_id": line.job_id, "reason": reason}
+        for line, outcome, reason in outcomes
+        if outcome == REFUSED
+    ]
+    where = "stdin" if source == "-" else source
+    text = (
+        f"{where}: {len(outcomes):,} job line(s): {counts[CREATED]:,} created, "
+        f"{counts[PRESENT]:,} already present, {counts[REFUSED]:,} refused"
+    )
+    if refused:
+        text += "\n" + table(
+            ["line", "job_id", "refused because"],
+            [[str(r["line"]), r["job_id"], r["reason"]] for r in refused],
+        )
+    data = {
+        "lines": len(outcomes),
+        "created": counts[CREATED],
+        "already_present": counts[PRESENT],
+        "refused": refused,
+    }
+    # Refusals lose nothing (every other line was scheduled): exit 1 says "look at them".
+    return Report(data=data, text=text, exit_code=ExitCode.REFUSED if refused else ExitCode.OK)
+
+
+def _open_lines(session: Session, source: str) -> list[str]:
+    if source == "-":
+        return session.stdin.read().splitlines()
+    try:
+        with open(source, encoding="utf-8") as handle:
+            return handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--from {source}: {getattr(exc, 'strerror', None) or exc}") from exc
+
+
+def _minute(value: datetime) -> datetime:
+    # `--due +30d` in a retry is a later instant for the same decision; only say so when the
+    # asked-for time is visibly different.
+    return value.replace(second=0, microsecond=0)
+
+
 def cancel(session: Session, args: argparse.Namespace) -> Report:
     _check_job_id(args.job_id)
-    job = session.store().cancel(args.job_id, reason=args.reason, by=session.operator)
+    try:
+        job = session.store().cancel(args.job_id, reason=args.reason, by=session.operator)
+    except AlreadyTerminal as exc:
+        if exc.current is not State.CANCELLED:
+            raise
+        # The rule for every command: a repeat whose outcome already holds is a no-op.
+        existing = session.store().get(args.job_id)
+        data = {"job": job_document(existing) if existing else None, "changed": False}
+        return Report(data=data, text=f"already cancelled (unchanged): {args.job_id}")
     if job.state is State.RUNNING:
         text = (
             f"cancel requested: {job.job_id} is running; the worker will stop it "
@@ -121,7 +263,7 @@ def cancel(session: Session, args: argparse.Namespace) -> Report:
         )
     else:
         text = f"cancelled: {job.job_id}"
-    return Report(data={"job": job_document(job)}, text=text)
+    return Report(data={"job": job_document(job), "changed": True}, text=text)
 
 
 def reschedule(session: Session, args: argparse.Namespace) -> Report:
@@ -267,5 +409,8 @@ def _param(text: str) -> tuple[str, Any]:
         raise UsageError(f"--param {text!r} is not KEY=VALUE")
     try:
         return key, json.loads(raw)
-    except json.JSONDecodeError:
+    except json.JSONDecodeError as exc:
+        if raw.lstrip()[:1] in ("[", "{", '"'):
+            # It was meant as JSON; a string stored instead fails only when the job runs.
+            raise UsageError(f"--param {key}: {raw!r} is not valid JSON ({exc.msg})") from exc
         return key, raw

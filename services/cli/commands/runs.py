@@ -10,16 +10,17 @@ from typing import Any
 from services.cli.errors import UsageError
 from services.cli.output import Report, table
 from services.cli.session import Session
+from services.cli.view import effective_run_rate
 from services.jobs.errors import StoreUnavailable
 from services.jobs.rejections import RejectionStore
-from services.jobs.runs import RunLogError, ScanRunLog
+from services.jobs.runs import RunLogError, ScanRun, ScanRunLog
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "runs", parents=[common], help="recent scan runs, newest first (drain progress)"
     )
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=int, default=20, help="at most this many runs (default 20)")
     p.set_defaults(handler=runs)
 
     p = commands.add_parser(
@@ -27,7 +28,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="push messages the worker acknowledged but could not process",
     )
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=int, default=20, help="at most this many messages (default 20)")
     p.set_defaults(handler=rejected)
 
 
@@ -39,10 +40,16 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         recent = log.recent(args.limit)
     except RunLogError as exc:
         raise StoreUnavailable(str(exc)) from exc
+    # Newest first; each run's effective rate needs the run before it (the next row).
+    effective = [
+        effective_run_rate(r, recent[i + 1] if i + 1 < len(recent) else None)
+        for i, r in enumerate(recent)
+    ]
     rows = [
         [
             r.started_at,
             r.run_id,
+            run_outcome(r),
             r.stopped_because,
             r.budget,
             r.claimed,
@@ -53,12 +60,14 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
             r.stale_enqueued,
             f"{r.duration_s:.1f}s",
             f"{r.drain_rate_per_s:.1f}",
+            f"{rate:.1f}" if rate is not None else None,
         ]
-        for r in recent
+        for r, rate in zip(recent, effective, strict=True)
     ]
     headers = [
         "started",
         "run_id",
+        "outcome",
         "stopped",
         "budget",
         "claimed",
@@ -68,18 +77,35 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         "due",
         "stale",
         "took",
-        "jobs/s",
+        "burst/s",
+        "effective/s",
     ]
-    # The drain rate is what an operator watches after a pause: published / duration per run.
+    # Burst: published over the run's own duration (how fast a run goes). Effective: published
+    # over the time since the previous run started (the rate the backlog drains at).
     data = [
         {
             **dataclasses.asdict(r),
             "duration_s": r.duration_s,
             "drain_rate_per_s": r.drain_rate_per_s,
+            "outcome": run_outcome(r),
+            "burst_rate_per_s": r.drain_rate_per_s,
+            "effective_rate_per_s": rate,
         }
-        for r in recent
+        for r, rate in zip(recent, effective, strict=True)
     ]
-    return Report(data={"runs": data}, text=table(headers, rows))
+    legend = (
+        "burst/s: published / the run's duration; effective/s: published / time since the "
+        "previous run started (the drain rate)"
+    )
+    return Report(data={"runs": data}, text=f"{table(headers, rows)}\n{legend}")
+
+
+def run_outcome(run: ScanRun) -> str:
+    """How the run ended for its caller: `failed` is a run that answered 503 because every
+    publish failed (the scan records it before answering), `partial` one with some failed."""
+    if run.publish_failed and not run.published:
+        return "failed"
+    return "partial" if run.publish_failed else "ok"
 
 
 def rejected(session: Session, args: argparse.Namespace) -> Report:

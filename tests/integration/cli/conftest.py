@@ -56,7 +56,10 @@ def seed(store: FirestoreJobStore) -> Callable[..., str]:
     """Schedule a job directly through the store: `seed("j1", due=timedelta(hours=-1))`."""
 
     def schedule(job_id: str, due: timedelta = timedelta(0), subject: str = "media-1") -> str:
-        store.schedule(NewJob(job_id, "media.delete_source", subject, datetime.now(UTC) + due))
+        params = {"object": f"{subject}/source.mp4"}
+        store.schedule(
+            NewJob(job_id, "media.delete_source", subject, datetime.now(UTC) + due, params)
+        )
         return job_id
 
     return schedule

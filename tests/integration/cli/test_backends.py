@@ -56,7 +56,16 @@ def test_the_console_script_schedules_and_shows_a_job(
     firestore_project: str, firestore_emulator: Any
 ) -> None:
     created = _console(
-        firestore_project, "schedule", "--job-id", "j1", "--subject", "m1", "--due", "+1d"
+        firestore_project,
+        "schedule",
+        "--job-id",
+        "j1",
+        "--subject",
+        "m1",
+        "--due",
+        "+1d",
+        "--param",
+        "object=m1/source.mp4",
     )
     shown = _console(firestore_project, "show", "j1", "--json")
     assert created.returncode == 0, created.stderr

@@ -162,7 +162,7 @@ def test_runs_show_each_runs_drain_rate_and_stale_enqueued(
     (run,) = jobsctl("runs", "--json").json()["runs"]
     assert (run["drain_rate_per_s"], run["stale_enqueued"]) == (125.0, 3)
     text = jobsctl("runs").out
-    assert "jobs/s" in text and "125.0" in text
+    assert "burst/s" in text and "125.0" in text
 
 
 def test_rejected_lists_push_messages_the_worker_could_not_use(

@@ -63,5 +63,8 @@ def test_control_set_refuses_invalid_or_empty_changes(
     nothing = jobsctl("control", "set", "--reason", "x")
     huge = jobsctl("control", "set", "--max-per-run", "10000000", "--reason", "x")
     assert zero.code == nothing.code == huge.code == ExitCode.USAGE
-    assert "catch_up_rate" in zero.err and "nothing to change" in nothing.err
+    assert "nothing to change" in nothing.err
+    # The flags' names, not the control document's field names.
+    assert "--catch-up-rate must be" in zero.err and "catch_up_rate" not in zero.err
+    assert "--max-per-run must be" in huge.err and "claim_budget" not in huge.err
     assert store.get_control().history == ()

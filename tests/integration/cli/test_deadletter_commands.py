@@ -75,7 +75,7 @@ def test_replay_republishes_job_ids_with_their_attributes_then_acks(
 ) -> None:
     _dead_letter(publisher_client, topics, "job-a", 3)
     _dead_letter(publisher_client, topics, "job-b", 1)
-    result = jobsctl("dead-letters", "replay")
+    result = jobsctl("dead-letters", "replay", "--apply")
     assert result.code == ExitCode.OK, result.err
     assert "replayed 2" in result.out and "replaying: [" in result.err
     replayed = _pull_all(subscriber_client, topics["jobs_sub"])
@@ -93,10 +93,10 @@ def test_replay_of_chosen_jobs_leaves_the_others_dead_lettered(
 ) -> None:
     _dead_letter(publisher_client, topics, "job-a", 3)
     _dead_letter(publisher_client, topics, "job-b", 1)
-    dry = jobsctl("dead-letters", "replay", "--job", "job-b", "--dry-run", "--json")
+    dry = jobsctl("dead-letters", "replay", "--job", "job-b", "--json")  # a dry run
     assert [d["job_id"] for d in dry.json()["dead_letters"]] == ["job-b"]
     assert _pull_all(subscriber_client, topics["jobs_sub"]) == []
-    result = jobsctl("dead-letters", "replay", "--job", "job-b")
+    result = jobsctl("dead-letters", "replay", "--job", "job-b", "--apply")
     assert result.code == ExitCode.OK
     assert [m.data for m in _pull_all(subscriber_client, topics["jobs_sub"])] == [b"job-b"]
     left = jobsctl("dead-letters", "list", "--json").json()["dead_letters"]
@@ -109,3 +109,24 @@ def test_a_missing_dead_letter_subscription_is_reported(
     result = jobsctl("dead-letters", "list", "--subscription", "nope")
     assert result.code == ExitCode.UNAVAILABLE
     assert "no dead-letter subscription" in result.err
+
+
+def test_replay_of_a_job_with_no_dead_letter_exits_1_and_replays_nothing(
+    jobsctl: Jobsctl, topics: dict[str, str], publisher_client: Any, subscriber_client: Any
+) -> None:
+    _dead_letter(publisher_client, topics, "job-a", 3)
+    result = jobsctl("dead-letters", "replay", "--job", "job-a", "--job", "nosuch", "--apply")
+    assert result.code == ExitCode.REFUSED
+    assert "no dead letter for job(s) nosuch" in result.err
+    assert _pull_all(subscriber_client, topics["jobs_sub"]) == []
+    left = jobsctl("dead-letters", "list", "--json").json()["dead_letters"]
+    assert [d["job_id"] for d in left] == ["job-a"]
+
+
+def test_replay_is_a_dry_run_unless_applied(
+    jobsctl: Jobsctl, topics: dict[str, str], publisher_client: Any, subscriber_client: Any
+) -> None:
+    _dead_letter(publisher_client, topics, "job-a", 3)
+    dry = jobsctl("dead-letters", "replay")
+    assert dry.code == ExitCode.OK and "dry run: 1 would be replayed" in dry.out
+    assert _pull_all(subscriber_client, topics["jobs_sub"]) == []

@@ -46,8 +46,13 @@ def store(
     return FirestoreJobStore(firestore_client, clock, query_observer=query_log)
 
 
+def params_for(job_id: str) -> dict[str, str]:
+    """Params that fit media.delete_source's schema (services/jobs/params.py)."""
+    return {"bucket": "media-src", "object": f"media-{job_id}/source.mp4"}
+
+
 def new_job(job_id: str, due_at: datetime = T0, **extra: object) -> NewJob:
-    return NewJob(job_id, ACTION, f"media-{job_id}", due_at, {"bucket": "b"}, **extra)  # type: ignore[arg-type]
+    return NewJob(job_id, ACTION, f"media-{job_id}", due_at, params_for(job_id), **extra)  # type: ignore[arg-type]
 
 
 @pytest.fixture

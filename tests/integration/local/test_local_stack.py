@@ -19,6 +19,8 @@ from services.local.demo import plan_demo
 from services.local.system import ROOT
 
 TIMEOUT_S = 90
+# Each test runs a whole stack (three process groups): one at a time under pytest-xdist.
+pytestmark = pytest.mark.xdist_group("local_stack")
 
 
 def _start(log_dir: Path, *extra: str) -> subprocess.Popen[str]:

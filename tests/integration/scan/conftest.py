@@ -78,7 +78,8 @@ class Rig:
         for start in range(0, count, 500):
             batch = self.client.batch()
             for job_id in ids[start : start + 500]:
-                new = NewJob(job_id, ACTION, f"media-{job_id}", due_at, {"bucket": "b"})
+                params = {"object": f"media-{job_id}/source.mp4"}
+                new = NewJob(job_id, ACTION, f"media-{job_id}", due_at, params)
                 job = Job.create(new.validated(), self.clock.now())
                 batch.set(self.client.collection(schema.JOBS).document(job_id), job.to_document())
             batch.commit()

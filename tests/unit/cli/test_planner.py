@@ -104,3 +104,15 @@ def test_description_reads_like_the_runbook_example() -> None:
 def test_description_names_the_budget_when_it_limits_the_drain() -> None:
     text = describe(plan_drain(180_000, 50, 0.1, max_per_run=500, interval_s=60))
     assert text.endswith("(the per-run budget limits the scan to 8.33/s)")
+
+
+def test_the_budget_is_printed_with_its_arithmetic() -> None:
+    from services.cli.planner import budget_arithmetic
+
+    assert budget_arithmetic(100, 1000, 10, 10) == (
+        "100 per run = min(max per run 1,000, 10/s x 10 s = 100)"
+    )
+    assert budget_arithmetic(1000, 1000, 50, 60) == (
+        "1,000 per run = min(max per run 1,000, 50/s x 1 m 00 s = 3,000)"
+    )
+    assert budget_arithmetic(25, None, 2.5, 10) == "25 per run = 2.5/s x 10 s = 25"

@@ -20,6 +20,7 @@ NOW = datetime.datetime(2026, 11, 30, 4, 0, tzinfo=datetime.UTC)
         ("1h30m", 5400),
         ("30d", 2_592_000),
         ("2w", 1_209_600),
+        ("1y", 31_536_000),  # 365 days
         ("0.5s", 0.5),
     ],
 )
@@ -66,3 +67,7 @@ def test_durations_beyond_the_calendar_are_refused_not_crashed(text: str) -> Non
 def test_times_beyond_the_calendar_are_refused_not_crashed(text: str) -> None:
     with pytest.raises(TimeSpecError, match="out of range"):
         parse_time(text, NOW)
+
+
+def test_a_year_ahead_is_365_days_ahead() -> None:
+    assert parse_time("+1y", NOW) == NOW + datetime.timedelta(days=365)

@@ -23,7 +23,14 @@ from services.jobs.model import (
 from services.jobs.state import HistoryEntry, State
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-GOOD = NewJob("job-1", "media.delete_source", "media-1", T0, {"bucket": "b", "objects": ["a"]})
+GOOD = NewJob(
+    "job-1", "media.delete_source", "media-1", T0, {"bucket": "media-src", "objects": ["a"]}
+)
+
+# An action that declares no params schema: only the limits every params map has apply.
+OPEN_ACTION = "test.open"
+OPEN = replace(GOOD, action=OPEN_ACTION)
+BOTH: frozenset[str] = frozenset({"media.delete_source", OPEN_ACTION})
 
 
 def problems_of(new: NewJob, known: frozenset[str] = frozenset({"media.delete_source"})) -> str:
@@ -81,8 +88,8 @@ def test_every_problem_is_listed_at_once() -> None:
 
 def test_the_params_cap_counts_compact_json_bytes() -> None:
     overhead = len('{"k":""}')
-    assert replace(GOOD, params={"k": "x" * (16384 - overhead)}).validated()
-    assert "16385 bytes" in problems_of(replace(GOOD, params={"k": "x" * (16385 - overhead)}))
+    assert replace(OPEN, params={"k": "x" * (16384 - overhead)}).validated(BOTH)
+    assert "16385 bytes" in problems_of(replace(OPEN, params={"k": "x" * (16385 - overhead)}), BOTH)
 
 
 def test_a_job_id_of_exactly_1500_bytes_is_accepted() -> None:
@@ -203,5 +210,5 @@ def _nested(levels: int) -> dict[str, object]:
 
 def test_params_nested_deeper_than_firestore_allows_are_refused() -> None:
     # params is the document's first map level; Firestore allows 20, so 19 maps inside it.
-    assert replace(GOOD, params=_nested(19)).validated()
-    assert "nested deeper than" in problems_of(replace(GOOD, params=_nested(20)))
+    assert replace(OPEN, params=_nested(19)).validated(BOTH)
+    assert "nested deeper than" in problems_of(replace(OPEN, params=_nested(20)), BOTH)

@@ -33,7 +33,7 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
 
 
 def job_in(state: State) -> Job:
-    new = NewJob("job-1", "media.delete_source", "m1", T0).validated()
+    new = NewJob("job-1", "media.delete_source", "m1", T0, {"object": "m1/source.mp4"}).validated()
     return dataclasses.replace(Job.create(new, T0), state=state)
 
 

@@ -35,11 +35,13 @@ class MemoryStore:
         """A job claimed and enqueued at generation 1, as the scan leaves it."""
         now = self.clock.now()
         new = NewJob(
-            job_id, "media.delete_source", "media-1", now, params or {}, max_attempts
+            job_id, "media.delete_source", "media-1", now, {"object": "a"}, max_attempts
         ).validated()
         job = Job.create(new, now)
+        # The record as stored, whatever its params: the worker must check them itself.
         job = dataclasses.replace(
             job,
+            params=params or {},
             state=State.ENQUEUED,
             claim=Claim("run-1", now, 1),
             enqueued_at=now,

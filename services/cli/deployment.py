@@ -1,0 +1,51 @@
+"""What `jobsctl` knows of the deployment it steers: the scan's interval and per-run ceiling
+(the same JOBS_* variables the scan reads), and the enqueue budget they give a control
+document — computed by the scan's own function, so jobsctl never promises another figure."""
+
+from __future__ import annotations
+
+from services.cli.errors import UsageError
+from services.cli.session import Session
+from services.cli.timespec import TimeSpecError, parse_duration
+from services.jobs.control import Control
+from services.scan.budget import EnqueueBudget, enqueue_budget
+from services.scan.settings import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_MAX_PER_RUN,
+    SCAN_INTERVAL_S,
+    SCAN_MAX_PER_RUN,
+)
+
+
+def interval_s(session: Session, flag: str | None = None) -> float:
+    """--interval, else JOBS_SCAN_INTERVAL_S, else the scan's default."""
+    if flag:
+        return parse_duration(flag).total_seconds()
+    text = session.env(SCAN_INTERVAL_S, str(DEFAULT_INTERVAL_S))
+    try:
+        return parse_duration(text).total_seconds()
+    except TimeSpecError as exc:
+        # The operator did not type this value: name where it came from.
+        raise UsageError(f"{SCAN_INTERVAL_S}={text!r}: {exc}") from exc
+
+
+def ceiling(session: Session) -> int | None:
+    """JOBS_SCAN_MAX_PER_RUN when set: no control document lifts a run above it."""
+    text = session.env(SCAN_MAX_PER_RUN)
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise UsageError(f"{SCAN_MAX_PER_RUN}={text!r} is not an integer") from exc
+
+
+def effective_budget(session: Session, control: Control) -> EnqueueBudget:
+    """The jobs one scan run may claim under `control`, exactly as the scan computes it."""
+    cap = ceiling(session) or DEFAULT_MAX_PER_RUN
+    return enqueue_budget(
+        cap,
+        interval_s(session),
+        rate_per_s=control.catch_up_rate,
+        cap_override=min(cap, control.claim_budget),
+    )
