@@ -89,8 +89,11 @@ _MAX_SCHEDULE_BATCH = 500  # Firestore's writes per batched write
 ScheduleOutcome = ScheduleResult | ValidationError | ScheduleConflict
 
 
-def _same_decision(requested: NewJob, existing: Job) -> ScheduleResult:
-    """The existing job when `requested` is the same decision; else ScheduleConflict."""
+def same_decision(requested: NewJob, existing: Job) -> ScheduleResult:
+    """The existing job when `requested` is the same decision; else ScheduleConflict.
+
+    The one decision-identity rule: every JobStore implementation (fakes included) calls it.
+    """
     different = [
         name
         for field_name in _SCHEDULE_COMPARED
@@ -103,7 +106,7 @@ def _same_decision(requested: NewJob, existing: Job) -> ScheduleResult:
 
 def _decision_outcome(requested: NewJob, existing: Job) -> ScheduleResult | ScheduleConflict:
     try:
-        return _same_decision(requested, existing)
+        return same_decision(requested, existing)
     except ScheduleConflict as exc:
         return exc
 
@@ -423,7 +426,7 @@ class FirestoreJobStore:
                 snapshot = ref.get(**self._bounds.kwargs)
         if not snapshot.exists:  # deleted (TTL) between our create and read
             raise LostRace(f"job {valid.job_id!r} vanished while scheduling; retry")
-        return _same_decision(valid, Job.from_document(valid.job_id, snapshot.to_dict() or {}))
+        return same_decision(valid, Job.from_document(valid.job_id, snapshot.to_dict() or {}))
 
     def schedule_many(
         self, new_jobs: Sequence[NewJob], *, by: str = "application"

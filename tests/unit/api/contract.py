@@ -13,6 +13,7 @@ from services.api.errors import ApiError
 
 ACTION = "media.delete_source"
 DUE = "2026-07-01T12:00:00Z"
+PARAMS = {"bucket": "media-src", "objects": ["media-1/source.mp4"]}  # fits the action's schema
 
 
 def schedule_body(**overrides: Any) -> dict[str, Any]:
@@ -21,7 +22,7 @@ def schedule_body(**overrides: Any) -> dict[str, Any]:
         "job_id": "job-1",
         "action": ACTION,
         "subject": "media-1",
-        "params": {"bucket": "media-src", "objects": ["media-1/source.mp4"]},
+        "params": dict(PARAMS),
         "due_at": DUE,
     }
     body.update(overrides)
@@ -32,7 +33,13 @@ def schedule_body(**overrides: Any) -> dict[str, Any]:
 EXAMPLES: dict[str, tuple[str, Any]] = {
     "schedule": (
         "/v1/jobs",
-        {"job_id": "doc-1", "action": "media.delete_source", "subject": "m", "delay": "60s"},
+        {
+            "job_id": "doc-1",
+            "action": ACTION,
+            "subject": "m",
+            "params": {"object": "m/source.mp4"},
+            "delay": "60s",
+        },
     ),
     "get": ("/v1/jobs/doc-1", None),
     "cancel": ("/v1/jobs/doc-1:cancel", {"reason": "test"}),

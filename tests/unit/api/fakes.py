@@ -13,9 +13,10 @@ from typing import Any
 
 from services.jobs.auth import Caller, Forbidden, Unauthenticated
 from services.jobs.clock import FakeClock
-from services.jobs.errors import AlreadyTerminal, JobNotFound, ScheduleConflict
+from services.jobs.errors import AlreadyTerminal, JobNotFound
 from services.jobs.model import Job, NewJob, ScheduleResult
 from services.jobs.state import Role, State, apply_transition
+from services.jobs.store import same_decision
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 CALLER = "producer@test-project.iam.gserviceaccount.com"
@@ -46,11 +47,7 @@ class FakeStore:
         if existing is None:
             self.jobs[valid.job_id] = job
             return ScheduleResult(job, created=True)
-        fields = ("action", "subject", "params", "max_attempts")
-        different = [f for f in fields if getattr(job, f) != getattr(existing, f)]
-        if different:
-            raise ScheduleConflict(valid.job_id, different)
-        return ScheduleResult(existing, created=False)
+        return same_decision(valid, existing)
 
     def get(self, job_id: str) -> Job | None:
         self.calls.append("get")

@@ -10,7 +10,7 @@ import pytest
 from services.jobs.model import derive_job_id
 from services.jobs.state import State
 from tests.unit.api.conftest import Api
-from tests.unit.api.contract import ACTION, DUE, schedule_body
+from tests.unit.api.contract import ACTION, DUE, PARAMS, schedule_body
 from tests.unit.api.fakes import CALLER, STRANGER, T0
 
 
@@ -39,9 +39,11 @@ def test_a_new_job_is_201_with_its_location_and_the_same_again_is_200(api: Api) 
 
 def test_a_different_payload_under_the_same_id_is_409_naming_the_field(api: Api) -> None:
     assert api.post("/v1/jobs", schedule_body()).status_code == 201
-    error = error_of(api.post("/v1/jobs", schedule_body(params={"bucket": "other"})), 409)
+    error = error_of(
+        api.post("/v1/jobs", schedule_body(params={**PARAMS, "bucket": "other-bucket"})), 409
+    )
     assert error["status"] == "ALREADY_EXISTS"
-    assert fields_of(error) == ["params"]
+    assert fields_of(error) == ["params.bucket"]
 
 
 def test_a_decision_id_derives_the_job_id_as_the_python_store_does(api: Api) -> None:

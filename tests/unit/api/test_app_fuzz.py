@@ -14,7 +14,7 @@ from services.api import document
 from services.api.app import create_app
 from services.jobs.clock import FakeClock
 from tests.unit.api.conftest import SETTINGS, Api
-from tests.unit.api.contract import documented_statuses
+from tests.unit.api.contract import PARAMS, documented_statuses
 from tests.unit.api.fakes import T0, FakeStore, FakeVerifier
 
 FIELDS = ["job_id", "decision_id", "action", "subject", "params", "due_at", "delay"]
@@ -43,6 +43,7 @@ VALID = {
     "job_id": "job-1",
     "action": "media.delete_source",
     "subject": "media-1",
+    "params": dict(PARAMS),
     "due_at": "2026-07-01T12:00:00Z",
 }
 
@@ -84,8 +85,7 @@ def fresh_api() -> Api:
     store = FakeStore(clock)
     app = create_app(SETTINGS, clock=clock, store=store, verifier=FakeVerifier())
     api = Api(app, store, clock)
-    body = {"job_id": "job-1", "action": "media.delete_source", "subject": "media-1"}
-    created = api.post("/v1/jobs", {**body, "due_at": "2026-07-01T12:00:00Z"})
+    created = api.post("/v1/jobs", VALID)
     assert created.status_code == 201
     return api
 
