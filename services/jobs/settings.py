@@ -36,6 +36,7 @@ OIDC_CERTS_URL = "JOBS_OIDC_CERTS_URL"
 AUTH_CLOCK_SKEW_S = "JOBS_AUTH_CLOCK_SKEW_S"
 TERMINAL_RETENTION_S = "JOBS_TERMINAL_RETENTION_S"
 FIRESTORE_TIMEOUT_S = "JOBS_FIRESTORE_TIMEOUT_S"
+BEHIND_CLOUD_RUN_IAM = "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM"
 COMMON_KEYS = (
     PROJECT,
     LOG_LEVEL,
@@ -43,6 +44,7 @@ COMMON_KEYS = (
     AUTH_CLOCK_SKEW_S,
     TERMINAL_RETENTION_S,
     FIRESTORE_TIMEOUT_S,
+    BEHIND_CLOUD_RUN_IAM,
 )
 
 DEFAULT_TERMINAL_RETENTION_S = int(DEFAULT_TERMINAL_RETENTION.total_seconds())
@@ -274,8 +276,9 @@ def _range(low: object, high: object) -> builtins.str:
 
 @dataclass(frozen=True)
 class CommonSettings:
-    """Keys every service reads: project, log level, OIDC verification, how long terminal
-    records are kept, and how long one Firestore call may take."""
+    """Keys every service reads: project, log level, OIDC verification (and whether Cloud Run's
+    IAM invoker check stands in front, so forwarded tokens come without their signature), how
+    long terminal records are kept, and how long one Firestore call may take."""
 
     project: builtins.str
     log_level: builtins.str = "INFO"
@@ -283,6 +286,7 @@ class CommonSettings:
     auth_clock_skew_s: builtins.int = DEFAULT_CLOCK_SKEW_S
     terminal_retention_s: builtins.float = DEFAULT_TERMINAL_RETENTION_S
     firestore_timeout_s: builtins.float = DEFAULT_FIRESTORE_TIMEOUT_S
+    behind_cloud_run_iam: builtins.bool = False
 
     @classmethod
     def read(cls, env: EnvReader) -> CommonSettings:
@@ -306,6 +310,9 @@ class CommonSettings:
                 min=MIN_FIRESTORE_TIMEOUT_S,
                 max=MAX_FIRESTORE_TIMEOUT_S,
             ),
+            # True only where Cloud Run's IAM invoker check (or the local front end,
+            # emulators/cloudrun) verified each token before the service sees it.
+            behind_cloud_run_iam=env.bool(BEHIND_CLOUD_RUN_IAM, default=False),
         )
 
     @property

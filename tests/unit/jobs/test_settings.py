@@ -11,6 +11,7 @@ import pytest
 from services.jobs.auth import GOOGLE_CERTS_URL
 from services.jobs.settings import (
     AUTH_CLOCK_SKEW_S,
+    BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,
     FIRESTORE_TIMEOUT_S,
     LOG_LEVEL,
@@ -178,6 +179,8 @@ def test_common_key_names_are_the_module_constants() -> None:
     )
     assert TERMINAL_RETENTION_S == "JOBS_TERMINAL_RETENTION_S"
     assert FIRESTORE_TIMEOUT_S == "JOBS_FIRESTORE_TIMEOUT_S"
+    # The infra stack sets this name on its branch too: it must stay exactly this.
+    assert BEHIND_CLOUD_RUN_IAM == "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM"
     assert set(COMMON_KEYS) == {
         PROJECT,
         LOG_LEVEL,
@@ -185,6 +188,7 @@ def test_common_key_names_are_the_module_constants() -> None:
         AUTH_CLOCK_SKEW_S,
         TERMINAL_RETENTION_S,
         FIRESTORE_TIMEOUT_S,
+        BEHIND_CLOUD_RUN_IAM,
     }
 
 
@@ -197,6 +201,7 @@ def test_common_settings_read_every_key() -> None:
             "JOBS_AUTH_CLOCK_SKEW_S": "0",
             "JOBS_TERMINAL_RETENTION_S": "7d",
             "JOBS_FIRESTORE_TIMEOUT_S": "500ms",
+            "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "true",
         }
     )
     common = CommonSettings.read(env)
@@ -208,8 +213,14 @@ def test_common_settings_read_every_key() -> None:
         0,
         terminal_retention_s=7 * 86400,
         firestore_timeout_s=0.5,
+        behind_cloud_run_iam=True,
     )
     assert common.terminal_retention == timedelta(days=7)
+
+
+def test_services_are_not_behind_cloud_run_iam_unless_told() -> None:
+    env = EnvReader({"JOBS_PROJECT": "p"})
+    assert CommonSettings.read(env).behind_cloud_run_iam is False
 
 
 def test_common_settings_name_every_bad_key() -> None:
@@ -220,6 +231,7 @@ def test_common_settings_name_every_bad_key() -> None:
             "JOBS_AUTH_CLOCK_SKEW_S": "-1",
             "JOBS_TERMINAL_RETENTION_S": "0",
             "JOBS_FIRESTORE_TIMEOUT_S": "forever",
+            "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "maybe",
         }
     )
     CommonSettings.read(env)
@@ -232,6 +244,7 @@ def test_common_settings_name_every_bad_key() -> None:
         "JOBS_AUTH_CLOCK_SKEW_S",
         "JOBS_TERMINAL_RETENTION_S",
         "JOBS_FIRESTORE_TIMEOUT_S",
+        "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM",
     ]
 
 

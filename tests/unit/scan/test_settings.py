@@ -45,6 +45,7 @@ def test_every_key_is_read() -> None:
         "JOBS_ENQUEUED_TIMEOUT_S": "90m",
         "JOBS_TERMINAL_RETENTION_S": "14d",
         "JOBS_FIRESTORE_TIMEOUT_S": "5s",
+        "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "yes",
     }
     assert set(env) == set(ALL_KEYS)
     s = ScanSettings.from_env(env)
@@ -58,6 +59,7 @@ def test_every_key_is_read() -> None:
         5,
     )
     assert s.limits().enqueued_timeout_s == 5400
+    assert s.behind_cloud_run_iam is True
 
 
 def test_every_bad_key_is_named_in_one_error() -> None:
