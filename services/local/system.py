@@ -28,6 +28,7 @@ from services.cli.backends import DEAD_LETTER_SUBSCRIPTION, Backends
 from services.jobs import settings as common_keys
 from services.jobs.clock import SystemClock
 from services.jobs.store import FirestoreJobStore
+from services.local.cloud_run import deployments, front_end_argv
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
 from services.local.scheduler import Attempt, LocalScheduler, token_from_issuer_url
 from services.local.stack import Child, PortInUse, StackError, Supervisor, port_accepts
@@ -74,6 +75,8 @@ class Options:
     timeout_s: float | None = None
     log_dir: Path = ROOT / ".local"
     demo: bool = True
+    # False: the services listen on their ports themselves, with no Cloud Run front end.
+    cloud_run: bool = True
 
     @property
     def budget_interval_s(self) -> float:
@@ -196,6 +199,8 @@ class LocalSystem:
             **self.endpoints.exports,
             common_keys.PROJECT: self.options.project,
             common_keys.LOG_LEVEL: "INFO",
+            # Behind the front end, tokens arrive as Cloud Run forwards them: signature removed.
+            common_keys.BEHIND_CLOUD_RUN_IAM: "true" if self.options.cloud_run else "false",
             "PYTHONUNBUFFERED": "1",
         }
         worker_env = {
@@ -226,6 +231,7 @@ class LocalSystem:
             )
 
     def _start_function(self, target: str, port: int, env: Mapping[str, str]) -> tuple[Child, int]:
+        """The functions-framework process of `target`, on `port` or behind a front end there."""
         argv = [
             sys.executable,
             "-m",
@@ -233,8 +239,18 @@ class LocalSystem:
             f"--target={target}",
             f"--source={ROOT / 'services' / target / 'main.py'}",
             f"--host={HOST}",
-            f"--port={port}",
         ]
+        if self.options.cloud_run:
+            # The front end gives the container its PORT, as Cloud Run does.
+            argv = front_end_argv(
+                deployments(self.topology)[target],
+                argv,
+                host=HOST,
+                port=port,
+                certs_url=self.endpoints.exports[common_keys.OIDC_CERTS_URL],
+            )
+        else:
+            argv.append(f"--port={port}")
         child = self.supervisor.start(target, argv, env=env, cwd=ROOT)
         self.endpoints.pids[target] = child.pid
         return child, port
@@ -356,8 +372,9 @@ class LocalSystem:
 
     def _banner(self) -> None:
         e = self.endpoints
-        self._say(f"scan    {e.scan_url}  (pid {e.pids['scan']})")
-        self._say(f"worker  {e.worker_url}  (pid {e.pids['worker']})")
+        front = "behind the local Cloud Run front end, " if self.options.cloud_run else ""
+        self._say(f"scan    {e.scan_url}  ({front}pid {e.pids['scan']})")
+        self._say(f"worker  {e.worker_url}  ({front}pid {e.pids['worker']})")
         self._say(f"emulators (pid {e.pids['emulators']}); logs in {self.options.log_dir}")
         for note in e.notes:
             self._say(f"emulators: {note}")
