@@ -7,10 +7,14 @@ it wait); then the request goes to the container with the checked token's signat
 `SIGNATURE_REMOVED_BY_GOOGLE` and `X-Cloud-Trace-Context` added when absent. A container slower
 than the request timeout leaves the caller with 504 while its own thread runs on, as on Cloud
 Run (https://cloud.google.com/run/docs/configuring/request-timeout).
+
+One simplification: each connection carries one request (`Connection: close`), where Google's
+front end keeps connections alive; callers reconnect, and what a service sees is the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
 import secrets
@@ -105,6 +109,25 @@ class FrontEnd(BackgroundHTTPServer):
         self.upstream_host, self.upstream_port = parts.hostname, parts.port
         self.slots = threading.BoundedSemaphore(config.concurrency)
         self.counters = Counters()
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+
+    def opened(self, connection: socket.socket) -> None:
+        with self._open_lock:
+            self._open.add(connection)
+
+    def closed(self, connection: socket.socket) -> None:
+        with self._open_lock:
+            self._open.discard(connection)
+
+    def stop(self) -> None:
+        """Stop listening and end every open connection, as an instance going away does, so
+        no handler thread is left waiting on a kept-alive connection."""
+        super().stop()
+        with self._open_lock:
+            for connection in self._open:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
 
 
 def start(
@@ -182,6 +205,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse_too_large("request line and headers over the limit")
             return False
         return parsed
+
+    def setup(self) -> None:
+        super().setup()
+        self.front_end().opened(self.connection)
+
+    def finish(self) -> None:
+        self.front_end().closed(self.connection)
+        super().finish()
 
     def handle_one_request(self) -> None:
         try:
@@ -317,11 +348,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._relay(response, data)
 
     def _relay(self, response: http.client.HTTPResponse, data: bytes) -> None:
+        self.close_connection = True
         self.send_response_only(response.status, response.reason)
         for name, value in response.getheaders():
             if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
                 self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -350,8 +383,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/html; charset=UTF-8" if html else "text/plain")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Date", self.date_time_string())
-        if self.close_connection:
-            self.send_header("Connection", "close")
+        self.close_connection = True
+        self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
