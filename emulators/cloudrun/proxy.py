@@ -61,6 +61,7 @@ _HOP_BY_HOP = frozenset(
     }
 )
 _CHUNK_LINE_MAX = 1024
+_CLIENT_READ_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,8 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "Google Frontend"
     sys_version = ""
     protocol_version = "HTTP/1.1"
+    # A client that stalls while sending its request is dropped, never waited on for ever.
+    timeout = _CLIENT_READ_TIMEOUT_S
 
     def front_end(self) -> FrontEnd:
         raise NotImplementedError

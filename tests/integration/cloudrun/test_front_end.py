@@ -3,6 +3,7 @@ Run's timeout, concurrency and size limits — against a real upstream over HTTP
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -247,3 +248,35 @@ def test_a_dead_container_is_503(cloud_run: CloudRun, oidc_server: Any) -> None:
     front = cloud_run("http://127.0.0.1:9", invokers=[INVOKER])
     response = post(front, headers={"Authorization": bearer(oidc_server, front.url)})
     assert response.status_code == 503
+
+
+def _raw(front: FrontEnd, request: bytes) -> bytes:
+    host, port = front.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [b"Content-Length: lots\r\n", b"Transfer-Encoding: chunked\r\n"],
+    ids=["bad content-length", "bad chunk size"],
+)
+def test_a_malformed_body_is_400_and_the_front_end_keeps_serving(
+    front: FrontEnd, upstream: Upstream, oidc_server: Any, framing: bytes
+) -> None:
+    token = bearer(oidc_server, front.url).encode()
+    answer = _raw(
+        front,
+        b"POST / HTTP/1.1\r\nHost: x\r\nAuthorization: "
+        + token
+        + b"\r\n"
+        + framing
+        + b"\r\nzz\r\n",
+    )
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert upstream.seen.requests == []
+    assert post(front, headers={"Authorization": token.decode()}).status_code == 200
