@@ -91,5 +91,5 @@ def test_direct_mode_runs_the_demo_without_front_ends(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == 0, err + out
     assert "demo done: 3/3 due jobs completed" in out
-    assert "front end" not in out
+    assert "behind the local Cloud Run front end" not in out
     assert "cloud run ready" not in (tmp_path / "scan.log").read_text()
