@@ -29,6 +29,7 @@ import base64
 import binascii
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -338,13 +339,15 @@ def allowed_emails(emails: Iterable[str]) -> frozenset[str]:
 
 
 def _check_times(claims: Mapping[str, Any], skew_s: int, now: float | None = None) -> None:
-    """`iat` and `exp` as google-auth checks them: present, numeric, and `now` inside
-    [iat - skew, exp + skew]."""
+    """`iat` and `exp` as google-auth checks them: present, numeric (and finite: Python's JSON
+    reads NaN and 1e400), and `now` inside [iat - skew, exp + skew]."""
     issued_at, expires_at = claims.get("iat"), claims.get("exp")
     for value in (issued_at, expires_at):
         if value is None:
             raise Unauthenticated("token lacks a required claim")
         if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Unauthenticated("token claims have the wrong types")
+        if not math.isfinite(value):
             raise Unauthenticated("token claims have the wrong types")
     assert isinstance(issued_at, int | float) and isinstance(expires_at, int | float)
     now = time.time() if now is None else now

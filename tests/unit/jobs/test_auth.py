@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -466,6 +467,19 @@ def test_stripped_token_is_still_checked_behind_cloud_run_iam(
         iam_verifier(endpoint).verify(token)
 
 
+@pytest.mark.parametrize("claim", ["iat", "exp"])
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_stripped_token_with_non_finite_times_is_unauthenticated_not_a_crash(
+    issuer: Issuer, endpoint: FakeCertsEndpoint, claim: str, literal: str
+) -> None:
+    header, payload, _ = issuer.mint(AUDIENCE, EMAIL).split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    text = json.dumps({**claims, claim: "__X__"}).replace('"__X__"', literal)
+    forged = base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+    with pytest.raises(Unauthenticated, match="wrong types"):
+        iam_verifier(endpoint).verify(f"{header}.{forged}.{SIGNATURE_REMOVED}")
+
+
 def test_stripped_token_within_the_clock_skew_is_accepted(
     issuer: Issuer, endpoint: FakeCertsEndpoint
 ) -> None:
@@ -474,8 +488,6 @@ def test_stripped_token_within_the_clock_skew_is_accepted(
 
 
 def _b64json(value: object) -> str:
-    import base64
-
     return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
 
 
