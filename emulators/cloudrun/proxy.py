@@ -224,7 +224,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def do_GET(self) -> None:
-        self._serve()
+        self._answered = False
+        try:
+            self._serve()
+        except (ConnectionError, TimeoutError):
+            self.close_connection = True  # the caller went away; nothing to answer
+        except Exception:
+            # A bug here must cost one request, never the front end: one line, then a 500.
+            logger.exception(
+                "%s: unexpected error serving %s", self.front_end().config.name, self.path
+            )
+            if not self._answered:
+                self._answer(
+                    HTTPStatus.INTERNAL_SERVER_ERROR, b"Internal Server Error", "front end error"
+                )
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_GET
 
@@ -352,6 +365,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _relay(self, response: http.client.HTTPResponse, data: bytes) -> None:
         self.close_connection = True
+        self._answered = True
         self.send_response_only(response.status, response.reason)
         for name, value in response.getheaders():
             if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
@@ -382,6 +396,7 @@ class _Handler(BaseHTTPRequestHandler):
         logger.warning(
             "%s %s %s → %d: %s", self.front_end().config.name, self.command, self.path, status, why
         )
+        self._answered = True
         self.send_response_only(status)
         self.send_header("Content-Type", "text/html; charset=UTF-8" if html else "text/plain")
         self.send_header("Content-Length", str(len(body)))

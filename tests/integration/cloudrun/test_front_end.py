@@ -280,3 +280,20 @@ def test_a_malformed_body_is_400_and_the_front_end_keeps_serving(
     assert answer.startswith(b"HTTP/1.1 400")
     assert upstream.seen.requests == []
     assert post(front, headers={"Authorization": token.decode()}).status_code == 200
+
+
+def test_a_bug_in_the_front_end_costs_one_request_a_500_and_nothing_else(
+    front: FrontEnd, upstream: Upstream, oidc_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check = front.config.invoker_check
+    assert check is not None
+    token = bearer(oidc_server, front.url)
+
+    def broken(headers: Any) -> tuple[str, str]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(check, "check", broken)
+    assert post(front, headers={"Authorization": token}).status_code == 500
+    monkeypatch.undo()
+    assert post(front, headers={"Authorization": token}).status_code == 200
+    assert len(upstream.seen.requests) == 1
