@@ -71,6 +71,12 @@ def parse_args(argv: list[str] | None) -> Options:
         help="no local Cloud Run front end: callers reach the services' ports directly",
     )
     parser.add_argument(
+        "--invoker-iam-disabled",
+        action="store_true",
+        help="front ends without the invoker check (Cloud Run's invoker_iam_disabled); the "
+        "services then verify full signatures",
+    )
+    parser.add_argument(
         "--log-dir",
         type=Path,
         default=ROOT / ".local",
@@ -100,6 +106,7 @@ def parse_args(argv: list[str] | None) -> Options:
         log_dir=args.log_dir,
         demo=not args.no_demo,
         cloud_run=not args.direct,
+        invoker_iam=not args.invoker_iam_disabled,
     )
 
 

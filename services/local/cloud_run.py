@@ -60,8 +60,10 @@ def front_end_argv(
     host: str,
     port: int,
     certs_url: str,
+    invoker_iam: bool = True,
 ) -> list[str]:
-    """`python -m emulators.cloudrun ... -- CONTAINER`: the front end on host:port before it."""
+    """`python -m emulators.cloudrun ... -- CONTAINER`: the front end on host:port before it;
+    `invoker_iam=False` deploys it as with `invoker_iam_disabled`."""
     return [
         sys.executable,
         "-m",
@@ -74,6 +76,7 @@ def front_end_argv(
         f"--timeout={deployment.timeout_s}",
         f"--concurrency={deployment.concurrency}",
         "--log-level=WARNING",
+        *([] if invoker_iam else ["--invoker-iam-disabled"]),
         "--",
         *container,
     ]

@@ -77,6 +77,12 @@ class Options:
     demo: bool = True
     # False: the services listen on their ports themselves, with no Cloud Run front end.
     cloud_run: bool = True
+    # False: the front ends run as with Cloud Run's invoker_iam_disabled (no invoker check).
+    invoker_iam: bool = True
+
+    @property
+    def behind_cloud_run_iam(self) -> bool:
+        return self.cloud_run and self.invoker_iam
 
     @property
     def budget_interval_s(self) -> float:
@@ -200,7 +206,7 @@ class LocalSystem:
             common_keys.PROJECT: self.options.project,
             common_keys.LOG_LEVEL: "INFO",
             # Behind the front end, tokens arrive as Cloud Run forwards them: signature removed.
-            common_keys.BEHIND_CLOUD_RUN_IAM: "true" if self.options.cloud_run else "false",
+            common_keys.BEHIND_CLOUD_RUN_IAM: str(self.options.behind_cloud_run_iam).lower(),
             "PYTHONUNBUFFERED": "1",
         }
         worker_env = {
@@ -248,6 +254,7 @@ class LocalSystem:
                 host=HOST,
                 port=port,
                 certs_url=self.endpoints.exports[common_keys.OIDC_CERTS_URL],
+                invoker_iam=self.options.invoker_iam,
             )
         else:
             argv.append(f"--port={port}")

@@ -93,3 +93,34 @@ def test_direct_mode_runs_the_demo_without_front_ends(tmp_path: Path) -> None:
     assert "demo done: 3/3 due jobs completed" in out
     assert "behind the local Cloud Run front end" not in out
     assert "cloud run ready" not in (tmp_path / "scan.log").read_text()
+
+
+def test_with_invoker_iam_disabled_the_services_verify_every_signature_themselves(
+    tmp_path: Path,
+) -> None:
+    proc = _start(tmp_path, "--invoker-iam-disabled")
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not any(line.startswith("demo done") for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            lines.append(proc.stdout.readline())
+        [scan_url] = re.findall(r"^scan +(http://\S+) +\(behind", "".join(lines), re.MULTILINE)
+        # No invoker check in front: the scan's own JSON answers, and a stripped token (which
+        # only Cloud Run's check could vouch for) is refused.
+        no_token = requests.post(scan_url, timeout=30)
+        token_url = _env(tmp_path)["JOBS_OIDC_CERTS_URL"].replace("/oauth2/v1/certs", "/token")
+        scheduler = Topology("deferred-jobs-local", Names.for_prefix()).scheduler_email
+        reply = requests.post(
+            token_url, json={"audience": scan_url, "email": scheduler}, timeout=10
+        )
+        token = str(reply.json()["token"]).rsplit(".", 1)[0] + ".SIGNATURE_REMOVED_BY_GOOGLE"
+        stripped = requests.post(scan_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert no_token.status_code == 401
+    assert no_token.json()["error"] == "unauthenticated"
+    assert stripped.status_code == 401
+    assert "not configured as behind Cloud Run IAM" in stripped.json()["detail"]
