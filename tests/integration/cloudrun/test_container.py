@@ -58,7 +58,7 @@ def served(oidc_server: Any) -> Iterator[tuple[subprocess.Popen[str], str]]:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     try:
-        assert line.startswith(READY_LINE), line + proc.stderr.read() if proc.stderr else ""
+        assert line.startswith(READY_LINE), line
         url = line.split(" at ", 1)[1].split()[0]
         yield proc, url
     finally:
@@ -114,16 +114,27 @@ def test_a_container_that_never_listens_fails_startup_naming_port(oidc_server: A
 def test_a_container_that_exits_takes_the_front_end_down_with_status_1(
     oidc_server: Any,
 ) -> None:
-    # Listens just long enough to pass the startup probe, then exits.
-    script = CONTAINER.replace(".serve_forever()", ".handle_request()")  # one request, then exit
+    # Two connections, then exit: the startup probe's, then the one request below.
+    script = CONTAINER.replace(
+        'HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()',
+        'server = HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H)\n'
+        "for _ in range(2):\n    server.handle_request()",
+    )
+    assert script != CONTAINER
     proc = run_front_end(oidc_server, "--", sys.executable, "-c", script)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.startswith(READY_LINE)
-    url = line.split(" at ", 1)[1].split()[0]
-    token = oidc_server.issuer.mint(url, INVOKER)
-    requests.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    _, err = proc.communicate(timeout=30)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith(READY_LINE)
+        url = line.split(" at ", 1)[1].split()[0]
+        token = oidc_server.issuer.mint(url, INVOKER)
+        response = requests.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert response.status_code == 200
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 1
     assert "the container of media-worker exited with 0" in err
 
