@@ -197,8 +197,9 @@ def start_official(
         stack.stop()
         raise
     stack.notes.append(
-        "official Pub/Sub emulator: push requests carry NO OIDC token, so the worker will "
-        "answer them 401; use the built-in emulators to exercise push authentication"
+        "official Pub/Sub emulator: push requests carry NO OIDC token, so the worker's Cloud Run "
+        "front end answers them 403 (the worker alone, 401); use the built-in emulators to "
+        "exercise push authentication"
     )
     _export_project(stack, project)
     return stack
@@ -223,6 +224,11 @@ def _start_oidc(stack: Stack, host: str, port: int, issuer: Issuer) -> None:
     stack.started("oidc", server.stop)
     stack.exports["JOBS_OIDC_CERTS_URL"] = server.certs_url
     stack.notes.append(f"oidc tokens: POST {server.token_url} with JSON audience, email")
+    # The Cloud Run front end runs per service, before its process (docs/emulators.md).
+    stack.notes.append(
+        "cloud run front end: python -m emulators.cloudrun --service NAME "
+        f"--certs-url {server.certs_url} --invoker EMAIL -- COMMAND"
+    )
 
 
 def _start_storage(stack: Stack, host: str, port: int) -> None:

@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.pubsub",
     "tests.fixtures.oidc",
     "tests.fixtures.storage",
+    "tests.fixtures.cloudrun",
 ]
 
 _TIERS = {"integration": "integration", "infra": "infra"}

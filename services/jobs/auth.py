@@ -5,6 +5,19 @@ email allowlist, verified email, expiry) so a misconfigured IAM binding is not t
 The signature and expiry checks are google-auth's `verify_token`; its certs are cached in
 memory so a busy worker does not fetch Google's certs document on every push.
 
+Behind Cloud Run's IAM invoker check the container never sees a signature: Cloud Run verifies
+the token itself, then forwards it with the JWT's third segment replaced by the literal
+`SIGNATURE_REMOVED_BY_GOOGLE`, so the token cannot be replayed
+(https://cloud.google.com/run/docs/troubleshooting#signature-removed). A verifier whose policy
+says `behind_cloud_run_iam` accepts such a token after every other check (alg RS256 with a
+`kid`, issuer, audience, iat/exp within the skew, allowlisted and verified email); anywhere
+else a stripped token is refused, because nothing has verified it.
+
+Cloud Run checks `X-Serverless-Authorization` instead of `Authorization` when a request carries
+it, and passes `Authorization` through untouched
+(https://cloud.google.com/run/docs/authenticating/service-to-service); `verify_request` reads a
+request's headers the same way.
+
 No HTTP here: failures are domain errors. The HTTP layer maps `Unauthenticated` to 401,
 `Forbidden` to 403 and `CertsUnavailable` to 503 (so Pub/Sub and Scheduler retry later).
 Tokens never appear in an error message or a log line.
@@ -16,12 +29,13 @@ import base64
 import binascii
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import google.auth.exceptions
 import google.auth.transport
@@ -31,6 +45,13 @@ from google.oauth2 import id_token
 logger = logging.getLogger(__name__)
 
 GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
+# What Cloud Run puts in place of a token's signature after its own invoker check
+# (https://cloud.google.com/run/docs/troubleshooting#signature-removed).
+SIGNATURE_REMOVED = "SIGNATURE_REMOVED_BY_GOOGLE"
+AUTHORIZATION = "Authorization"
+# Checked by Cloud Run in preference to Authorization when present
+# (https://cloud.google.com/run/docs/authenticating/service-to-service).
+SERVERLESS_AUTHORIZATION = "X-Serverless-Authorization"
 GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
 DEFAULT_CLOCK_SKEW_S = 10
 
@@ -69,12 +90,17 @@ class Caller:
 
 @dataclass(frozen=True)
 class AuthPolicy:
-    """What a service accepts: one audience, a fixed set of caller emails."""
+    """What a service accepts: one audience, a fixed set of caller emails.
+
+    `behind_cloud_run_iam`: the service runs behind Cloud Run's IAM invoker check, so tokens
+    arrive with their signature removed by Google; only then is such a token accepted.
+    """
 
     audience: str
     allowed_emails: frozenset[str]
     certs_url: str = GOOGLE_CERTS_URL
     clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
+    behind_cloud_run_iam: bool = False
 
 
 def bearer_token(authorization: str | None) -> str:
@@ -85,6 +111,19 @@ def bearer_token(authorization: str | None) -> str:
     if len(parts) != 2 or parts[0].lower() != "bearer":
         raise Unauthenticated("Authorization header is not 'Bearer <token>'")
     return parts[1]
+
+
+class RequestHeaders(Protocol):
+    """What is read from a request's headers: a dict, or Flask's `request.headers`."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+
+def invoker_authorization(headers: RequestHeaders) -> str | None:
+    """The header value Cloud Run's invoker check reads: `X-Serverless-Authorization` when the
+    request carries it (even empty), else `Authorization`."""
+    serverless = headers.get(SERVERLESS_AUTHORIZATION)
+    return serverless if serverless is not None else headers.get(AUTHORIZATION)
 
 
 class CertsCache:
@@ -226,15 +265,21 @@ class TokenVerifier:
         self.policy = policy
         self._certs = certs or CertsCache(policy.certs_url)
 
+    def verify_request(self, headers: RequestHeaders) -> Caller:
+        """The caller behind a request's headers, read as Cloud Run reads them."""
+        return self.verify_header(invoker_authorization(headers))
+
     def verify_header(self, authorization: str | None) -> Caller:
-        """The caller behind an `Authorization` header value."""
+        """The caller behind an `Authorization` (or `X-Serverless-Authorization`) value."""
         return self.verify(bearer_token(authorization))
 
     def verify(self, token: str | None) -> Caller:
         """The caller behind `token`; raises Unauthenticated, Forbidden or CertsUnavailable."""
         if not token:
             raise Unauthenticated("missing token")
-        header = _unverified_header(token)
+        header, payload = _unverified_parts(token)
+        if token.rsplit(".", 1)[1] == SIGNATURE_REMOVED:
+            return self._verify_forwarded(header, payload)
         kid = header.get("kid")
         request = _CachedCertsRequest(self._certs, kid if isinstance(kid, str) else None)
         try:
@@ -253,6 +298,22 @@ class TokenVerifier:
             # A correctly signed token with claims of the wrong type (an `iat` of null, an
             # `aud` list) trips google-auth's arithmetic; it is still just a bad token.
             raise Unauthenticated("token claims have the wrong types") from exc
+        return self._authorize(claims)
+
+    def _verify_forwarded(self, header: Mapping[str, Any], claims: Mapping[str, Any]) -> Caller:
+        """A token Cloud Run verified and forwarded without its signature: every check but the
+        signature, and only when the service is configured as behind Cloud Run IAM."""
+        if not self.policy.behind_cloud_run_iam:
+            raise Unauthenticated(
+                "token signature removed by Google, but this service is not configured as "
+                "behind Cloud Run IAM (JOBS_AUTH_BEHIND_CLOUD_RUN_IAM), so nothing verified it"
+            )
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise Unauthenticated("token header has no key id")
+        if claims.get("aud") != self.policy.audience:
+            raise Unauthenticated("wrong audience")
+        _check_times(claims, self.policy.clock_skew_s)
         return self._authorize(claims)
 
     def _authorize(self, claims: Mapping[str, Any]) -> Caller:
@@ -277,8 +338,27 @@ def allowed_emails(emails: Iterable[str]) -> frozenset[str]:
     return frozenset(e.strip() for e in emails if e.strip())
 
 
-def _unverified_header(token: str) -> dict[str, Any]:
-    """The JOSE header, checked for shape before google-auth sees the token.
+def _check_times(claims: Mapping[str, Any], skew_s: int, now: float | None = None) -> None:
+    """`iat` and `exp` as google-auth checks them: present, numeric (and finite: Python's JSON
+    reads NaN and 1e400), and `now` inside [iat - skew, exp + skew]."""
+    issued_at, expires_at = claims.get("iat"), claims.get("exp")
+    for value in (issued_at, expires_at):
+        if value is None:
+            raise Unauthenticated("token lacks a required claim")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Unauthenticated("token claims have the wrong types")
+        if not math.isfinite(value):
+            raise Unauthenticated("token claims have the wrong types")
+    assert isinstance(issued_at, int | float) and isinstance(expires_at, int | float)
+    now = time.time() if now is None else now
+    if now < issued_at - skew_s:
+        raise Unauthenticated("token used before its issue time")
+    if now > expires_at + skew_s:
+        raise Unauthenticated("token expired")
+
+
+def _unverified_parts(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JOSE header and the claims, checked for shape before google-auth sees the token.
 
     google-auth quotes a malformed token in its error messages; checking the shape here keeps
     the token out of every message and traceback we raise.
@@ -291,7 +371,8 @@ def _unverified_header(token: str) -> dict[str, Any]:
     try:
         header = json.loads(_b64url(segments[0]))
         payload = json.loads(_b64url(segments[1]))
-        _b64url(segments[2])
+        if segments[2] != SIGNATURE_REMOVED:
+            _b64url(segments[2])
     except (ValueError, binascii.Error, RecursionError) as exc:
         # RecursionError: JSON nested deeper than the interpreter's limit (a 16 KiB token of
         # "[" is enough); it is a malformed token like any other, never a crash.
@@ -300,7 +381,7 @@ def _unverified_header(token: str) -> dict[str, Any]:
         raise Unauthenticated("malformed token: header or payload is not a JSON object")
     if header.get("alg") != "RS256":
         raise Unauthenticated("malformed token: alg is not RS256")
-    return header
+    return header, payload
 
 
 def _b64url(segment: str) -> bytes:

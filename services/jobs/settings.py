@@ -276,8 +276,9 @@ def _range(low: object, high: object) -> builtins.str:
 
 @dataclass(frozen=True)
 class CommonSettings:
-    """Keys every service reads: project, log level, OIDC verification, how long terminal
-    records are kept, and how long one Firestore call may take."""
+    """Keys every service reads: project, log level, OIDC verification (and whether Cloud Run's
+    IAM invoker check stands in front, so forwarded tokens come without their signature), how
+    long terminal records are kept, and how long one Firestore call may take."""
 
     project: builtins.str
     log_level: builtins.str = "INFO"
@@ -310,6 +311,8 @@ class CommonSettings:
                 min=MIN_FIRESTORE_TIMEOUT_S,
                 max=MAX_FIRESTORE_TIMEOUT_S,
             ),
+            # True only where Cloud Run's IAM invoker check (or the local front end,
+            # emulators/cloudrun) verified each token before the service sees it.
             behind_cloud_run_iam=env.bool(BEHIND_CLOUD_RUN_IAM, default=False),
         )
 

@@ -1,6 +1,7 @@
 """`python -m services.local` (`make run`): the whole system locally, until Ctrl-C.
 
-Starts the emulators, the scan and the worker (functions-framework, one process each), the
+Starts the emulators, the scan and the worker (functions-framework, one process each, each
+behind the local Cloud Run front end that checks invokers as Cloud Run's IAM does), the
 Pub/Sub topology the way infra/ builds it, a local scheduler that calls the scan with OIDC
 tokens every few seconds, and a demo; prints a line per scan run. Ctrl-C or SIGTERM stops
 every child process. Exit codes: 0 stopped cleanly (or demo done with --exit-when-done);
@@ -73,6 +74,17 @@ def parse_args(argv: list[str] | None) -> Options:
     )
     parser.add_argument("--no-demo", action="store_true", help="seed nothing")
     parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="no local Cloud Run front end: callers reach the services' ports directly",
+    )
+    parser.add_argument(
+        "--invoker-iam-disabled",
+        action="store_true",
+        help="front ends without the invoker check (Cloud Run's invoker_iam_disabled); the "
+        "services then verify full signatures",
+    )
+    parser.add_argument(
         "--log-dir",
         type=Path,
         default=ROOT / ".local",
@@ -106,6 +118,8 @@ def parse_args(argv: list[str] | None) -> Options:
         timeout_s=args.timeout,
         log_dir=args.log_dir,
         demo=not args.no_demo,
+        cloud_run=not args.direct,
+        invoker_iam=not args.invoker_iam_disabled,
     )
 
 

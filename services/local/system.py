@@ -29,6 +29,7 @@ from services.cli.backends import DEAD_LETTER_SUBSCRIPTION, Backends
 from services.jobs import settings as common_keys
 from services.jobs.clock import SystemClock
 from services.jobs.store import FirestoreJobStore
+from services.local.cloud_run import deployments, front_end_argv
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
 from services.local.lock import StackLock
 from services.local.scheduler import Attempt, LocalScheduler, token_from_issuer_url
@@ -83,6 +84,14 @@ class Options:
     timeout_s: float | None = None
     log_dir: Path = ROOT / ".local"
     demo: bool = True
+    # False: the services listen on their ports themselves, with no Cloud Run front end.
+    cloud_run: bool = True
+    # False: the front ends run as with Cloud Run's invoker_iam_disabled (no invoker check).
+    invoker_iam: bool = True
+
+    @property
+    def behind_cloud_run_iam(self) -> bool:
+        return self.cloud_run and self.invoker_iam
 
     @property
     def budget_interval_s(self) -> float:
@@ -208,6 +217,8 @@ class LocalSystem:
             **self.endpoints.exports,
             common_keys.PROJECT: self.options.project,
             common_keys.LOG_LEVEL: "INFO",
+            # Behind the front end, tokens arrive as Cloud Run forwards them: signature removed.
+            common_keys.BEHIND_CLOUD_RUN_IAM: str(self.options.behind_cloud_run_iam).lower(),
             "PYTHONUNBUFFERED": "1",
         }
         worker_env = {
@@ -253,6 +264,7 @@ class LocalSystem:
         return self.topology.names.email(API_CALLER_ACCOUNT, self.options.project)
 
     def _start_function(self, target: str, port: int, env: Mapping[str, str]) -> tuple[Child, int]:
+        """The functions-framework process of `target`, on `port` or behind a front end there."""
         argv = [
             sys.executable,
             "-m",
@@ -260,8 +272,20 @@ class LocalSystem:
             f"--target={target}",
             f"--source={ROOT / 'services' / target / 'main.py'}",
             f"--host={HOST}",
-            f"--port={port}",
         ]
+        deployment = deployments(self.topology).get(target)
+        if self.options.cloud_run and deployment is not None:
+            # The front end gives the container its PORT, as Cloud Run does.
+            argv = front_end_argv(
+                deployment,
+                argv,
+                host=HOST,
+                port=port,
+                certs_url=self.endpoints.exports[common_keys.OIDC_CERTS_URL],
+                invoker_iam=self.options.invoker_iam,
+            )
+        else:
+            argv.append(f"--port={port}")
         child = self.supervisor.start(target, argv, env=env, cwd=ROOT)
         self.endpoints.pids[target] = child.pid
         return child, port
@@ -394,8 +418,9 @@ class LocalSystem:
 
     def _banner(self) -> None:
         e = self.endpoints
-        self._say(f"scan    {e.scan_url}  (pid {e.pids['scan']})")
-        self._say(f"worker  {e.worker_url}  (pid {e.pids['worker']})")
+        front = "behind the local Cloud Run front end, " if self.options.cloud_run else ""
+        self._say(f"scan    {e.scan_url}  ({front}pid {e.pids['scan']})")
+        self._say(f"worker  {e.worker_url}  ({front}pid {e.pids['worker']})")
         self._say(f"api     {e.api_url}  (pid {e.pids['api']}; caller {self.api_caller_email})")
         self._say(f"emulators (pid {e.pids['emulators']}); logs in {self.options.log_dir}")
         for note in e.notes:

@@ -35,6 +35,8 @@ class Names:
     dead_letter_subscription: str
     scheduler_account: str
     pusher_account: str
+    scan_service: str
+    worker_service: str
 
     @classmethod
     def for_prefix(cls, prefix: str = NAME_PREFIX) -> Names:
@@ -45,6 +47,8 @@ class Names:
             dead_letter_subscription=f"{prefix}-dead-letter-pull",
             scheduler_account=f"{prefix}-scheduler",
             pusher_account=f"{prefix}-pusher",
+            scan_service=f"{prefix}-scan",
+            worker_service=f"{prefix}-worker",
         )
 
     def email(self, account: str, project: str) -> str:

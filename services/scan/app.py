@@ -27,6 +27,7 @@ from services.jobs.auth import (
     Caller,
     CertsUnavailable,
     Forbidden,
+    RequestHeaders,
     TokenVerifier,
     Unauthenticated,
     allowed_emails,
@@ -56,9 +57,9 @@ EVENT_SCAN_CRASHED = "scan_crashed"
 
 
 class Verifier(Protocol):
-    """Checks an Authorization header (auth.TokenVerifier)."""
+    """Checks a request's Authorization / X-Serverless-Authorization (auth.TokenVerifier)."""
 
-    def verify_header(self, authorization: str | None) -> Caller: ...
+    def verify_request(self, headers: RequestHeaders) -> Caller: ...
 
 
 class ScanHandler:
@@ -114,7 +115,7 @@ class ScanHandler:
 
     def _authenticate(self, request: flask.Request) -> flask.Response | None:
         try:
-            caller = self._verifier.verify_header(request.headers.get("Authorization"))
+            caller = self._verifier.verify_request(request.headers)
         except Unauthenticated as exc:
             logger.warning("scan request refused: %s", exc)
             return _json(
@@ -181,6 +182,7 @@ def create_app(
             allowed_emails=allowed_emails(settings.allowed_invokers),
             certs_url=settings.certs_url,
             clock_skew_s=settings.auth_clock_skew_s,
+            behind_cloud_run_iam=settings.behind_cloud_run_iam,
         )
     )
     scanner = Scanner(

@@ -15,6 +15,7 @@ from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
 from services.jobs.publisher import DEFAULT_TIMEOUT_S as DEFAULT_PUBLISH_TIMEOUT_S
 from services.jobs.settings import (
     AUTH_CLOCK_SKEW_S,
+    BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
@@ -32,6 +33,7 @@ from services.scan.scanner import DEFAULT_ENQUEUED_TIMEOUT_S, ScanLimits
 __all__ = [
     "ALL_KEYS",
     "AUTH_CLOCK_SKEW_S",
+    "BEHIND_CLOUD_RUN_IAM",
     "FIRESTORE_TIMEOUT_S",
     "LOG_LEVEL",
     "OIDC_CERTS_URL",
@@ -117,6 +119,7 @@ class ScanSettings:
     enqueued_timeout_s: float = DEFAULT_ENQUEUED_TIMEOUT_S
     terminal_retention_s: float = DEFAULT_TERMINAL_RETENTION_S
     firestore_timeout_s: float = DEFAULT_FIRESTORE_TIMEOUT_S
+    behind_cloud_run_iam: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ScanSettings:
@@ -163,6 +166,7 @@ class ScanSettings:
             ),
             terminal_retention_s=common.terminal_retention_s,
             firestore_timeout_s=common.firestore_timeout_s,
+            behind_cloud_run_iam=common.behind_cloud_run_iam,
         )
         if "/" in settings.topic:
             env.problem(TOPIC, f"must be a topic ID, not a path; got {settings.topic!r}")

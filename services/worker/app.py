@@ -25,6 +25,7 @@ from services.jobs.auth import (
     AuthPolicy,
     CertsUnavailable,
     Forbidden,
+    RequestHeaders,
     TokenVerifier,
     Unauthenticated,
 )
@@ -50,7 +51,7 @@ _STATUS: dict[OutcomeKind, HTTPStatus] = {
 
 
 class Verifier(Protocol):
-    def verify_header(self, authorization: str | None) -> Any: ...
+    def verify_request(self, headers: RequestHeaders) -> Any: ...
 
 
 class Rejections(Protocol):
@@ -92,7 +93,7 @@ class PushHandler:
 
     def _authenticate(self, request: flask.Request) -> flask.Response | None:
         try:
-            self._verifier.verify_header(request.headers.get("Authorization"))
+            self._verifier.verify_request(request.headers)
         except Unauthenticated as exc:
             logger.warning("push refused: %s", exc)
             return _json(HTTPStatus.UNAUTHORIZED, {"error": "unauthenticated"})
@@ -291,6 +292,7 @@ def create_app(
                 allowed_emails=settings.allowed_invokers,
                 certs_url=settings.certs_url,
                 clock_skew_s=settings.auth_clock_skew_s,
+                behind_cloud_run_iam=settings.behind_cloud_run_iam,
             )
         )
     processor = Processor(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
 from services.jobs.settings import (
     AUTH_CLOCK_SKEW_S,
+    BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
@@ -67,6 +68,7 @@ MAX_RETRY_LATER_DELAY_S = 10 * 365 * 86400
 __all__ = [
     "ALL_KEYS",
     "AUTH_CLOCK_SKEW_S",
+    "BEHIND_CLOUD_RUN_IAM",
     "FIRESTORE_TIMEOUT_S",
     "LOG_LEVEL",
     "OIDC_CERTS_URL",
@@ -94,6 +96,7 @@ class WorkerSettings:
     auth_clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
     terminal_retention_s: float = DEFAULT_TERMINAL_RETENTION_S
     firestore_timeout_s: float = DEFAULT_FIRESTORE_TIMEOUT_S
+    behind_cloud_run_iam: bool = False
 
     @property
     def terminal_retention(self) -> datetime.timedelta:
@@ -154,6 +157,7 @@ class WorkerSettings:
             auth_clock_skew_s=common.auth_clock_skew_s,
             terminal_retention_s=common.terminal_retention_s,
             firestore_timeout_s=common.firestore_timeout_s,
+            behind_cloud_run_iam=common.behind_cloud_run_iam,
         )
         env.finish()
         return settings

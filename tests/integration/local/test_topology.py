@@ -22,6 +22,8 @@ def test_local_names_are_the_infra_names_for_the_default_prefix() -> None:
         "dead_letter_subscription",
         "scheduler_account",
         "pusher_account",
+        "scan_service",
+        "worker_service",
     ):
         assert getattr(local, field) == getattr(infra, field)
 

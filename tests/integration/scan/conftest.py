@@ -2,8 +2,13 @@
 
 `scan_rig(**settings)` builds one: the jobs store on a FakeClock, a Publisher on a fresh topic
 with a pull subscription that counts what was published, an InMemorySink, the scan_runs log,
-and the Flask app from `create_app`. `rig.post()` sends a request through Flask's test client;
-`rig.serve()` runs the app on a real 127.0.0.1 port for concurrent HTTP requests.
+and the Flask app from `create_app`.
+
+By default the scan runs as on Cloud Run: the app is served on a 127.0.0.1 port behind a local
+Cloud Run front end (`emulators/cloudrun`: the scheduler as sole invoker, infra's timeout and
+concurrency), configured as behind Cloud Run IAM, and `rig.post()` goes over HTTP through the
+front end. `scan_rig(cloud_run=False)` is the direct mode for tests of the service alone:
+`rig.post()` uses Flask's test client and `rig.serve()` serves the bare app.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from typing import Any
 
 import flask
 import pytest
+import requests
 from google.cloud import firestore, pubsub_v1
-from werkzeug.serving import make_server
+from werkzeug.serving import BaseWSGIServer, make_server
 
+from emulators.cloudrun.proxy import FrontEnd
 from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.metrics import InMemorySink
@@ -28,8 +35,10 @@ from services.jobs.model import Job, NewJob
 from services.jobs.publisher import ATTR_GENERATION, Publisher
 from services.jobs.runs import ScanRunLog
 from services.jobs.store import FirestoreJobStore
+from services.local.cloud_run import SCAN_CONCURRENCY, SCAN_TIMEOUT_S
 from services.scan.app import create_app
 from services.scan.settings import ScanSettings
+from tests.fixtures.cloudrun import front_end
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 ACTION = "media.delete_source"
@@ -37,6 +46,42 @@ INVOKER = "scheduler@test-project.iam.gserviceaccount.com"
 AUDIENCE = "https://scan-test.a.run.app"
 TOPIC = "deferred-jobs"
 SUBSCRIPTION = "scan-test-pull"
+
+
+class Reply:
+    """A `requests` response read like Flask's test response (status_code, get_json, ...)."""
+
+    def __init__(self, response: requests.Response) -> None:
+        self.response = response
+        self.status_code = response.status_code
+        self.headers = response.headers
+
+    def get_json(self) -> Any:
+        return self.response.json()
+
+    def json(self) -> Any:
+        return self.response.json()
+
+    def get_data(self, as_text: bool = False) -> str | bytes:
+        return self.response.text if as_text else self.response.content
+
+
+class Served:
+    """The app on a real 127.0.0.1 port in a thread, and the front end before it (if any)."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.server: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.front: FrontEnd | None = None
+
+    def stop(self) -> None:
+        if self.front is not None:
+            self.front.stop()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
 
 
 @dataclasses.dataclass
@@ -53,17 +98,28 @@ class Rig:
     client: firestore.Client
     subscriber: pubsub_v1.SubscriberClient
     subscription: str
+    served: Served | None = None
     pulled: Counter[str] = dataclasses.field(default_factory=Counter)
     generations: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
-    def token(self, email: str = INVOKER, audience: str = AUDIENCE, **kwargs: Any) -> str:
-        token: str = self.oidc.issuer.mint(audience, email, **kwargs)
+    @property
+    def audience(self) -> str:
+        return self.settings.audience
+
+    def token(self, email: str = INVOKER, audience: str | None = None, **kwargs: Any) -> str:
+        token: str = self.oidc.issuer.mint(audience or self.audience, email, **kwargs)
         return token
 
     def post(self, body: bytes | str = b"", token: str | None = None, **kwargs: Any) -> Any:
+        """POST /: through the front end over HTTP, or (direct) through Flask's test client."""
         headers = {"Authorization": f"Bearer {token or self.token()}"}
         headers.update(kwargs.pop("headers", {}))
-        return self.app.test_client().post("/", data=body, headers=headers, **kwargs)
+        if self.served is None or self.served.front is None:
+            return self.app.test_client().post("/", data=body, headers=headers, **kwargs)
+        if "content_type" in kwargs:  # Flask's test-client spelling
+            headers["Content-Type"] = kwargs.pop("content_type")
+        url = self.served.front.url + "/"
+        return Reply(requests.post(url, data=body, headers=headers, timeout=120, **kwargs))
 
     def scan(self, body: bytes | str = b"") -> dict[str, Any]:
         """One authorised scan request that must succeed; its JSON summary."""
@@ -109,16 +165,15 @@ class Rig:
 
     @contextmanager
     def serve(self) -> Iterator[str]:
-        """The app on a real 127.0.0.1 port, threaded; yields its URL."""
-        server = make_server("127.0.0.1", 0, self.app, threaded=True)
-        thread = threading.Thread(target=server.serve_forever, name="scan-http", daemon=True)
-        thread.start()
+        """The service's URL over real HTTP: its front end, or (direct) the bare app."""
+        if self.served is not None and self.served.front is not None:
+            yield self.served.front.url + "/"
+            return
+        served = Served(self.app)
         try:
-            yield f"http://127.0.0.1:{server.server_port}/"
+            yield served.url + "/"
         finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
+            served.stop()
 
 
 @pytest.fixture
@@ -142,15 +197,32 @@ def scan_rig(
         *,
         clock: FakeClock | None = None,
         publisher: Publisher | None = None,
+        cloud_run: bool = True,
         **overrides: Any,
     ) -> Rig:
+        served: Served | None = None
+        audience = AUDIENCE
+        if cloud_run:
+            # Served first (the front end needs an upstream), the app plugged in once built.
+            apps: list[flask.Flask] = []
+            served = Served(lambda environ, start: apps[0](environ, start))
+            served.front = front_end(
+                served.url,
+                oidc_server.certs_url,
+                invokers=[INVOKER],
+                service="deferred-jobs-scan",
+                timeout_s=SCAN_TIMEOUT_S,
+                concurrency=SCAN_CONCURRENCY,
+            )
+            audience = served.front.url
         settings = ScanSettings(
             project=project,
             topic=TOPIC,
-            audience=AUDIENCE,
+            audience=audience,
             allowed_invokers=frozenset({INVOKER}),
             certs_url=oidc_server.certs_url,
             metrics="none",
+            behind_cloud_run_iam=cloud_run,
             **{"max_per_run": 100, "page_size": 50, "publish_timeout_s": 5.0, **overrides},
         )
         clock = clock or FakeClock(T0 + timedelta(minutes=1))
@@ -163,6 +235,8 @@ def scan_rig(
         app = create_app(
             settings, clock=clock, store=store, publisher=publisher, metrics=sink, runs=runs
         )
+        if cloud_run:
+            apps.append(app)
         rig = Rig(
             project=project,
             settings=settings,
@@ -176,11 +250,14 @@ def scan_rig(
             client=firestore_client,
             subscriber=subscriber_client,
             subscription=subscription,
+            served=served,
         )
         built.append(rig)
         return rig
 
     yield build
     for rig in built:
+        if rig.served is not None:
+            rig.served.stop()
         rig.publisher.close()
     pubsub_emulator.clear_faults()

@@ -1,4 +1,5 @@
-"""Who may trigger a scan: real tokens from the local issuer, verified via its certs URL."""
+"""Who may trigger a scan: real tokens from the local issuer, verified via its certs URL — by
+the scan alone (direct), and as on Cloud Run, behind the local front end's invoker check."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import time
 from collections.abc import Callable
 
 import pytest
+import requests
 
+from emulators.cloudrun.contract import SIGNATURE_REMOVED
 from emulators.oidc.issuer import Issuer
 from tests.integration.scan.conftest import AUDIENCE, INVOKER, Rig
 
@@ -20,6 +23,15 @@ def tampered(token: str) -> str:
 
 @pytest.fixture
 def rig(scan_rig: Callable[..., Rig]) -> Rig:
+    """The scan alone: its own checks answer every request."""
+    built = scan_rig(cloud_run=False)
+    built.seed(3)
+    return built
+
+
+@pytest.fixture
+def behind(scan_rig: Callable[..., Rig]) -> Rig:
+    """The scan behind the front end, configured as behind Cloud Run IAM."""
     built = scan_rig()
     built.seed(3)
     return built
@@ -87,3 +99,59 @@ def test_the_token_never_appears_in_the_logs(rig: Rig, caplog: pytest.LogCapture
     signatures = [bad.rsplit(".", 1)[1], good.rsplit(".", 1)[1]]
     assert not any(s in caplog.text for s in signatures)
     assert "intruder@evil" in caplog.text  # the refusal names the caller, not the token
+
+
+def test_behind_the_front_end_the_invoker_runs_a_scan_and_the_scan_sees_a_stripped_token(
+    behind: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    response = behind.post()
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.get_json()["published"] == 3
+
+
+@pytest.mark.parametrize(
+    ("case", "status"),
+    [
+        ("no token", 403),
+        ("garbage", 401),
+        ("expired", 401),
+        ("wrong audience", 401),
+        ("wrong email", 403),
+        ("replayed stripped token", 401),
+    ],
+)
+def test_behind_the_front_end_cloud_run_refuses_first_with_its_own_pages(
+    behind: Rig, case: str, status: int
+) -> None:
+    now = time.time()
+    token = {
+        "garbage": "not-a-jwt",
+        "expired": behind.token(now=now - 7200, lifetime_s=600),
+        "wrong audience": behind.token(audience=behind.audience + "/x"),
+        "wrong email": behind.token(email="intruder@evil.iam.gserviceaccount.com"),
+        "replayed stripped token": behind.token().rsplit(".", 1)[0] + "." + SIGNATURE_REMOVED,
+    }.get(case)
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    assert behind.served is not None and behind.served.front is not None
+    response = requests.post(behind.served.front.url, headers=headers, timeout=30)
+    assert response.status_code == status
+    assert response.headers["Content-Type"].startswith("text/html")
+    assert behind.states([f"job-{n:06d}" for n in range(3)]) == {"deferred": 3}
+
+
+def test_an_unverified_email_passes_cloud_run_and_is_refused_by_the_scan(behind: Rig) -> None:
+    response = behind.post(token=behind.token(extra_claims={"email_verified": False}))
+    assert response.status_code == 403
+    assert response.get_json()["error"] == "forbidden"
+    assert behind.states([f"job-{n:06d}" for n in range(3)]) == {"deferred": 3}
+
+
+def test_a_stripped_token_is_refused_by_a_scan_not_behind_cloud_run_iam(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    stripped = rig.token().rsplit(".", 1)[0] + "." + SIGNATURE_REMOVED
+    with caplog.at_level(logging.WARNING):
+        response = rig.post(token=stripped)
+    assert response.status_code == 401
+    assert "not configured as behind Cloud Run IAM" in caplog.text
+    assert rig.states([f"job-{n:06d}" for n in range(3)]) == {"deferred": 3}

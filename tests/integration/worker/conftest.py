@@ -5,32 +5,37 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import google.cloud.storage as storage
 import pytest
-from google.cloud import firestore, pubsub_v1
+from google.cloud import pubsub_v1
 
 from tests.integration.worker.harness import PushTopic, WorkerHarness, push_topic
 
 
-@pytest.fixture
-def worker(
-    firestore_project: str,
-    firestore_client: firestore.Client,
-    storage_client: storage.Client,
-    storage_bucket: storage.Bucket,
-    oidc_server: Any,
-) -> Iterator[WorkerHarness]:
+def _harness(request: pytest.FixtureRequest, *, cloud_run: bool) -> Iterator[WorkerHarness]:
     harness = WorkerHarness(
-        project=firestore_project,
-        firestore_client=firestore_client,
-        storage_client=storage_client,
-        bucket=storage_bucket,
-        oidc_server=oidc_server,
+        project=request.getfixturevalue("firestore_project"),
+        firestore_client=request.getfixturevalue("firestore_client"),
+        storage_client=request.getfixturevalue("storage_client"),
+        bucket=request.getfixturevalue("storage_bucket"),
+        oidc_server=request.getfixturevalue("oidc_server"),
+        cloud_run=cloud_run,
     )
     try:
         yield harness
     finally:
         harness.close()
+
+
+@pytest.fixture
+def worker(request: pytest.FixtureRequest) -> Iterator[WorkerHarness]:
+    """The worker as on Cloud Run: behind the local front end, configured as behind IAM."""
+    yield from _harness(request, cloud_run=True)
+
+
+@pytest.fixture
+def direct_worker(request: pytest.FixtureRequest) -> Iterator[WorkerHarness]:
+    """The worker alone: callers reach the app directly and it verifies full signatures."""
+    yield from _harness(request, cloud_run=False)
 
 
 @pytest.fixture

@@ -5,6 +5,11 @@ over the storage emulator (wrapped to count what it really did, and to fail on d
 RejectionStore, the real TokenVerifier trusting the session's OIDC issuer — all behind
 `create_app`, served by werkzeug on 127.0.0.1:0 in a thread. Tests either POST to it
 themselves (with minted tokens) or let the Pub/Sub emulator push to it.
+
+By default the worker runs as on Cloud Run: `url` is a local Cloud Run front end
+(`emulators/cloudrun`, the worker's sole invoker, infra's timeout and concurrency) before the
+served app, which is configured as behind Cloud Run IAM and so sees only stripped tokens.
+`cloud_run=False` is the direct mode for tests of the service alone: `url` is the app itself.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ from services.jobs.clock import FakeClock
 from services.jobs.model import ClaimedJob, Job, NewJob
 from services.jobs.rejections import RejectionStore
 from services.jobs.store import FirestoreJobStore
+from services.local.cloud_run import WORKER_CONCURRENCY, WORKER_TIMEOUT_S
 from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
 from services.worker.app import create_app
 from services.worker.errors import TransientError
 from services.worker.media import ACTION_NAME, DELETED, SourceDeleter
 from services.worker.settings import WorkerSettings
+from tests.fixtures.cloudrun import front_end
 
 PUSHER = "pusher@deferred-jobs.iam.gserviceaccount.com"
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -81,14 +88,18 @@ class CountingDeleter:
 
 
 class StatusCounter:
-    """WSGI middleware counting response statuses."""
+    """WSGI middleware counting response statuses (and noting the token signatures seen)."""
 
     def __init__(self, app: Callable[..., Any]) -> None:
         self.app = app
         self.statuses: Counter[int] = Counter()
+        self.signatures: list[str] = []
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        with self._lock:
+            self.signatures.append(environ.get("HTTP_AUTHORIZATION", "").rpartition(".")[2])
+
         def counting(status: str, headers: Any, exc_info: Any = None) -> Any:
             with self._lock:
                 self.statuses[int(status.split()[0])] += 1
@@ -108,6 +119,7 @@ class WorkerHarness:
         oidc_server: Any,
         lease: timedelta = LEASE,
         max_body_bytes: int = 64 * 1024,
+        cloud_run: bool = True,
     ) -> None:
         self.project = project
         self.clock = FakeClock(START)
@@ -120,7 +132,19 @@ class WorkerHarness:
         self._app: Any = None
         self.counter = StatusCounter(lambda environ, start: self._app(environ, start))
         self._server: BaseWSGIServer = make_server("127.0.0.1", 0, self.counter, threaded=True)
-        self.url = f"http://127.0.0.1:{self._server.server_port}/"
+        self.direct_url = f"http://127.0.0.1:{self._server.server_port}/"
+        self.front_end = None
+        self.url = self.direct_url
+        if cloud_run:
+            self.front_end = front_end(
+                self.direct_url.rstrip("/"),
+                oidc_server.certs_url,
+                invokers=[PUSHER],
+                service="deferred-jobs-worker",
+                timeout_s=WORKER_TIMEOUT_S,
+                concurrency=WORKER_CONCURRENCY,
+            )
+            self.url = self.front_end.url + "/"
         self.settings = WorkerSettings(
             project=project,
             audience=self.url,
@@ -128,6 +152,7 @@ class WorkerHarness:
             certs_url=oidc_server.certs_url,
             lease_s=int(lease.total_seconds()),
             max_body_bytes=max_body_bytes,
+            behind_cloud_run_iam=cloud_run,
         )
         self.flask_app = create_app(
             self.settings,
@@ -143,6 +168,8 @@ class WorkerHarness:
         self._session = requests.Session()
 
     def close(self) -> None:
+        if self.front_end is not None:
+            self.front_end.stop()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from emulators.oidc.issuer import Issuer
 from services.jobs.auth import (
+    SIGNATURE_REMOVED,
     AuthPolicy,
     CertsCache,
     CertsUnavailable,
@@ -25,6 +27,7 @@ from services.jobs.auth import (
     Unauthenticated,
     allowed_emails,
     bearer_token,
+    invoker_authorization,
 )
 
 CERTS_URL = "https://certs.example/oauth2/v1/certs"
@@ -393,3 +396,137 @@ def test_verifier_requires_an_audience() -> None:
 def test_errors_default_to_their_docstring() -> None:
     assert str(Unauthenticated()) == "The request carries no valid identity token."
     assert str(CertsUnavailable()).startswith("The token signing certificates")
+
+
+# -- tokens as Cloud Run forwards them (signature replaced by SIGNATURE_REMOVED_BY_GOOGLE) ------
+
+
+def stripped(token: str) -> str:
+    header, payload, _ = token.split(".")
+    return f"{header}.{payload}.{SIGNATURE_REMOVED}"
+
+
+def iam_verifier(endpoint: FakeCertsEndpoint, *, behind_iam: bool = True) -> TokenVerifier:
+    policy = AuthPolicy(
+        AUDIENCE, frozenset({EMAIL}), certs_url=CERTS_URL, behind_cloud_run_iam=behind_iam
+    )
+    return TokenVerifier(policy, CertsCache(CERTS_URL, endpoint, clock=FakeClock()))
+
+
+def test_stripped_token_is_accepted_behind_cloud_run_iam_without_fetching_certs(
+    issuer: Issuer, endpoint: FakeCertsEndpoint
+) -> None:
+    now = int(time.time())
+    caller = iam_verifier(endpoint).verify(stripped(issuer.mint(AUDIENCE, EMAIL, now=now)))
+    assert (caller.email, caller.issued_at, caller.expires_at) == (EMAIL, now, now + 3600)
+    assert endpoint.fetches == 0  # nothing to verify a missing signature against
+
+
+def test_stripped_token_is_refused_when_not_behind_cloud_run_iam(
+    issuer: Issuer, endpoint: FakeCertsEndpoint
+) -> None:
+    token = stripped(issuer.mint(AUDIENCE, EMAIL))
+    for verifier in (iam_verifier(endpoint, behind_iam=False), make_verifier(endpoint)):
+        with pytest.raises(Unauthenticated, match="not configured as behind Cloud Run IAM"):
+            verifier.verify(token)
+
+
+def test_signed_tokens_keep_full_verification_behind_cloud_run_iam(
+    issuer: Issuer, endpoint: FakeCertsEndpoint
+) -> None:
+    verifier = iam_verifier(endpoint)
+    assert verifier.verify(issuer.mint(AUDIENCE, EMAIL)).email == EMAIL
+    with pytest.raises(Unauthenticated, match="invalid signature"):
+        verifier.verify(Issuer(kid=issuer.kid).mint(AUDIENCE, EMAIL))
+
+
+@pytest.mark.parametrize(
+    ("claims", "error", "match"),
+    [
+        ({"email": "intruder@p.iam.gserviceaccount.com"}, Forbidden, "not allowed"),
+        ({"email_verified": False}, Forbidden, "verified"),
+        ({"email_verified": "true"}, Forbidden, "verified"),
+        ({"aud": "https://other.example.run.app"}, Unauthenticated, "audience"),
+        ({"aud": [AUDIENCE]}, Unauthenticated, "audience"),
+        ({"iss": "https://evil.example"}, Unauthenticated, "issuer"),
+        ({"exp": int(time.time()) - 3600}, Unauthenticated, "expired"),
+        ({"iat": int(time.time()) + 3600}, Unauthenticated, "before its issue time"),
+        ({"exp": None}, Unauthenticated, "required claim"),
+        ({"iat": "yesterday"}, Unauthenticated, "wrong types"),
+    ],
+)
+def test_stripped_token_is_still_checked_behind_cloud_run_iam(
+    issuer: Issuer,
+    endpoint: FakeCertsEndpoint,
+    claims: dict[str, object],
+    error: type[Exception],
+    match: str,
+) -> None:
+    token = stripped(issuer.mint(AUDIENCE, EMAIL, extra_claims=claims))
+    with pytest.raises(error, match=match):
+        iam_verifier(endpoint).verify(token)
+
+
+@pytest.mark.parametrize("claim", ["iat", "exp"])
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_stripped_token_with_non_finite_times_is_unauthenticated_not_a_crash(
+    issuer: Issuer, endpoint: FakeCertsEndpoint, claim: str, literal: str
+) -> None:
+    header, payload, _ = issuer.mint(AUDIENCE, EMAIL).split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    text = json.dumps({**claims, claim: "__X__"}).replace('"__X__"', literal)
+    forged = base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+    with pytest.raises(Unauthenticated, match="wrong types"):
+        iam_verifier(endpoint).verify(f"{header}.{forged}.{SIGNATURE_REMOVED}")
+
+
+def test_stripped_token_within_the_clock_skew_is_accepted(
+    issuer: Issuer, endpoint: FakeCertsEndpoint
+) -> None:
+    expired_5s_ago = issuer.mint(AUDIENCE, EMAIL, now=time.time() - 65, lifetime_s=60)
+    assert iam_verifier(endpoint).verify(stripped(expired_5s_ago)).email == EMAIL
+
+
+def _b64json(value: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+
+@pytest.mark.parametrize(
+    "header", [{"alg": "RS256", "typ": "JWT"}, {"alg": "RS256", "kid": ""}, {"alg": "none"}]
+)
+def test_stripped_token_without_kid_or_rs256_is_refused_behind_cloud_run_iam(
+    issuer: Issuer, endpoint: FakeCertsEndpoint, header: dict[str, str]
+) -> None:
+    payload = issuer.mint(AUDIENCE, EMAIL).split(".")[1]
+    with pytest.raises(Unauthenticated, match=r"key id|alg"):
+        iam_verifier(endpoint).verify(f"{_b64json(header)}.{payload}.{SIGNATURE_REMOVED}")
+
+
+def test_a_signature_merely_resembling_the_marker_gets_full_verification(
+    issuer: Issuer, endpoint: FakeCertsEndpoint
+) -> None:
+    header, payload, _ = issuer.mint(AUDIENCE, EMAIL).split(".")
+    for signature in ("signature_removed_by_google", SIGNATURE_REMOVED + "A"):
+        with pytest.raises(Unauthenticated, match="signature"):
+            iam_verifier(endpoint).verify(f"{header}.{payload}.{signature}")
+
+
+def test_x_serverless_authorization_is_read_in_preference_to_authorization(
+    issuer: Issuer, endpoint: FakeCertsEndpoint
+) -> None:
+    good = "Bearer " + stripped(issuer.mint(AUDIENCE, EMAIL))
+    app_token = "Bearer the-application's-own-credential"
+    verifier = iam_verifier(endpoint)
+    caller = verifier.verify_request(
+        {"X-Serverless-Authorization": good, "Authorization": app_token}
+    )
+    assert caller.email == EMAIL
+    assert verifier.verify_request({"Authorization": good}).email == EMAIL
+    with pytest.raises(Unauthenticated):
+        # Present, so it is the one checked, even when Authorization alone would pass.
+        verifier.verify_request({"X-Serverless-Authorization": "", "Authorization": good})
+
+
+def test_invoker_authorization_without_either_header_is_none() -> None:
+    assert invoker_authorization({}) is None
+    assert invoker_authorization({"Authorization": "Bearer a"}) == "Bearer a"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from emulators.oidc.issuer import Issuer
 from services.jobs.auth import (
+    SIGNATURE_REMOVED,
     AuthPolicy,
     Caller,
     CertsCache,
@@ -117,3 +119,53 @@ def test_any_authorization_header_yields_a_caller_or_a_refusal_and_nothing_else(
     assert isinstance(caller, Caller)
     assert caller.email == EMAIL
     assert caller.expires_at > time.time() - 60
+
+
+def _stripped(token: str) -> str:
+    return token.rsplit(".", 1)[0] + "." + SIGNATURE_REMOVED
+
+
+_FORWARDED_HEADER = _segment(json.dumps({"alg": "RS256", "kid": _ISSUER.kid}).encode())
+# Claims as Cloud Run might forward them, non-finite numbers included (json.dumps writes NaN and
+# Infinity, and Python's json.loads reads them back).
+_FORWARDED_CLAIMS = st.dictionaries(
+    st.sampled_from(["iss", "aud", "email", "email_verified", "iat", "exp", "sub"]),
+    st.sampled_from([math.nan, math.inf, -math.inf]) | _CLAIM_VALUES | st.floats(),
+    max_size=7,
+).map(
+    lambda claims: {
+        "iss": "https://accounts.google.com",
+        "aud": AUDIENCE,
+        "email": EMAIL,
+        "email_verified": True,
+        "iat": time.time(),
+        "exp": time.time() + 60,
+        **claims,
+    }
+)
+_FORWARDED = (
+    _SIGNED.map(_stripped)
+    | st.tuples(_SEGMENT, _SEGMENT).map(lambda parts: ".".join([*parts, SIGNATURE_REMOVED]))
+    | _FORWARDED_CLAIMS.map(
+        lambda claims: (
+            f"{_FORWARDED_HEADER}.{_segment(json.dumps(claims).encode())}." + SIGNATURE_REMOVED
+        )
+    )
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_FORWARDED, st.booleans())
+def test_any_forwarded_token_yields_a_caller_or_a_refusal_behind_iam_or_not(
+    token: str, behind_iam: bool
+) -> None:
+    policy = AuthPolicy(
+        AUDIENCE, frozenset({EMAIL}), certs_url=CERTS_URL, behind_cloud_run_iam=behind_iam
+    )
+    verifier = TokenVerifier(policy, CertsCache(CERTS_URL, _Certs()))
+    try:
+        caller = verifier.verify_request({"X-Serverless-Authorization": "Bearer " + token})
+    except (Unauthenticated, Forbidden):
+        return
+    assert behind_iam
+    assert caller.email == EMAIL

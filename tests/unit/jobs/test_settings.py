@@ -179,6 +179,7 @@ def test_common_key_names_are_the_module_constants() -> None:
     )
     assert TERMINAL_RETENTION_S == "JOBS_TERMINAL_RETENTION_S"
     assert FIRESTORE_TIMEOUT_S == "JOBS_FIRESTORE_TIMEOUT_S"
+    # The infra stack sets this name on its branch too: it must stay exactly this.
     assert BEHIND_CLOUD_RUN_IAM == "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM"
     assert set(COMMON_KEYS) == {
         PROJECT,
@@ -200,6 +201,7 @@ def test_common_settings_read_every_key() -> None:
             "JOBS_AUTH_CLOCK_SKEW_S": "0",
             "JOBS_TERMINAL_RETENTION_S": "7d",
             "JOBS_FIRESTORE_TIMEOUT_S": "500ms",
+            "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "true",
         }
     )
     common = CommonSettings.read(env)
@@ -211,8 +213,14 @@ def test_common_settings_read_every_key() -> None:
         0,
         terminal_retention_s=7 * 86400,
         firestore_timeout_s=0.5,
+        behind_cloud_run_iam=True,
     )
     assert common.terminal_retention == timedelta(days=7)
+
+
+def test_services_are_not_behind_cloud_run_iam_unless_told() -> None:
+    env = EnvReader({"JOBS_PROJECT": "p"})
+    assert CommonSettings.read(env).behind_cloud_run_iam is False
 
 
 def test_common_settings_name_every_bad_key() -> None:
@@ -223,6 +231,7 @@ def test_common_settings_name_every_bad_key() -> None:
             "JOBS_AUTH_CLOCK_SKEW_S": "-1",
             "JOBS_TERMINAL_RETENTION_S": "0",
             "JOBS_FIRESTORE_TIMEOUT_S": "forever",
+            "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "maybe",
         }
     )
     CommonSettings.read(env)
@@ -235,6 +244,7 @@ def test_common_settings_name_every_bad_key() -> None:
         "JOBS_AUTH_CLOCK_SKEW_S",
         "JOBS_TERMINAL_RETENTION_S",
         "JOBS_FIRESTORE_TIMEOUT_S",
+        "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM",
     ]
 
 

@@ -10,7 +10,14 @@ from typing import Any
 import flask
 import pytest
 
-from services.jobs.auth import Caller, CertsUnavailable, Forbidden, Unauthenticated
+from services.jobs.auth import (
+    Caller,
+    CertsUnavailable,
+    Forbidden,
+    RequestHeaders,
+    Unauthenticated,
+    invoker_authorization,
+)
 from services.jobs.clock import FakeClock
 from services.jobs.log import JsonFormatter
 from services.jobs.metrics import InMemorySink
@@ -33,7 +40,8 @@ GOOD = "Bearer good.token.sig"
 
 
 class FakeVerifier:
-    def verify_header(self, authorization: str | None) -> Caller:
+    def verify_request(self, headers: RequestHeaders) -> Caller:
+        authorization = invoker_authorization(headers)
         if authorization == GOOD:
             return Caller("scheduler@p1.iam.gserviceaccount.com", "1", 0, 0)
         if authorization == "Bearer other.token.sig":

@@ -59,6 +59,7 @@ def test_every_key_is_read() -> None:
         5,
     )
     assert s.limits().enqueued_timeout_s == 5400
+    assert s.behind_cloud_run_iam is True
 
 
 def test_every_bad_key_is_named_in_one_error() -> None:

@@ -36,7 +36,7 @@ class Verifier:
     def __init__(self, error: Exception | None = None) -> None:
         self.error = error
 
-    def verify_header(self, authorization: str | None) -> None:
+    def verify_request(self, headers: object) -> None:
         if self.error is not None:
             raise self.error
 

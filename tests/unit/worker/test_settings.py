@@ -40,8 +40,10 @@ def test_every_key_is_read() -> None:
             s.MEDIA_BUCKET: "media-src",
             s.MAX_BODY_BYTES: "2048",
             s.LOG_LEVEL: "debug",
+            s.BEHIND_CLOUD_RUN_IAM: "1",
         }
     )
+    assert settings.behind_cloud_run_iam is True
     assert settings.allowed_invokers == frozenset({"a@x.com", "b@x.com"})
     assert (settings.lease_s, settings.retry_later_delay_s) == (30, 3600)
     assert settings.retry_policy.retry_later_after_attempts == 9

@@ -1,0 +1,126 @@
+"""`make run` puts each service behind the local Cloud Run front end, deployed as infra deploys
+it: same service names, sole invokers, timeouts and concurrencies; the services are configured
+as behind Cloud Run IAM and see only forwarded (stripped) tokens."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import requests
+
+from infra.config import SETTINGS
+from services.local import cloud_run
+from services.local.topology import Names, Topology
+from tests.integration.local.test_local_stack import TIMEOUT_S, _start
+
+
+def test_local_deployments_use_infras_defaults_and_invokers() -> None:
+    defaults = {setting.name: setting.default for setting in SETTINGS}
+    assert defaults["scanAttemptDeadlineS"] == cloud_run.SCAN_TIMEOUT_S
+    assert defaults["scanConcurrency"] == cloud_run.SCAN_CONCURRENCY
+    assert defaults["workerRequestTimeoutS"] == cloud_run.WORKER_TIMEOUT_S
+    assert defaults["workerConcurrency"] == cloud_run.WORKER_CONCURRENCY
+    topology = Topology("p", Names.for_prefix())
+    scan, worker = cloud_run.deployments(topology).values()
+    assert (scan.service, scan.invoker) == ("deferred-jobs-scan", topology.scheduler_email)
+    assert (worker.service, worker.invoker) == ("deferred-jobs-worker", topology.pusher_email)
+
+
+def _env(log_dir: Path) -> dict[str, str]:
+    lines = (log_dir / "env").read_text().splitlines()
+    return dict(line.removeprefix("export ").split("=", 1) for line in lines)
+
+
+def test_the_running_stack_answers_as_cloud_run_and_the_scan_sees_stripped_tokens(
+    tmp_path: Path,
+) -> None:
+    proc = _start(tmp_path)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not any(line.startswith("demo done") for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            lines.append(proc.stdout.readline())
+        [scan_url] = re.findall(r"^scan +(http://\S+) +\(behind", "".join(lines), re.MULTILINE)
+        certs_url = _env(tmp_path)["JOBS_OIDC_CERTS_URL"]
+        token_url = certs_url.replace("/oauth2/v1/certs", "/token")
+        scheduler = Topology("deferred-jobs-local", Names.for_prefix()).scheduler_email
+
+        def token(email: str) -> str:
+            reply = requests.post(
+                token_url, json={"audience": scan_url, "email": email}, timeout=10
+            )
+            return str(reply.json()["token"])
+
+        good = token(scheduler)
+        stripped = good.rsplit(".", 1)[0] + ".SIGNATURE_REMOVED_BY_GOOGLE"
+        answers = {
+            name: requests.post(scan_url, headers=headers, data=b"", timeout=60)
+            for name, headers in {
+                "invoker": {"Authorization": f"Bearer {good}"},
+                "no token": {},
+                "not an invoker": {"Authorization": f"Bearer {token('x@evil.example')}"},
+                "replayed stripped token": {"Authorization": f"Bearer {stripped}"},
+            }.items()
+        }
+        # Straight to the container (as only Cloud Run can reach it): the scan, configured as
+        # behind Cloud Run IAM, takes the stripped token the front end would have forwarded.
+        [port] = re.findall(r"on port (\d+)", (tmp_path / "scan.log").read_text())
+        container = f"http://127.0.0.1:{port}"
+        answers["container"] = requests.post(
+            container, headers={"Authorization": f"Bearer {stripped}"}, data=b"", timeout=60
+        )
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert answers["invoker"].status_code == 200, answers["invoker"].text
+    assert "run_id" in answers["invoker"].json()
+    assert answers["no token"].status_code == 403
+    assert answers["not an invoker"].status_code == 403
+    assert answers["replayed stripped token"].status_code == 401
+    refused = ("no token", "not an invoker", "replayed stripped token")
+    assert all("<title>" in answers[name].text for name in refused)
+    assert answers["container"].status_code == 200, answers["container"].text
+
+
+def test_direct_mode_runs_the_demo_without_front_ends(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "--exit-when-done", "--direct")
+    out, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, err + out
+    assert "demo done: 3/3 due jobs completed" in out
+    assert "behind the local Cloud Run front end" not in out
+    assert "cloud run ready" not in (tmp_path / "scan.log").read_text()
+
+
+def test_with_invoker_iam_disabled_the_services_verify_every_signature_themselves(
+    tmp_path: Path,
+) -> None:
+    proc = _start(tmp_path, "--invoker-iam-disabled")
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not any(line.startswith("demo done") for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            lines.append(proc.stdout.readline())
+        [scan_url] = re.findall(r"^scan +(http://\S+) +\(behind", "".join(lines), re.MULTILINE)
+        # No invoker check in front: the scan's own JSON answers, and a stripped token (which
+        # only Cloud Run's check could vouch for) is refused.
+        no_token = requests.post(scan_url, timeout=30)
+        token_url = _env(tmp_path)["JOBS_OIDC_CERTS_URL"].replace("/oauth2/v1/certs", "/token")
+        scheduler = Topology("deferred-jobs-local", Names.for_prefix()).scheduler_email
+        reply = requests.post(
+            token_url, json={"audience": scan_url, "email": scheduler}, timeout=10
+        )
+        token = str(reply.json()["token"]).rsplit(".", 1)[0] + ".SIGNATURE_REMOVED_BY_GOOGLE"
+        stripped = requests.post(scan_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert no_token.status_code == 401
+    assert no_token.json()["error"] == "unauthenticated"
+    assert stripped.status_code == 401
+    assert "not configured as behind Cloud Run IAM" in stripped.json()["detail"]
