@@ -1,7 +1,8 @@
-"""The two Cloud Run services (scan, worker) from one image, and their single invokers.
+"""The Cloud Run services (scan, worker, api) from one image, and their invokers.
 
-Both run the same container; `FUNCTION_TARGET` and `FUNCTION_SOURCE` pick the
-functions-framework target (the Dockerfile's CMD passes them on). Ingress
+All run the same container; `FUNCTION_TARGET` and `FUNCTION_SOURCE` pick the
+functions-framework target (the Dockerfile's CMD passes them on). The scan and the worker each
+have one invoker; the api one per configured caller (infra/api.py). Ingress
 is internal-only: Cloud Scheduler and Pub/Sub push from the same project still reach the
 default run.app URL, and IAM (run.invoker for one service account) is checked separately.
 """
@@ -34,12 +35,14 @@ STARTUP_FAILURES = 24  # 2 minutes to start, then the revision fails
 
 @dataclass(frozen=True)
 class ServiceSpec:
-    """What differs between the scan and the worker."""
+    """What differs between the services."""
 
-    key: str  # "scan" or "worker": resource names and the function target
+    key: str  # "scan", "worker" or "api": resource names and the function target
     name: str
     runtime: serviceaccount.Account
-    invoker: serviceaccount.Account
+    # Pulumi resource name -> IAM member granted roles/run.invoker on this service only. The
+    # names are the resources' identity in the stack: keep them stable.
+    invokers: Mapping[str, pulumi.Input[str]]
     timeout_s: int
     scaling: Scaling
 
@@ -47,7 +50,12 @@ class ServiceSpec:
 @dataclass(frozen=True)
 class RunService:
     service: cloudrunv2.Service
-    invoker: cloudrunv2.ServiceIamMember
+    invokers: tuple[cloudrunv2.ServiceIamMember, ...]
+
+
+def sole_invoker(key: str, account: serviceaccount.Account) -> Mapping[str, pulumi.Input[str]]:
+    """The invokers of a service one account calls (the scan's scheduler, the worker's pusher)."""
+    return {f"{key}-invoker": member(account)}
 
 
 def create_service(
@@ -107,13 +115,16 @@ def create_service(
         ),
         opts=opts,
     )
-    invoker = cloudrunv2.ServiceIamMember(
-        f"{spec.key}-invoker",
-        project=config.project,
-        location=config.region,
-        name=service.name,
-        role=INVOKER,
-        member=member(spec.invoker),
-        opts=opts,
+    invokers = tuple(
+        cloudrunv2.ServiceIamMember(
+            resource,
+            project=config.project,
+            location=config.region,
+            name=service.name,
+            role=INVOKER,
+            member=invoker,
+            opts=opts,
+        )
+        for resource, invoker in spec.invokers.items()
     )
-    return RunService(service, invoker)
+    return RunService(service, invokers)

@@ -1,4 +1,4 @@
-"""The environment variables the Pulumi program sets on the two Cloud Run services.
+"""The environment variables the Pulumi program sets on the Cloud Run services.
 
 The names are the services' own constants (services/jobs/settings.py for the keys both read,
 services/scan/settings.py, services/worker/settings.py), imported, never spelled again here:
@@ -26,6 +26,7 @@ FUNCTION_SOURCE = "FUNCTION_SOURCE"
 FUNCTION_SOURCES: Mapping[str, str] = {
     "scan": "services/scan/main.py",
     "worker": "services/worker/main.py",
+    "api": "services/api/main.py",
 }
 
 # Read by functions-framework 3.10's gunicorn server (functions_framework/_http/gunicorn.py,

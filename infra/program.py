@@ -75,7 +75,7 @@ def build(config: StackConfig) -> Deployment:
             key="scan",
             name=names.scan_service,
             runtime=accounts.scan,
-            invoker=accounts.scheduler,
+            invokers=cloudrun.sole_invoker("scan", accounts.scheduler),
             # Cloud Scheduler stops waiting at the attempt deadline; so does Cloud Run.
             timeout_s=config.scan_attempt_deadline_s,
             scaling=config.scan_scaling,
@@ -89,7 +89,7 @@ def build(config: StackConfig) -> Deployment:
             key="worker",
             name=names.worker_service,
             runtime=accounts.worker,
-            invoker=accounts.pusher,
+            invokers=cloudrun.sole_invoker("worker", accounts.pusher),
             timeout_s=config.worker_request_timeout_s,
             scaling=config.worker_scaling,
         ),
@@ -105,7 +105,7 @@ def build(config: StackConfig) -> Deployment:
         # Push only once the worker exists, accepts the pusher, and Pub/Sub may sign as it.
         pulumi.ResourceOptions.merge(
             after_apis,
-            pulumi.ResourceOptions(depends_on=[worker.service, worker.invoker, signer]),
+            pulumi.ResourceOptions(depends_on=[worker.service, *worker.invokers, signer]),
         ),
     )
     # The first scheduled run must find everything it and the worker touch: the indexes its
@@ -114,9 +114,9 @@ def build(config: StackConfig) -> Deployment:
     # no subscription yet is lost).
     scan_prerequisites: list[pulumi.Resource] = [
         scan.service,
-        scan.invoker,
+        *scan.invokers,
         worker.service,
-        worker.invoker,
+        *worker.invokers,
         *db.ready,
         *runtime_grants,
         media_grant,

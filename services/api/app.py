@@ -38,6 +38,7 @@ from services.jobs.auth import (
     Caller,
     CertsUnavailable,
     Forbidden,
+    RequestHeaders,
     TokenVerifier,
     Unauthenticated,
     allowed_emails,
@@ -61,9 +62,9 @@ DEFAULT_RESCHEDULE_REASON = "rescheduled through the API"
 
 
 class Verifier(Protocol):
-    """Checks an Authorization header (auth.TokenVerifier)."""
+    """Checks a request's Authorization / X-Serverless-Authorization (auth.TokenVerifier)."""
 
-    def verify_header(self, authorization: str | None) -> Caller: ...
+    def verify_request(self, headers: RequestHeaders) -> Caller: ...
 
 
 class ApiStore(Protocol):
@@ -174,7 +175,9 @@ class ApiHandler:
 
     def _authenticate(self, request: flask.Request) -> Caller:
         try:
-            return self._verifier.verify_header(request.headers.get("Authorization"))
+            # Read as Cloud Run reads them: X-Serverless-Authorization when present (then
+            # Authorization is the caller's own), else Authorization (auth.py cites the doc).
+            return self._verifier.verify_request(request.headers)
         except Unauthenticated as exc:
             logger.warning("api request refused: %s", exc)
             raise ApiError(
@@ -325,6 +328,7 @@ def create_app(
                 allowed_emails=allowed_emails(settings.allowed_callers),
                 certs_url=settings.certs_url,
                 clock_skew_s=settings.auth_clock_skew_s,
+                behind_cloud_run_iam=settings.behind_cloud_run_iam,
             )
         )
     handler = ApiHandler(

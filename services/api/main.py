@@ -1,9 +1,13 @@
 """The functions-framework entry point of the API (`--target=api`).
 
+    python -m services.api.main         # the start-up check: exit 2 naming every bad key
     functions-framework --target=api --source=services/api/main.py
 
-Nothing happens at import. The first request reads ApiSettings from the environment,
-configures JSON logging and builds the app; every later request of the instance reuses it.
+The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
+its startup probe (services/jobs/startup.py). Nothing happens at import but registering the
+JSON error handler with functions-framework. The first request reads ApiSettings from the
+environment, configures JSON logging and builds the app; every later request of the instance
+reuses it.
 """
 
 from __future__ import annotations
@@ -12,18 +16,29 @@ import os
 import threading
 
 import flask
+import functions_framework
 
 from services.api.app import ApiHandler, create_app, handler_of
 from services.api.settings import ApiSettings
+from services.jobs import startup
 from services.jobs.log import configure_logging
+
+SERVICE = "api"
 
 _lock = threading.Lock()
 _handler: ApiHandler | None = None
 
+startup.install_json_errors(functions_framework.errorhandler)
+
 
 def api(request: flask.Request) -> flask.Response:
     """The schedule API: every path of the service."""
-    return _shared_handler().handle(request)
+    return startup.answer(SERVICE, _shared_handler, request)
+
+
+def check() -> int:
+    """The start-up check of the API's settings (see the module docstring)."""
+    return startup.check_settings(SERVICE, ApiSettings.from_env, os.environ)
 
 
 def _shared_handler() -> ApiHandler:
@@ -34,3 +49,7 @@ def _shared_handler() -> ApiHandler:
             configure_logging(settings.log_level)
             _handler = handler_of(create_app(settings))
         return _handler
+
+
+if __name__ == "__main__":
+    raise SystemExit(check())

@@ -50,6 +50,9 @@ class ApiSettings:
     log_level: str = "INFO"
     terminal_retention_s: float = DEFAULT_TERMINAL_RETENTION_S
     firestore_timeout_s: float = DEFAULT_FIRESTORE_TIMEOUT_S
+    # Cloud Run's IAM invoker check stands in front (the stack says so): forwarded tokens
+    # arrive with their signature removed by Google, and only then are they accepted.
+    behind_cloud_run_iam: bool = False
 
     @property
     def terminal_retention(self) -> datetime.timedelta:
@@ -79,6 +82,7 @@ class ApiSettings:
             log_level=common.log_level,
             terminal_retention_s=common.terminal_retention_s,
             firestore_timeout_s=common.firestore_timeout_s,
+            behind_cloud_run_iam=common.behind_cloud_run_iam,
         )
         env.finish()
         return settings

@@ -181,9 +181,25 @@ def run_stack(
     return run
 
 
+def run_with_api(stack: str, overrides: Mapping[str, Any] | None = None) -> StackRun:
+    """run_stack, building what __main__.py builds (the core stack plus the API)."""
+    import infra.program
+    from infra.api import build_with_api
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(infra.program, "build", build_with_api)
+        return run_stack(stack, overrides)
+
+
 @pytest.fixture(scope="session")
 def dev() -> StackRun:
     return run_stack("dev")
+
+
+@pytest.fixture(scope="session")
+def dev_with_api() -> StackRun:
+    """The dev stack as `pulumi up` deploys it: the core services and the API."""
+    return run_with_api("dev")
 
 
 @pytest.fixture(scope="session")

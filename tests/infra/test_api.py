@@ -13,26 +13,18 @@ from typing import Any
 
 import pytest
 
-import infra.program
 from infra import api as infra_api
 from infra.config import parse_config
 from infra.errors import InfraConfigError
 from services.api import settings as api_keys
 from services.api.settings import ApiSettings
-from services.jobs.settings import PREFIX
-from tests.infra.conftest import ROOT, StackRun, run_stack, stack_config
+from services.jobs.settings import BEHIND_CLOUD_RUN_IAM, PREFIX
+from tests.infra.conftest import ROOT, StackRun, run_with_api, stack_config
 
 SERVICE = "cloudrunv2/service:Service"
 RUN_INVOKER = "cloudrunv2/serviceIamMember:ServiceIamMember"
 ACCOUNT = "serviceaccount/account:Account"
 PROJECT_GRANT = "projects/iAMMember:IAMMember"
-
-
-def run_with_api(stack: str, overrides: dict[str, Any] | None = None) -> StackRun:
-    """run_stack, building what __main__.py builds (the core stack plus the API)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(infra.program, "build", infra_api.build_with_api)
-        return run_stack(stack, overrides)
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
@@ -118,6 +110,41 @@ def test_the_environment_is_one_api_settings_accepts_with_the_url_as_audience(
     # functions-framework ends a request where Cloud Run stops waiting for it.
     assert f"{variables['CLOUD_RUN_TIMEOUT_SECONDS']}s" == template["timeout"]
     assert variables["THREADED_TIMEOUT_ENABLED"] == "true"
+
+
+def test_the_api_runs_behind_cloud_run_iam_and_is_told_so(stack: tuple[str, StackRun]) -> None:
+    _, run = stack
+    variables = envs(run)
+    assert variables[BEHIND_CLOUD_RUN_IAM] == "true"
+    settings = ApiSettings.from_env({k: v for k, v in variables.items() if k.startswith(PREFIX)})
+    assert settings.behind_cloud_run_iam is True
+    # The claim holds only while the invoker check stays on: never invoker_iam_disabled, and
+    # every IAM binding on the service is run.invoker (none grants allUsers a way round it).
+    service = api_service(run)
+    assert not service.get("invokerIamDisabled")
+    bindings = [r.state for r in run.of_type(RUN_INVOKER) if r.state["name"] == service["name"]]
+    assert bindings and {b["role"] for b in bindings} == {"roles/run.invoker"}
+    assert not [b for b in bindings if not b["member"].startswith("serviceAccount:")]
+
+
+def test_the_api_is_deployed_as_the_scan_and_the_worker_are(stack: tuple[str, StackRun]) -> None:
+    """One builder (infra/cloudrun.py): the same port and startup probe, so a bad JOBS_* value
+    fails the api's revision at start too (services/api/main.py runs the settings check)."""
+    _, run = stack
+    api = api_service(run)["template"]["containers"][0]
+    scan = run.one(SERVICE, "scan-service").state["template"]["containers"][0]
+    assert api["ports"] == scan["ports"]
+    assert api["startupProbe"] == scan["startupProbe"]
+    assert api_service(run)["template"]["timeout"] == f"{infra_api.REQUEST_TIMEOUT_S}s"
+
+
+def test_each_of_several_callers_gets_its_own_binding() -> None:
+    callers = [f"caller-{n}@p.iam.gserviceaccount.com" for n in range(3)]
+    run = run_with_api("dev", {"apiCallers": callers})
+    api_name = api_service(run)["name"]
+    bindings = [r for r in run.of_type(RUN_INVOKER) if r.state["name"] == api_name]
+    assert sorted(b.state["member"] for b in bindings) == [f"serviceAccount:{c}" for c in callers]
+    assert sorted(b.name for b in bindings) == [f"api-invoker-{n}" for n in range(3)]
 
 
 def test_no_callers_means_no_api_service_and_no_url() -> None:

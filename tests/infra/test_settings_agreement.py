@@ -1,8 +1,9 @@
-"""Any configuration the stack accepts yields an environment both services' Settings accept.
+"""Any configuration the stack accepts yields an environment every service's Settings accept.
 
 The stack validates its keys (infra/config.py); the services validate their JOBS_* variables
-(services/scan/settings.py, services/worker/settings.py). If the two disagree, a `pulumi up`
-succeeds and the service then fails at its first request; this property test finds such a gap.
+(services/scan/settings.py, services/worker/settings.py, services/api/settings.py). If the two
+disagree, a `pulumi up` succeeds and the service then fails at its start; this property test
+finds such a gap.
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infra import env
+from infra.api import api_environment
+from infra.config import _SERVICE_ACCOUNT as SERVICE_ACCOUNT
 from infra.config import parse_config
+from services.api.settings import ApiSettings
 from services.scan.settings import ScanSettings
 from services.worker.settings import WorkerSettings
 
+API_URL = "https://deferred-jobs-api-123456789012.europe-west1.run.app"
 WIRING = env.Wiring(
     topic_name="deferred-jobs-jobs",
     scan_url="https://deferred-jobs-scan-123456789012.europe-west1.run.app",
@@ -53,6 +58,14 @@ def accepted_configs(draw: st.DrawFn) -> dict[str, Any]:
         "retryLaterDelayS": draw(st.integers(60, 3650 * 86_400)),
         "deadLetterAttempts": dead_letter,
         "retryLaterAfterAttempts": draw(st.integers(1, dead_letter - 1)),
+        "apiCallers": draw(
+            st.lists(
+                # Any email the stack's own apiCallers check accepts.
+                st.from_regex(SERVICE_ACCOUNT),
+                max_size=4,
+                unique=True,
+            )
+        ),
     }
 
 
@@ -65,3 +78,7 @@ def test_every_accepted_stack_config_gives_environments_the_services_accept(
     # WIRING holds plain strings, so every value here is a str.
     ScanSettings.from_env({k: str(v) for k, v in env.scan_environment(config, WIRING).items()})
     WorkerSettings.from_env({k: str(v) for k, v in env.worker_environment(config, WIRING).items()})
+    if config.api_callers:  # no callers: no api service (infra/api.py)
+        api = ApiSettings.from_env({k: str(v) for k, v in api_environment(config, API_URL).items()})
+        assert api.allowed_callers == frozenset(config.api_callers)
+        assert api.behind_cloud_run_iam

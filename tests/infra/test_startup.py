@@ -50,15 +50,17 @@ def test_the_check_module_is_the_function_source() -> None:
 
 
 @pytest.mark.parametrize("target", SERVICES)
-def test_the_check_passes_with_the_environment_the_stack_sets(dev: StackRun, target: str) -> None:
-    done = _check(target, _jobs_envs(dev, target))
+def test_the_check_passes_with_the_environment_the_stack_sets(
+    dev_with_api: StackRun, target: str
+) -> None:
+    done = _check(target, _jobs_envs(dev_with_api, target))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == ""
 
 
 @pytest.mark.parametrize("target", SERVICES)
-def test_a_bad_setting_exits_2_naming_every_bad_key(dev: StackRun, target: str) -> None:
-    jobs = _jobs_envs(dev, target)
+def test_a_bad_setting_exits_2_naming_every_bad_key(dev_with_api: StackRun, target: str) -> None:
+    jobs = _jobs_envs(dev_with_api, target)
     jobs.pop("JOBS_PROJECT")
     jobs["JOBS_TERMINAL_RETENTION_S"] = "forever"
     jobs["JOBS_AUTH_CLOCK_SKEW_S"] = "9999"

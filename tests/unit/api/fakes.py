@@ -11,7 +11,13 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
-from services.jobs.auth import Caller, Forbidden, Unauthenticated
+from services.jobs.auth import (
+    Caller,
+    Forbidden,
+    RequestHeaders,
+    Unauthenticated,
+    invoker_authorization,
+)
 from services.jobs.clock import FakeClock
 from services.jobs.errors import AlreadyTerminal, JobNotFound
 from services.jobs.model import Job, NewJob, ScheduleResult
@@ -25,7 +31,10 @@ STRANGER = "Bearer stranger-token"
 
 
 class FakeVerifier:
-    def verify_header(self, authorization: str | None) -> Caller:
+    """Knows two tokens; reads the headers as auth.TokenVerifier does (invoker_authorization)."""
+
+    def verify_request(self, headers: RequestHeaders) -> Caller:
+        authorization = invoker_authorization(headers)
         if authorization == GOOD:
             return Caller(CALLER, "sub", 0, 0)
         if authorization == STRANGER:
