@@ -20,13 +20,15 @@ from typing import Any, Literal
 
 Kind = Literal["string", "integer", "number", "boolean", "string_list"]
 
-# `media.delete_source`: the limits the worker applies (services/worker/media.py).
+# `media.delete_source`: the limits the worker applies too (services/worker/media.py imports
+# them from here, so schedule time and run time cannot drift apart).
 MEDIA_DELETE_SOURCE = "media.delete_source"
 MAX_OBJECTS = 100
 MAX_OBJECT_NAME_BYTES = 1024
 # Cloud Storage bucket names: https://cloud.google.com/storage/docs/buckets#naming
-BUCKET_NAME = re.compile(r"^(?!.*\.\.)[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-_OBJECT_FORBIDDEN = re.compile(r"[\r\n\x00]")
+# \Z, not $: `$` also matches before a trailing newline, which no bucket name has.
+BUCKET_NAME = re.compile(r"^(?!.*\.\.)[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\Z")
+OBJECT_FORBIDDEN = re.compile(r"[\r\n\x00]")
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ class ParamsSchema:
         return ", ".join(parts)
 
 
-_NOT_AN_OBJECT = frozenset({".", ".."})
+NOT_AN_OBJECT = frozenset({".", ".."})
 
 MEDIA_DELETE_SOURCE_PARAMS = ParamsSchema(
     action=MEDIA_DELETE_SOURCE,
@@ -132,8 +134,8 @@ MEDIA_DELETE_SOURCE_PARAMS = ParamsSchema(
             "object",
             "string",
             max_bytes=MAX_OBJECT_NAME_BYTES,
-            forbidden=_OBJECT_FORBIDDEN,
-            reserved=_NOT_AN_OBJECT,
+            forbidden=OBJECT_FORBIDDEN,
+            reserved=NOT_AN_OBJECT,
         ),
         Field(
             "objects",
@@ -141,8 +143,8 @@ MEDIA_DELETE_SOURCE_PARAMS = ParamsSchema(
             min_items=1,
             max_items=MAX_OBJECTS,
             max_bytes=MAX_OBJECT_NAME_BYTES,
-            forbidden=_OBJECT_FORBIDDEN,
-            reserved=_NOT_AN_OBJECT,
+            forbidden=OBJECT_FORBIDDEN,
+            reserved=NOT_AN_OBJECT,
         ),
     ),
     exactly_one_of=(("object", "objects"),),

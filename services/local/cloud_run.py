@@ -1,8 +1,9 @@
 """The local stack's Cloud Run deployment: each service behind the local front end.
 
-`infra/` deploys the scan and the worker as Cloud Run services with the IAM invoker check on,
-each invocable by one service account (the scheduler's for the scan, the push invoker's for the
-worker), with a request timeout and a container concurrency. Locally the same shape comes from
+`infra/` deploys the scan, the worker and the api as Cloud Run services with the IAM invoker
+check on, each invocable by its service accounts (the scheduler's for the scan, the push
+invoker's for the worker, the configured callers for the api: locally the local producer), with
+a request timeout and a container concurrency. Locally the same shape comes from
 `emulators/cloudrun`: `front_end_argv` runs the service's functions-framework process as the
 front end's container, so callers reach it only through the invoker check and the service sees
 what it would see on Cloud Run (stripped tokens, `K_SERVICE`, `PORT`, a trace header). The
@@ -16,41 +17,55 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.local.topology import Topology
+from services.local.topology import NAME_PREFIX, Topology
 
 # infra/config.py defaults: scanAttemptDeadlineS (the scan service's request timeout),
-# scanConcurrency, workerRequestTimeoutS, workerConcurrency.
+# scanConcurrency, workerRequestTimeoutS, workerConcurrency, apiConcurrency; and infra/api.py's
+# REQUEST_TIMEOUT_S and service name (ApiNames) for the default prefix.
 SCAN_TIMEOUT_S = 180
 SCAN_CONCURRENCY = 1
 WORKER_TIMEOUT_S = 240
 WORKER_CONCURRENCY = 10
+API_TIMEOUT_S = 30
+API_CONCURRENCY = 80
+API_SERVICE = f"{NAME_PREFIX}-api"
 
 
 @dataclass(frozen=True)
 class Deployment:
-    """One Cloud Run service as infra deploys it: name, sole invoker, timeout, concurrency."""
+    """One Cloud Run service as infra deploys it: name, invokers, timeout, concurrency."""
 
-    target: str  # the functions-framework target: "scan" or "worker"
+    target: str  # the functions-framework target: "scan", "worker" or "api"
     service: str
-    invoker: str
+    invokers: tuple[str, ...]  # the emails with roles/run.invoker on it
     timeout_s: int
     concurrency: int
 
 
-def deployments(topology: Topology) -> dict[str, Deployment]:
+def deployments(topology: Topology, api_callers: tuple[str, ...] = ()) -> dict[str, Deployment]:
+    """The local services by target; the api only with callers (as infra: none, no api)."""
     names = topology.names
-    return {
+    deployed = {
         "scan": Deployment(
-            "scan", names.scan_service, topology.scheduler_email, SCAN_TIMEOUT_S, SCAN_CONCURRENCY
+            "scan",
+            names.scan_service,
+            (topology.scheduler_email,),
+            SCAN_TIMEOUT_S,
+            SCAN_CONCURRENCY,
         ),
         "worker": Deployment(
             "worker",
             names.worker_service,
-            topology.pusher_email,
+            (topology.pusher_email,),
             WORKER_TIMEOUT_S,
             WORKER_CONCURRENCY,
         ),
     }
+    if api_callers:
+        deployed["api"] = Deployment(
+            "api", API_SERVICE, api_callers, API_TIMEOUT_S, API_CONCURRENCY
+        )
+    return deployed
 
 
 def front_end_argv(
@@ -72,7 +87,7 @@ def front_end_argv(
         f"--host={host}",
         f"--port={port}",
         f"--certs-url={certs_url}",
-        f"--invoker={deployment.invoker}",
+        *(f"--invoker={email}" for email in deployment.invokers),
         f"--timeout={deployment.timeout_s}",
         f"--concurrency={deployment.concurrency}",
         "--log-level=WARNING",

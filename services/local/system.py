@@ -1,4 +1,5 @@
-"""The local system end to end: emulators, scan and worker processes, topology, demo, scheduler.
+"""The local system end to end: emulators, the scan, worker and api processes (each behind the
+local Cloud Run front end unless --direct), topology, demo, scheduler.
 
 `LocalSystem.run()` brings everything up in dependency order, seeds the demo, then reports one
 line per scan run until the demo's due jobs are done (and, unless told to exit then, until
@@ -273,8 +274,8 @@ class LocalSystem:
             f"--source={ROOT / 'services' / target / 'main.py'}",
             f"--host={HOST}",
         ]
-        deployment = deployments(self.topology).get(target)
-        if self.options.cloud_run and deployment is not None:
+        deployment = deployments(self.topology, (self.api_caller_email,))[target]
+        if self.options.cloud_run:
             # The front end gives the container its PORT, as Cloud Run does.
             argv = front_end_argv(
                 deployment,
@@ -421,7 +422,9 @@ class LocalSystem:
         front = "behind the local Cloud Run front end, " if self.options.cloud_run else ""
         self._say(f"scan    {e.scan_url}  ({front}pid {e.pids['scan']})")
         self._say(f"worker  {e.worker_url}  ({front}pid {e.pids['worker']})")
-        self._say(f"api     {e.api_url}  (pid {e.pids['api']}; caller {self.api_caller_email})")
+        self._say(
+            f"api     {e.api_url}  ({front}pid {e.pids['api']}; caller {self.api_caller_email})"
+        )
         self._say(f"emulators (pid {e.pids['emulators']}); logs in {self.options.log_dir}")
         for note in e.notes:
             self._say(f"emulators: {note}")

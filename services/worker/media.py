@@ -11,7 +11,6 @@ and bad params are permanent.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,13 @@ import requests
 from google.api_core import exceptions as api_exceptions
 from google.api_core.retry import Retry
 
+from services.jobs.params import (
+    BUCKET_NAME,
+    MAX_OBJECT_NAME_BYTES,
+    MAX_OBJECTS,
+    NOT_AN_OBJECT,
+    OBJECT_FORBIDDEN,
+)
 from services.worker.actions import Action, ActionRequest, ActionResult, RetryPolicy
 from services.worker.errors import PermanentError, TransientError
 
@@ -29,10 +35,8 @@ logger = logging.getLogger(__name__)
 
 ACTION_NAME = "media.delete_source"
 
-MAX_OBJECTS = 100
-MAX_OBJECT_NAME_BYTES = 1024
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-_OBJECT_FORBIDDEN = re.compile(r"[\r\n\x00]")
+# MAX_OBJECTS, MAX_OBJECT_NAME_BYTES and the name rules are the params schema's (imported
+# above): what `schedule` accepts is what this action runs.
 
 DELETED = "deleted"
 ALREADY_ABSENT = "already_absent"
@@ -54,7 +58,7 @@ _TRANSIENT_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
 
 
 def is_valid_bucket_name(name: str) -> bool:
-    return bool(_BUCKET_NAME.match(name)) and ".." not in name
+    return bool(BUCKET_NAME.match(name))
 
 
 @dataclass(frozen=True)
@@ -82,9 +86,9 @@ def source_objects(params: Mapping[str, Any], default_bucket: str | None) -> Sou
 
 
 def _object_name(name: Any) -> str:
-    if not isinstance(name, str) or not name or name in (".", ".."):
+    if not isinstance(name, str) or not name or name in NOT_AN_OBJECT:
         raise PermanentError("an object name is missing or not a string")
-    if len(name.encode("utf-8")) > MAX_OBJECT_NAME_BYTES or _OBJECT_FORBIDDEN.search(name):
+    if len(name.encode("utf-8")) > MAX_OBJECT_NAME_BYTES or OBJECT_FORBIDDEN.search(name):
         raise PermanentError("an object name is too long or contains control characters")
     return name
 

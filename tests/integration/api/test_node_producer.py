@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from tests.integration.api.conftest import AUDIENCE, CALLER, ApiRig
 
@@ -79,6 +80,18 @@ def producer_env(api_rig: ApiRig) -> Iterator[dict[str, str]]:
     }
 
 
+@pytest.fixture
+def fronted_producer_env(fronted_api_rig: ApiRig) -> Iterator[dict[str, str]]:
+    """The producer's environment for the api behind the Cloud Run front end: no audience
+    given, so its tokens are addressed to the api URL, as Cloud Run's invoker check wants."""
+    yield {
+        "DEFERRED_JOBS_API_URL": fronted_api_rig.url,
+        "DEFERRED_JOBS_TOKEN_URL": fronted_api_rig.oidc.token_url,
+        "DEFERRED_JOBS_CALLER": CALLER,
+        "DEFERRED_JOBS_TIMEOUT_MS": "10000",
+    }
+
+
 def log_lines(stderr: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stderr.splitlines() if line.strip()]
 
@@ -89,9 +102,10 @@ def test_the_clients_retry_timeout_and_checking_rules_pass(node_modules: Path) -
     assert "# fail 0" in done.stdout
 
 
-def test_the_producer_schedules_reads_and_cancels_a_job(
-    node_modules: Path, producer_env: dict[str, str], api_rig: ApiRig
+def test_the_producer_schedules_reads_and_cancels_a_job_through_the_front_end(
+    node_modules: Path, fronted_producer_env: dict[str, str], fronted_api_rig: ApiRig
 ) -> None:
+    api_rig, producer_env = fronted_api_rig, fronted_producer_env
     done = run_node(["producer.js", "media-42", "decision-7"], producer_env)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(done.stdout)
@@ -123,8 +137,8 @@ def test_a_caller_the_api_does_not_allow_is_refused_and_exits_1(
 
 
 def test_the_producer_works_against_the_local_stack(node_modules: Path, tmp_path: Path) -> None:
-    """`make run` (python -m services.local) serves the api; its env file is all the producer
-    needs (api URL, local issuer, allowed caller)."""
+    """`make run` (python -m services.local) serves the api behind the local Cloud Run front
+    end; its env file is all the producer needs (api URL, local issuer, allowed caller)."""
     environ = {k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}
     argv = [sys.executable, "-m", "services.local", "--free-ports", "--no-demo"]
     stack = subprocess.Popen(
@@ -150,7 +164,12 @@ def test_the_producer_works_against_the_local_stack(node_modules: Path, tmp_path
         assert done.returncode == 0, done.stdout + done.stderr
         summary = json.loads(done.stdout)
         assert (summary["read_state"], summary["final_state"]) == ("deferred", "cancelled")
+        # The front end answered this one (Cloud Run's 403 page), not the api's JSON 401.
+        unauthenticated = requests.get(exports["DEFERRED_JOBS_API_URL"] + "/v1/jobs/x", timeout=30)
     finally:
         stack.send_signal(signal.SIGINT)
-        stack.communicate(timeout=30)
+        out, _ = stack.communicate(timeout=30)
     assert stack.returncode == 0
+    assert (unauthenticated.status_code, "<title>" in unauthenticated.text) == (403, True)
+    [api_line] = [line for line in out.splitlines() if line.startswith("api ")]
+    assert "behind the local Cloud Run front end" in api_line

@@ -7,9 +7,11 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import requests
 
+from infra import api as infra_api
 from infra.config import SETTINGS
 from services.local import cloud_run
 from services.local.topology import Names, Topology
@@ -22,10 +24,28 @@ def test_local_deployments_use_infras_defaults_and_invokers() -> None:
     assert defaults["scanConcurrency"] == cloud_run.SCAN_CONCURRENCY
     assert defaults["workerRequestTimeoutS"] == cloud_run.WORKER_TIMEOUT_S
     assert defaults["workerConcurrency"] == cloud_run.WORKER_CONCURRENCY
+    assert defaults["apiConcurrency"] == cloud_run.API_CONCURRENCY
+    assert infra_api.REQUEST_TIMEOUT_S == cloud_run.API_TIMEOUT_S
+    prefix = SimpleNamespace(name_prefix=defaults["namePrefix"])
+    assert infra_api.ApiNames.for_stack(prefix).service == cloud_run.API_SERVICE  # type: ignore[arg-type]
     topology = Topology("p", Names.for_prefix())
-    scan, worker = cloud_run.deployments(topology).values()
-    assert (scan.service, scan.invoker) == ("deferred-jobs-scan", topology.scheduler_email)
-    assert (worker.service, worker.invoker) == ("deferred-jobs-worker", topology.pusher_email)
+    assert list(cloud_run.deployments(topology)) == ["scan", "worker"]  # no callers, no api
+    producer = "deferred-jobs-producer@p.iam.gserviceaccount.com"
+    scan, worker, api = cloud_run.deployments(topology, (producer,)).values()
+    assert (scan.service, scan.invokers) == ("deferred-jobs-scan", (topology.scheduler_email,))
+    assert (worker.service, worker.invokers) == ("deferred-jobs-worker", (topology.pusher_email,))
+    assert (api.target, api.service, api.invokers) == ("api", "deferred-jobs-api", (producer,))
+
+
+def test_a_front_end_admits_each_of_several_invokers() -> None:
+    deployment = cloud_run.Deployment("api", "svc", ("a@p.iam.gserviceaccount.com", "b@x"), 30, 8)
+    argv = cloud_run.front_end_argv(
+        deployment, ["serve"], host="127.0.0.1", port=1, certs_url="http://c"
+    )
+    assert [a for a in argv if a.startswith("--invoker")] == [
+        "--invoker=a@p.iam.gserviceaccount.com",
+        "--invoker=b@x",
+    ]
 
 
 def _env(log_dir: Path) -> dict[str, str]:
@@ -117,6 +137,8 @@ def test_with_invoker_iam_disabled_the_services_verify_every_signature_themselve
         )
         token = str(reply.json()["token"]).rsplit(".", 1)[0] + ".SIGNATURE_REMOVED_BY_GOOGLE"
         stripped = requests.post(scan_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        [api_url] = re.findall(r"^api +(http://\S+) +\(behind", "".join(lines), re.MULTILINE)
+        api_no_token = requests.get(api_url + "/v1/jobs/x", timeout=30)
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
@@ -124,3 +146,6 @@ def test_with_invoker_iam_disabled_the_services_verify_every_signature_themselve
     assert no_token.json()["error"] == "unauthenticated"
     assert stripped.status_code == 401
     assert "not configured as behind Cloud Run IAM" in stripped.json()["detail"]
+    # The api too answers for itself, in its own error format.
+    assert api_no_token.status_code == 401
+    assert api_no_token.json()["error"]["status"] == "UNAUTHENTICATED"

@@ -79,11 +79,30 @@ def test_every_problem_is_named_at_once() -> None:
         assert fragment in text
 
 
-def test_the_schemas_limits_are_the_workers() -> None:
-    assert (schema.MAX_OBJECTS, schema.MAX_OBJECT_NAME_BYTES) == (
-        media.MAX_OBJECTS,
-        media.MAX_OBJECT_NAME_BYTES,
-    )
+def test_the_worker_refuses_just_past_the_schemas_limits_and_accepts_them() -> None:
+    """The worker imports the limits from the schema; this proves it applies them, at the
+    edge, with the same answer as schedule time."""
+    at_limit = [
+        {"objects": [f"o{n}" for n in range(schema.MAX_OBJECTS)]},
+        {"object": "x" * schema.MAX_OBJECT_NAME_BYTES},
+        {"object": "é" * (schema.MAX_OBJECT_NAME_BYTES // 2)},
+    ]
+    past_limit = [
+        {"objects": [f"o{n}" for n in range(schema.MAX_OBJECTS + 1)]},
+        {"object": "x" * (schema.MAX_OBJECT_NAME_BYTES + 1)},
+        {"object": "é" * (schema.MAX_OBJECT_NAME_BYTES // 2) + "x"},
+        {"object": "a", "bucket": "media-src\n"},
+        {"object": "a", "bucket": "a..b"},
+    ]
+    # A worker without a media bucket for params naming one (so the bucket rule is what is
+    # tested), with one for params that leave it out.
+    for params in at_limit:
+        assert not schema.params_problems(schema.MEDIA_DELETE_SOURCE, params)
+        media.source_objects(params, None if "bucket" in params else WORKER_BUCKET)
+    for params in past_limit:
+        assert schema.params_problems(schema.MEDIA_DELETE_SOURCE, params)
+        with pytest.raises(PermanentError):
+            media.source_objects(params, None if "bucket" in params else WORKER_BUCKET)
 
 
 WORKER_BUCKET = "media-src"
