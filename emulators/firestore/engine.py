@@ -24,8 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from emulators.firestore.call import Call
 from emulators.firestore.database import Database, Stored
-from emulators.firestore.errors import Aborted, InvalidArgument
+from emulators.firestore.errors import Aborted, Cancelled, DeadlineExceeded, InvalidArgument
 from emulators.firestore.mutation import Outcome, apply, micros, written_name
 from emulators.firestore.names import DatabaseKey
 from emulators.firestore.query import Query, Result, count_by_index, run
@@ -34,6 +35,11 @@ LockKey = tuple[DatabaseKey, str]
 T = TypeVar("T")
 _EXPIRED = "The referenced transaction has expired or is no longer valid."
 _FINISHED_KEPT = 10_000
+# How often a waiting handler looks whether its caller is still there. Polling rather than a
+# gRPC termination callback: the callback would take the state lock from gRPC's own thread
+# while a handler holding the state lock asks gRPC whether the call is active (lock order).
+_POLL_S = 0.1
+_NOBODY = Call()
 
 
 @dataclass(eq=False)
@@ -47,6 +53,7 @@ class Transaction:
     last_used: float
     active: int = 0
     wounded: bool = False
+    finished: bool = False
     waiting_on: LockKey | None = None
     locks: set[LockKey] = field(default_factory=set)
     reads: dict[str, int] = field(default_factory=dict)  # name -> update micros (0 = missing)
@@ -167,6 +174,14 @@ class Engine:
             self._finish(txn)
             self.cond.notify_all()
 
+    def end(self, tid: bytes) -> None:
+        """End a live transaction as an ABORTED answer does: locks released, nothing applied."""
+        with self.cond:
+            txn = self.transactions.get(tid)
+            if txn is not None:
+                self._finish(txn)
+                self.cond.notify_all()
+
     def _expired(self, txn: Transaction, now: float) -> bool:
         if now - txn.started > self.transaction_timeout_s:
             return True
@@ -181,6 +196,7 @@ class Engine:
             self.cond.notify_all()
 
     def _finish(self, txn: Transaction) -> None:
+        txn.finished = True
         self._release(txn)
         self.transactions.pop(txn.id, None)
         self.finished[txn.id] = txn.priority
@@ -227,6 +243,10 @@ class Engine:
         locks its new result instead of a document it may no longer return.
         """
         while True:
+            if txn.finished:
+                # Rolled back, expired or committed while this call waited: a finished
+                # transaction never takes a lock (it would hold it for nobody).
+                raise InvalidArgument(_EXPIRED)
             if txn.wounded:
                 return True
             owner = self.owners.get(key)
@@ -260,21 +280,33 @@ class Engine:
             current = self.owners.get(current.waiting_on)
         return []
 
-    def _wait_for(self, txn: Transaction, key: LockKey, deadline: float, take: bool = True) -> None:
-        """Wait (lock released) until ``key`` is free, ``txn`` is doomed, or the deadline."""
+    def _wait_for(
+        self, txn: Transaction, key: LockKey, deadline: float, call: Call, take: bool = True
+    ) -> None:
+        """Wait (lock released) until ``key`` is free, ``txn`` is doomed or finished, the
+        lock deadline passes, or the caller is gone (cancelled, or its own deadline passed)."""
         txn.waiting_on = key
         try:
             while not self._try_acquire(txn, key, take):
+                if not call.active():
+                    if call.deadline is not None and time.monotonic() >= call.deadline:
+                        raise DeadlineExceeded("Deadline exceeded.")
+                    raise Cancelled("The caller cancelled the request.")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise Aborted("Transaction lock timeout.")
-                self.cond.wait(min(remaining, 1.0))
+                self.cond.wait(min(remaining, _POLL_S))
         finally:
             txn.waiting_on = None
 
-    def _acquire(self, txn: Transaction, key: LockKey, deadline: float) -> None:
+    def _acquire(self, txn: Transaction, key: LockKey, deadline: float, call: Call) -> None:
         if not self._try_acquire(txn, key):
-            self._wait_for(txn, key, deadline)
+            self._wait_for(txn, key, deadline, call)
+
+    def held_locks(self) -> int:
+        """How many document locks are held right now (every one by a live transaction)."""
+        with self.cond:
+            return len(self.owners)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -298,7 +330,11 @@ class Engine:
             yield txn, new_id, txn.read_us
 
     def get_documents(
-        self, database: DatabaseKey, names: list[str], consistency: Consistency
+        self,
+        database: DatabaseKey,
+        names: list[str],
+        consistency: Consistency,
+        call: Call = _NOBODY,
     ) -> tuple[list[Stored | None], int, bytes | None]:
         """Latest (or snapshot) versions of ``names``; locks them in a read-write transaction."""
         with self.cond, self._reading(database, consistency) as (txn, new_id, read_us):
@@ -306,7 +342,7 @@ class Engine:
             if txn is not None and not txn.read_only:
                 deadline = time.monotonic() + self.lock_timeout_s
                 for name in names:
-                    self._acquire(txn, (database, name), deadline)
+                    self._acquire(txn, (database, name), deadline, call)
             docs = [db.get(name, read_us) for name in names]
             if txn is not None and not txn.read_only:
                 for name, stored in zip(names, docs, strict=True):
@@ -319,6 +355,7 @@ class Engine:
         query: Query,
         consistency: Consistency,
         ordered: bool = True,
+        call: Call = _NOBODY,
     ) -> tuple[Result, int, bytes | None]:
         """Run ``query``; in a read-write transaction, lock what it returns, re-running after
         any wait so the result reflects the latest committed state."""
@@ -337,7 +374,7 @@ class Engine:
                         break
                 if blocked is None:
                     break
-                self._wait_for(txn, blocked, deadline, take=False)
+                self._wait_for(txn, blocked, deadline, call, take=False)
             signature = sorted((s.name, s.update_us) for s in result.docs)
             txn.queries.append((query, signature))
             for stored in result.docs:
@@ -364,7 +401,7 @@ class Engine:
     # -- writes -----------------------------------------------------------------------------
 
     def commit(
-        self, database: DatabaseKey, writes: list[Any], tid: bytes | None
+        self, database: DatabaseKey, writes: list[Any], tid: bytes | None, call: Call = _NOBODY
     ) -> tuple[int, list[Outcome]]:
         """Apply ``writes`` atomically; in a transaction, only if nothing it read has changed."""
         with self.cond:
@@ -381,7 +418,7 @@ class Engine:
                         raise InvalidArgument("Cannot modify entities in a read-only transaction.")
                     deadline = time.monotonic() + self.lock_timeout_s
                     for name in names:
-                        self._acquire(txn, (database, name), deadline)
+                        self._acquire(txn, (database, name), deadline, call)
                     if txn.wounded:
                         raise Aborted(
                             "Transaction was aborted by a conflicting transaction; retry it."

@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 
 from emulators.firestore.billing import Billing, aggregation_reads, query_reads
+from emulators.firestore.call import Call
 from emulators.firestore.database import Database, Document, Stored
 from emulators.firestore.engine import Consistency, Engine
 from emulators.firestore.errors import (
@@ -210,28 +211,37 @@ class FirestoreService:
             return
         if fault.delay_s > 0:
             time.sleep(fault.delay_s)
-        if fault.status is not None:
-            raise Injected(fault.status, fault.message)
+        if fault.status is None:
+            return
+        if fault.status == grpc.StatusCode.ABORTED:
+            # A real ABORTED ends the transaction it names (its locks released, its writes
+            # dropped: the client begins a new one). Any other injected status stands for a
+            # request that never reached the backend, so the transaction stays as it was and
+            # a retry of the same request (the client retries UNAVAILABLE commits) succeeds.
+            tid = getattr(request, "transaction", b"")
+            if tid:
+                self.engine.end(tid)
+        raise Injected(fault.status, fault.message)
 
     def _guard_unary(
-        self, method: str, fn: Callable[[Any], Any]
+        self, method: str, fn: Callable[[Any, Call], Any]
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
         def handle(request: Any, context: grpc.ServicerContext) -> Any:
             try:
                 self._prologue(method, request)
-                return fn(request)
+                return fn(request, Call(context))
             except Exception as exc:
                 _abort(method, exc, context)
 
         return handle
 
     def _guard_stream(
-        self, method: str, fn: Callable[[Any], list[Any]]
+        self, method: str, fn: Callable[[Any, Call], list[Any]]
     ) -> Callable[[Any, grpc.ServicerContext], Iterable[Any]]:
         def handle(request: Any, context: grpc.ServicerContext) -> Iterable[Any]:
             try:
                 self._prologue(method, request)
-                responses = fn(request)
+                responses = fn(request, Call(context))
             except Exception as exc:
                 _abort(method, exc, context)
             return iter(responses)
@@ -240,16 +250,18 @@ class FirestoreService:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def get_document(self, request: Any) -> Any:
+    def get_document(self, request: Any, call: Call) -> Any:
         name = parse_document(request.name)
         mask = _mask_of(request)
-        docs, _, _ = self.engine.get_documents(name.database, [name.full], _consistency(request))
+        docs, _, _ = self.engine.get_documents(
+            name.database, [name.full], _consistency(request), call
+        )
         self.billing.add(name.database[0], document_reads=1)
         if docs[0] is None:
             raise NotFound(f"Document {name.full} not found.")
         return _masked(docs[0], mask)
 
-    def batch_get_documents(self, request: Any) -> list[Any]:
+    def batch_get_documents(self, request: Any, call: Call) -> list[Any]:
         database = parse_database(request.database)
         names: list[str] = []
         for raw in request.documents:
@@ -258,7 +270,9 @@ class FirestoreService:
                 raise InvalidArgument(f"Document {raw!r} is not in {request.database!r}.")
             names.append(name.full)
         mask = _mask_of(request)
-        docs, read_us, new_id = self.engine.get_documents(database, names, _consistency(request))
+        docs, read_us, new_id = self.engine.get_documents(
+            database, names, _consistency(request), call
+        )
         self.billing.add(database[0], document_reads=len(names))
         response_cls = _pb["BatchGetDocumentsResponse"]
         responses = []
@@ -272,12 +286,14 @@ class FirestoreService:
                 responses.append(response_cls(found=_masked(stored, mask), read_time=read_time))
         return responses
 
-    def run_query(self, request: Any) -> list[Any]:
+    def run_query(self, request: Any, call: Call) -> list[Any]:
         database, _ = parse_parent(request.parent)
         if request.WhichOneof("query_type") != "structured_query":
             raise InvalidArgument("RunQuery needs a structured_query.")
         query = compile_query(request.parent, request.structured_query)
-        result, read_us, new_id = self.engine.run_query(database, query, _consistency(request))
+        result, read_us, new_id = self.engine.run_query(
+            database, query, _consistency(request), call=call
+        )
         self.billing.add(database[0], document_reads=query_reads(len(result.docs), result.skipped))
         response_cls = _pb["RunQueryResponse"]
         read_time = timestamp(read_us)
@@ -294,7 +310,7 @@ class FirestoreService:
             responses[0].transaction = new_id
         return responses
 
-    def run_aggregation_query(self, request: Any) -> list[Any]:
+    def run_aggregation_query(self, request: Any, call: Call) -> list[Any]:
         database, _ = parse_parent(request.parent)
         if request.WhichOneof("query_type") != "structured_aggregation_query":
             raise InvalidArgument("RunAggregationQuery needs a structured_aggregation_query.")
@@ -317,7 +333,7 @@ class FirestoreService:
             docs, read_us = counted
         else:
             result, read_us, new_id = self.engine.run_query(
-                database, query, consistency, ordered=False
+                database, query, consistency, ordered=False, call=call
             )
             docs = result.docs
         fields: dict[str, Any] = {}
@@ -341,7 +357,7 @@ class FirestoreService:
             response.transaction = new_id
         return [response]
 
-    def list_documents(self, request: Any) -> Any:
+    def list_documents(self, request: Any, call: Call) -> Any:
         database, _ = parse_parent(request.parent)
         if not request.collection_id:
             raise InvalidArgument("ListDocuments needs a collection_id.")
@@ -378,7 +394,7 @@ class FirestoreService:
         self.billing.add(database[0], document_reads=query_reads(len(response.documents)))
         return response
 
-    def list_collection_ids(self, request: Any) -> Any:
+    def list_collection_ids(self, request: Any, call: Call) -> Any:
         database, _ = parse_parent(request.parent)
         prefix = request.parent + "/"
         consistency = Consistency()
@@ -404,13 +420,13 @@ class FirestoreService:
 
     # -- transactions -----------------------------------------------------------------------
 
-    def begin_transaction(self, request: Any) -> Any:
+    def begin_transaction(self, request: Any, call: Call) -> Any:
         database = parse_database(request.database)
         options = request.options if request.HasField("options") else None
         tid = self.engine.begin(database, options)
         return _pb["BeginTransactionResponse"](transaction=tid)
 
-    def rollback(self, request: Any) -> Any:
+    def rollback(self, request: Any, call: Call) -> Any:
         database = parse_database(request.database)
         if not request.transaction:
             raise InvalidArgument("Rollback needs a transaction.")
@@ -428,17 +444,17 @@ class FirestoreService:
                 writes += 1
         self.billing.add(database[0], document_writes=writes, document_deletes=deletes)
 
-    def commit(self, request: Any) -> Any:
+    def commit(self, request: Any, call: Call) -> Any:
         database = parse_database(request.database)
         commit_us, outcomes = self.engine.commit(
-            database, list(request.writes), request.transaction or None
+            database, list(request.writes), request.transaction or None, call
         )
         self._bill_writes(database, outcomes)
         return _pb["CommitResponse"](
             write_results=[o.result for o in outcomes], commit_time=timestamp(commit_us)
         )
 
-    def batch_write(self, request: Any) -> Any:
+    def batch_write(self, request: Any, call: Call) -> Any:
         database = parse_database(request.database)
         results = self.engine.batch_write(database, list(request.writes))
         response = _pb["BatchWriteResponse"]()
@@ -461,7 +477,7 @@ class FirestoreService:
         self._bill_writes(database, outcomes)
         return outcomes[0]
 
-    def create_document(self, request: Any) -> Any:
+    def create_document(self, request: Any, call: Call) -> Any:
         database, _ = parse_parent(request.parent)
         doc_id = request.document_id or "".join(
             _AUTO_ID_CHARS[b % len(_AUTO_ID_CHARS)] for b in os.urandom(20)
@@ -472,7 +488,7 @@ class FirestoreService:
         outcome = self._commit_one(database, write)
         return _masked(Stored(outcome.doc, micros(outcome.doc.update_time)), _mask_of(request))
 
-    def update_document(self, request: Any) -> Any:
+    def update_document(self, request: Any, call: Call) -> Any:
         name = parse_document(request.document.name)
         write = Write(update=request.document)
         if request.HasField("update_mask"):
@@ -482,7 +498,7 @@ class FirestoreService:
         outcome = self._commit_one(name.database, write)
         return _masked(Stored(outcome.doc, micros(outcome.doc.update_time)), _mask_of(request))
 
-    def delete_document(self, request: Any) -> Any:
+    def delete_document(self, request: Any, call: Call) -> Any:
         name = parse_document(request.name)
         write = Write(delete=name.full)
         if request.HasField("current_document"):
