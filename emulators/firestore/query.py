@@ -19,6 +19,7 @@ from emulators.firestore.values import (
     kind,
     parse_field_path,
     reference_key,
+    reference_name,
     sort_key,
 )
 
@@ -304,7 +305,7 @@ def _term_candidates(db: Database, cid: str, term: Term) -> tuple[int, Callable[
     """(estimated size, producer of names) for one indexable conjunct."""
     if term.path == NAME_PATH:
         if term.op in (_FieldOp.EQUAL, _FieldOp.IN):
-            names = ["/".join(k[1]) for k in term.keys]
+            names = [reference_name(k[1]) for k in term.keys]
             return len(names), lambda: names
         return -1, lambda: ()
     if term.op in (_FieldOp.EQUAL, _FieldOp.IN):
