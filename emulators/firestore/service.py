@@ -37,7 +37,7 @@ from emulators.firestore.names import (
     parse_document,
     parse_parent,
 )
-from emulators.firestore.query import compile_query
+from emulators.firestore.query import compile_query, ordered_by_aggregated
 from emulators.firestore.values import (
     Value,
     format_field_path,
@@ -318,9 +318,13 @@ class FirestoreService:
         query = compile_query(request.parent, aggregation.structured_query)
         aggregations = list(aggregation.aggregations)
         if not aggregations:
-            raise InvalidArgument("At least one aggregation is required.")
+            # Production's wording (asserted by the client's system tests:
+            # https://github.com/googleapis/python-firestore/blob/main/tests/system/test_system.py).
+            raise InvalidArgument("Aggregations can not be empty.")
         if len(aggregations) > 5:
             raise InvalidArgument("At most 5 aggregations per query.")
+        aliases = _aliases(aggregations)
+        query = ordered_by_aggregated(query, _aggregated_paths(aggregations))
         consistency = _consistency(request)
         docs: list[Stored] | int
         new_id = None
@@ -338,10 +342,7 @@ class FirestoreService:
             docs = result.docs
         fields: dict[str, Any] = {}
         entries = 0
-        for i, spec in enumerate(aggregations, start=1):
-            alias = spec.alias or f"field_{i}"
-            if alias in fields:
-                raise InvalidArgument(f"Duplicate aggregation alias {alias!r}.")
+        for alias, spec in zip(aliases, aggregations, strict=True):
             value, scanned = _aggregate(spec, docs)
             fields[alias] = value
             entries = max(entries, scanned)
@@ -505,6 +506,34 @@ class FirestoreService:
             write.current_document.CopyFrom(request.current_document)
         self._commit_one(name.database, write)
         return empty_pb2.Empty()
+
+
+def _aliases(aggregations: list[Any]) -> list[str]:
+    """Each aggregation's result name: its alias, or field_<n> numbering only the unnamed ones
+    (the Aggregation.alias field documentation:
+    https://cloud.google.com/python/docs/reference/firestore/latest/google.cloud.firestore_v1.types.StructuredAggregationQuery.Aggregation).
+    """
+    aliases: list[str] = []
+    unnamed = 0
+    for spec in aggregations:
+        alias = spec.alias
+        if not alias:
+            unnamed += 1
+            alias = f"field_{unnamed}"
+        if alias in aliases:
+            raise InvalidArgument(f"Aggregation aliases contain duplicate alias {alias}.")
+        aliases.append(alias)
+    return aliases
+
+
+def _aggregated_paths(aggregations: list[Any]) -> list[Any]:
+    """The fields the sum and avg aggregations read, in order."""
+    paths = []
+    for spec in aggregations:
+        which = spec.WhichOneof("operator")
+        if which in ("sum", "avg"):
+            paths.append(parse_field_path(getattr(spec, which).field.field_path))
+    return paths
 
 
 def _aggregate(spec: Any, docs: list[Stored] | int) -> tuple[Any, int]:
