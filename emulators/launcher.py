@@ -41,6 +41,11 @@ GCLOUD_INSTALL_HINT = (
 )
 
 
+# The composite indexes the project declares (the Pulumi program creates the same ones): the
+# local stack and the integration tests enforce them, so an unindexed query cannot land.
+PROJECT_INDEXES = "services.jobs.schema:INDEXES"
+
+
 class LaunchError(Exception):
     """The emulators could not be started."""
 
@@ -130,15 +135,20 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def start_builtin(host: str, ports: Ports, project: str) -> Stack:
-    """Start the four built-in emulators in this process; on any failure stop what started."""
+def start_builtin(
+    host: str, ports: Ports, project: str, *, firestore_indexes: str | None = None
+) -> Stack:
+    """Start the four built-in emulators in this process; on any failure stop what started.
+
+    ``firestore_indexes`` (a firestore.indexes.json or module:NAME) makes Firestore strict.
+    """
     check_ports_free(host, ports)
     stack = Stack()
     try:
         issuer = Issuer()
         _start_oidc(stack, host, ports.oidc, issuer)
         _start_storage(stack, host, ports.storage)
-        _start_firestore(stack, host, ports)
+        _start_firestore(stack, host, ports, firestore_indexes)
         _start_pubsub(stack, host, ports, issuer)
     except BaseException:
         stack.stop()
@@ -234,14 +244,23 @@ def _start_storage(stack: Stack, host: str, port: int) -> None:
     stack.exports[ENV_VAR] = emulator.url
 
 
-def _start_firestore(stack: Stack, host: str, ports: Ports) -> None:
+def _start_firestore(stack: Stack, host: str, ports: Ports, index_spec: str | None) -> None:
+    from emulators.firestore import indexes
     from emulators.firestore.server import start
 
+    try:
+        declared = indexes.load(index_spec) if index_spec else None
+    except indexes.IndexDefinitionError as exc:
+        raise LaunchError(f"firestore indexes: {exc}") from exc
     with _naming("firestore", host, ports.firestore):
-        emulator = start(host=host, port=ports.firestore, admin_port=ports.firestore_admin)
+        emulator = start(
+            host=host, port=ports.firestore, admin_port=ports.firestore_admin, indexes=declared
+        )
     stack.started("firestore", emulator.stop)
     stack.exports["FIRESTORE_EMULATOR_HOST"] = emulator.address
     stack.notes.append(f"firestore admin: http://{host}:{emulator.admin_port}")
+    if index_spec:
+        stack.notes.append(f"firestore strict: composite indexes from {index_spec}")
 
 
 def _start_pubsub(stack: Stack, host: str, ports: Ports, issuer: Issuer) -> None:

@@ -30,6 +30,7 @@ from emulators.firestore.errors import (
     NotFound,
 )
 from emulators.firestore.faults import FaultPlan
+from emulators.firestore.indexes import IndexSet
 from emulators.firestore.mutation import micros, timestamp
 from emulators.firestore.names import (
     DatabaseKey,
@@ -161,10 +162,17 @@ def _mask_of(request: Any, attr: str = "mask") -> list[str] | None:
 class FirestoreService:
     """RPC handlers; each turns domain errors into gRPC statuses and counts its call."""
 
-    def __init__(self, engine: Engine, billing: Billing, faults: FaultPlan) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        billing: Billing,
+        faults: FaultPlan,
+        indexes: IndexSet | None = None,
+    ) -> None:
         self.engine = engine
         self.billing = billing
         self.faults = faults
+        self.indexes = indexes  # None: serve every query (not strict)
 
     # -- wiring -----------------------------------------------------------------------------
 
@@ -291,6 +299,8 @@ class FirestoreService:
         if request.WhichOneof("query_type") != "structured_query":
             raise InvalidArgument("RunQuery needs a structured_query.")
         query = compile_query(request.parent, request.structured_query)
+        if self.indexes is not None:
+            self.indexes.check(database, request.parent, request.structured_query)
         result, read_us, new_id = self.engine.run_query(
             database, query, _consistency(request), call=call
         )
@@ -324,7 +334,10 @@ class FirestoreService:
         if len(aggregations) > 5:
             raise InvalidArgument("At most 5 aggregations per query.")
         aliases = _aliases(aggregations)
-        query = ordered_by_aggregated(query, _aggregated_paths(aggregations))
+        aggregated = _aggregated_paths(aggregations)
+        if self.indexes is not None:
+            self.indexes.check(database, request.parent, aggregation.structured_query, aggregated)
+        query = ordered_by_aggregated(query, aggregated)
         consistency = _consistency(request)
         docs: list[Stored] | int
         new_id = None

@@ -33,7 +33,8 @@ def test_sum_and_avg_with_a_limit_take_the_smallest_values_first(scores: Any) ->
     assert _values(scores.limit(2).count(alias="n")) == {"n": 2}
 
 
-def test_the_implied_order_follows_the_last_explicit_direction(scores: Any) -> None:
+def test_the_implied_order_follows_the_last_explicit_direction(scores: Any, add_index: Any) -> None:
+    add_index("scores", "kind", "v")
     query = scores.order_by("v", direction="DESCENDING").limit(2)
     assert _values(query.sum("v", alias="s")) == {"s": 90}  # 50 + 40
     by_kind = scores.where(filter=FieldFilter("kind", "==", "x")).limit(2)
