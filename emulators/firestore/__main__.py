@@ -24,11 +24,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transaction-timeout", type=float, default=270.0)
     parser.add_argument("--transaction-idle-timeout", type=float, default=60.0)
     parser.add_argument(
+        "--read-abort-rate",
+        type=float,
+        default=0.0,
+        help="share of reads in read-write transactions that answer ABORTED (0-1)",
+    )
+    parser.add_argument(
         "--indexes",
         metavar="SPEC",
         help="strict mode: composite indexes from a firestore.indexes.json or module:NAME",
     )
     args = parser.parse_args(argv)
+    if not 0.0 <= args.read_abort_rate <= 1.0:
+        parser.error("--read-abort-rate must be between 0 and 1")
     if args.admin_port is None and args.port == MAX_PORT:
         parser.error(f"--port {MAX_PORT} has no port + 1 for the admin server: pass --admin-port")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -47,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             transaction_timeout_s=args.transaction_timeout,
             transaction_idle_timeout_s=args.transaction_idle_timeout,
             indexes=declared,
+            read_abort_rate=args.read_abort_rate,
         )
     except PortInUse as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -129,14 +129,19 @@ def start(
     lock_timeout_s: float = 20.0,
     max_workers: int = _WORKERS,
     indexes: Iterable[CompositeIndex] | None = None,
+    read_abort_rate: float = 0.0,
+    seed: int | None = None,
 ) -> Emulator:
     """Start the gRPC server (and the admin HTTP server unless ``admin_port`` is None).
 
     Port 0 picks a free port. Raises :class:`PortInUse` when a port is taken. With
     ``indexes`` (possibly empty) the emulator is strict: a compound query no composite index
-    serves fails with FAILED_PRECONDITION, as in production.
+    serves fails with FAILED_PRECONDITION, as in production. ``read_abort_rate`` makes that
+    share of reads inside read-write transactions answer ABORTED (``seed`` fixes the draw).
     """
-    engine = Engine(transaction_timeout_s, transaction_idle_timeout_s, lock_timeout_s)
+    engine = Engine(
+        transaction_timeout_s, transaction_idle_timeout_s, lock_timeout_s, read_abort_rate, seed
+    )
     billing = Billing()
     faults = FaultPlan()
     index_set = IndexSet(indexes) if indexes is not None else None
