@@ -57,6 +57,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--env-file", type=Path, help="also write the export lines to this file")
     parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="load Firestore, Pub/Sub and Cloud Storage state from DIR at start and save it "
+        "there at stop (Ctrl-C, SIGTERM); without it everything starts empty and is lost",
+    )
+    parser.add_argument(
         "--firestore-indexes",
         default=PROJECT_INDEXES,
         metavar="SPEC",
@@ -79,9 +85,13 @@ def ports_from(args: argparse.Namespace) -> Ports:
 def launch(args: argparse.Namespace) -> Stack:
     ports = ports_from(args)
     if args.official:
+        if args.data_dir is not None:
+            raise LaunchError("--data-dir needs the built-in emulators; drop --official")
         return start_official(args.host, ports, args.project, start_timeout_s=args.start_timeout)
     index_spec = None if args.firestore_indexes == "off" else args.firestore_indexes
-    return start_builtin(args.host, ports, args.project, firestore_indexes=index_spec)
+    return start_builtin(
+        args.host, ports, args.project, firestore_indexes=index_spec, data_dir=args.data_dir
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

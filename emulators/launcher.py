@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from emulators.oidc.issuer import Issuer
 
@@ -136,23 +137,32 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 def start_builtin(
-    host: str, ports: Ports, project: str, *, firestore_indexes: str | None = None
+    host: str,
+    ports: Ports,
+    project: str,
+    *,
+    firestore_indexes: str | None = None,
+    data_dir: Path | None = None,
 ) -> Stack:
     """Start the four built-in emulators in this process; on any failure stop what started.
 
     ``firestore_indexes`` (a firestore.indexes.json or module:NAME) makes Firestore strict.
+    ``data_dir``: Firestore, Pub/Sub and Cloud Storage load their state from there and save
+    it back when the stack stops (also on SIGINT/SIGTERM, which stop it).
     """
     check_ports_free(host, ports)
     stack = Stack()
     try:
         issuer = Issuer()
         _start_oidc(stack, host, ports.oidc, issuer)
-        _start_storage(stack, host, ports.storage)
-        _start_firestore(stack, host, ports, firestore_indexes)
-        _start_pubsub(stack, host, ports, issuer)
+        _start_storage(stack, host, ports.storage, data_dir and data_dir / "storage")
+        _start_firestore(stack, host, ports, firestore_indexes, data_dir)
+        _start_pubsub(stack, host, ports, issuer, data_dir)
     except BaseException:
         stack.stop()
         raise
+    if data_dir is not None:
+        stack.notes.append(f"data: {data_dir} (loaded at start, saved at stop)")
     _export_project(stack, project)
     return stack
 
@@ -176,7 +186,7 @@ def start_official(
     try:
         issuer = Issuer()
         _start_oidc(stack, host, ports.oidc, issuer)
-        _start_storage(stack, host, ports.storage)
+        _start_storage(stack, host, ports.storage, None)
         _start_child(
             stack,
             "firestore",
@@ -235,16 +245,18 @@ def _start_oidc(stack: Stack, host: str, port: int, issuer: Issuer) -> None:
     stack.notes.append(f"oidc tokens: POST {server.token_url} with JSON audience, email")
 
 
-def _start_storage(stack: Stack, host: str, port: int) -> None:
+def _start_storage(stack: Stack, host: str, port: int, data_dir: Path | None) -> None:
     from emulators.storage.server import ENV_VAR, start
 
     with _naming("storage", host, port):
-        emulator = start(host, port)
+        emulator = start(host, port, data_dir=data_dir)
     stack.started("storage", emulator.stop)
     stack.exports[ENV_VAR] = emulator.url
 
 
-def _start_firestore(stack: Stack, host: str, ports: Ports, index_spec: str | None) -> None:
+def _start_firestore(
+    stack: Stack, host: str, ports: Ports, index_spec: str | None, data_dir: Path | None
+) -> None:
     from emulators.firestore import indexes
     from emulators.firestore.server import start
 
@@ -254,7 +266,11 @@ def _start_firestore(stack: Stack, host: str, ports: Ports, index_spec: str | No
         raise LaunchError(f"firestore indexes: {exc}") from exc
     with _naming("firestore", host, ports.firestore):
         emulator = start(
-            host=host, port=ports.firestore, admin_port=ports.firestore_admin, indexes=declared
+            host=host,
+            port=ports.firestore,
+            admin_port=ports.firestore_admin,
+            indexes=declared,
+            data_file=data_dir and data_dir / "firestore.json",
         )
     stack.started("firestore", emulator.stop)
     stack.exports["FIRESTORE_EMULATOR_HOST"] = emulator.address
@@ -263,11 +279,19 @@ def _start_firestore(stack: Stack, host: str, ports: Ports, index_spec: str | No
         stack.notes.append(f"firestore strict: composite indexes from {index_spec}")
 
 
-def _start_pubsub(stack: Stack, host: str, ports: Ports, issuer: Issuer) -> None:
+def _start_pubsub(
+    stack: Stack, host: str, ports: Ports, issuer: Issuer, data_dir: Path | None
+) -> None:
     from emulators.pubsub.server import start
 
     with _naming("pubsub", host, ports.pubsub):
-        emulator = start(host=host, port=ports.pubsub, admin_port=ports.pubsub_admin, issuer=issuer)
+        emulator = start(
+            host=host,
+            port=ports.pubsub,
+            admin_port=ports.pubsub_admin,
+            issuer=issuer,
+            data_file=data_dir and data_dir / "pubsub.json",
+        )
     stack.started("pubsub", emulator.stop)
     stack.exports["PUBSUB_EMULATOR_HOST"] = emulator.address
     stack.notes.append(f"pubsub admin: http://{host}:{emulator.admin_port}")

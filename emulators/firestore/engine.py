@@ -26,8 +26,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from google.protobuf.message import DecodeError
+
+from emulators import snapshot
 from emulators.firestore.call import Call
-from emulators.firestore.database import Database, Stored
+from emulators.firestore.database import Database, Document, Stored
 from emulators.firestore.errors import Aborted, Cancelled, DeadlineExceeded, InvalidArgument
 from emulators.firestore.mutation import Outcome, apply, micros, written_name
 from emulators.firestore.names import DatabaseKey
@@ -127,6 +130,35 @@ class Engine:
                 if project is None or txn.database[0] == project:
                     self._finish(txn)
             self.cond.notify_all()
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def export_state(self) -> dict[str, Any]:
+        """Every database's current documents (transactions and old versions are not kept:
+        a restart ends every transaction, as a lost connection would)."""
+        with self.cond:
+            databases = []
+            for (project, database), db in sorted(self.databases.items()):
+                docs = [[snapshot.encode(s.doc), s.update_us] for s in db.docs.values()]
+                if docs:
+                    databases.append({"project": project, "database": database, "docs": docs})
+            return {"databases": databases}
+
+    def import_state(self, state: dict[str, Any]) -> int:
+        """Load what :meth:`export_state` saved; the number of documents."""
+        count = 0
+        with self.cond:
+            try:
+                for entry in state["databases"]:
+                    db = self.database((str(entry["project"]), str(entry["database"])))
+                    for encoded, update_us in entry["docs"]:
+                        doc = snapshot.decode(Document, encoded)
+                        db.put(doc.name, doc, int(update_us))
+                        self._last_us = max(self._last_us, int(update_us))
+                        count += 1
+            except (KeyError, TypeError, ValueError, DecodeError) as exc:
+                raise snapshot.SnapshotError(f"malformed Firestore state: {exc!r}") from exc
+        return count
 
     # -- transactions -----------------------------------------------------------------------
 

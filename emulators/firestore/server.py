@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import grpc
 
-from emulators import grpc_server
+from emulators import grpc_server, snapshot
 from emulators.firestore.admin import AdminServer
 from emulators.firestore.billing import Billing
 from emulators.firestore.engine import Engine
@@ -20,6 +21,7 @@ from emulators.firestore.service import FirestoreService
 
 logger = logging.getLogger(__name__)
 
+SNAPSHOT_KIND = "firestore"
 _MAX_MESSAGE = 64 * 1024 * 1024
 _WORKERS = 128
 
@@ -42,6 +44,7 @@ class Emulator:
         grpc_server: grpc.Server,
         admin: AdminServer | None,
         indexes: IndexSet | None = None,
+        data_file: Path | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -52,6 +55,12 @@ class Emulator:
         self._grpc_server = grpc_server
         self._admin = admin
         self.indexes = indexes
+        self.data_file = data_file
+
+    def save(self) -> None:
+        """Write every document to ``data_file`` (when there is one)."""
+        if self.data_file is not None:
+            snapshot.write(self.data_file, SNAPSHOT_KIND, self.engine.export_state())
 
     @property
     def strict(self) -> bool:
@@ -106,6 +115,7 @@ class Emulator:
             self._admin.stop()
             self._admin = None
         self._grpc_server.stop(grace).wait(5)
+        self.save()  # after the last request, so nothing committed is missing
 
     def __enter__(self) -> Emulator:
         return self
@@ -131,6 +141,7 @@ def start(
     indexes: Iterable[CompositeIndex] | None = None,
     read_abort_rate: float = 0.0,
     seed: int | None = None,
+    data_file: Path | None = None,
 ) -> Emulator:
     """Start the gRPC server (and the admin HTTP server unless ``admin_port`` is None).
 
@@ -138,6 +149,8 @@ def start(
     ``indexes`` (possibly empty) the emulator is strict: a compound query no composite index
     serves fails with FAILED_PRECONDITION, as in production. ``read_abort_rate`` makes that
     share of reads inside read-write transactions answer ABORTED (``seed`` fixes the draw).
+    With ``data_file`` the documents saved there are loaded first (SnapshotError when it is
+    unreadable) and every document is saved back at :meth:`Emulator.stop`.
     """
     engine = Engine(
         transaction_timeout_s, transaction_idle_timeout_s, lock_timeout_s, read_abort_rate, seed
@@ -145,6 +158,11 @@ def start(
     billing = Billing()
     faults = FaultPlan()
     index_set = IndexSet(indexes) if indexes is not None else None
+    if data_file is not None:
+        saved = snapshot.read(data_file, SNAPSHOT_KIND)
+        if saved is not None:
+            loaded = engine.import_state(saved)
+            logger.info("Firestore emulator loaded %d documents from %s", loaded, data_file)
     service = FirestoreService(engine, billing, faults, index_set)
     server = grpc_server.new_server(max_workers, "firestore-rpc", _MAX_MESSAGE)
     server.add_generic_rpc_handlers((service.generic_handler(),))
@@ -153,7 +171,7 @@ def start(
     except OSError as exc:
         raise PortInUse(f"Cannot listen on {host}:{port}: port in use.") from exc
     admin = None
-    emulator = Emulator(host, bound, 0, engine, billing, faults, server, None, index_set)
+    emulator = Emulator(host, bound, 0, engine, billing, faults, server, None, index_set, data_file)
     if admin_port is not None:
         try:
             admin = AdminServer(emulator, host, admin_port)

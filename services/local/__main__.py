@@ -65,6 +65,12 @@ def parse_args(argv: list[str] | None) -> Options:
     )
     parser.add_argument("--no-demo", action="store_true", help="seed nothing")
     parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start the emulators empty and keep nothing (default: keep their data in "
+        "LOG_DIR/data between runs)",
+    )
+    parser.add_argument(
         "--log-dir",
         type=Path,
         default=ROOT / ".local",
@@ -93,6 +99,7 @@ def parse_args(argv: list[str] | None) -> Options:
         timeout_s=args.timeout,
         log_dir=args.log_dir,
         demo=not args.no_demo,
+        fresh=args.fresh,
     )
 
 

@@ -74,6 +74,12 @@ class Options:
     timeout_s: float | None = None
     log_dir: Path = ROOT / ".local"
     demo: bool = True
+    fresh: bool = False  # start the emulators empty and keep nothing
+
+    @property
+    def data_dir(self) -> Path | None:
+        """Where the emulators keep their state between runs (None: nothing is kept)."""
+        return None if self.fresh or self.official else self.log_dir / "data"
 
     @property
     def budget_interval_s(self) -> float:
@@ -156,7 +162,7 @@ class LocalSystem:
             PushPolicy(),
             lenient=self.options.official,
         )
-        if self.options.demo:
+        if self.options.demo and self._demo_missing():
             seed_demo(self.demo, self.store(), self.storage(), self.clock.now())
         self._write_env_file()
         self._banner()
@@ -171,6 +177,8 @@ class LocalSystem:
             argv += [f"--{name.replace('_', '-')}-port", str(getattr(ports, name))]
         if options.official:
             argv.append("--official")
+        if options.data_dir is not None:
+            argv += ["--data-dir", str(options.data_dir)]
         child = self.supervisor.start("emulators", argv, env=_base_environment(), cwd=ROOT)
         self.supervisor.wait_until(
             child,
@@ -359,6 +367,7 @@ class LocalSystem:
         self._say(f"scan    {e.scan_url}  (pid {e.pids['scan']})")
         self._say(f"worker  {e.worker_url}  (pid {e.pids['worker']})")
         self._say(f"emulators (pid {e.pids['emulators']}); logs in {self.options.log_dir}")
+        self._say(self._data_line())
         for note in e.notes:
             self._say(f"emulators: {note}")
         self._say(
@@ -372,6 +381,18 @@ class LocalSystem:
             )
         jobsctl = Path(sys.executable).with_name("jobsctl")
         self._say(f"in another shell: source {self.options.log_dir / 'env'} && {jobsctl} stats")
+
+    def _demo_missing(self) -> bool:
+        """False when kept data already holds the demo (a re-run shows its outcome)."""
+        return self.store().get(self.demo.jobs[0].job_id) is None
+
+    def _data_line(self) -> str:
+        data_dir = self.options.data_dir
+        if data_dir is not None:
+            return f"data: kept in {data_dir} between runs (--fresh starts empty)"
+        if self.options.official:
+            return "data: not kept (--official): every run starts empty"
+        return "data: --fresh: started empty; nothing is kept"
 
     def _say(self, line: str) -> None:
         self.out.write(line + "\n")
