@@ -16,8 +16,8 @@ from emulators.firestore.server import Emulator, start
 from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.errors import StoreUnavailable
-from services.jobs.model import Job, NewJob
 from services.jobs.store import FirestoreJobStore
+from tests.fixtures.firestore import seed_due_jobs
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -90,24 +90,12 @@ def test_a_transaction_rolled_back_while_its_read_waits_fails_that_read_at_once(
     assert firestore_emulator.engine.held_locks() == 0
 
 
-def _seed_due(client: Any, count: int) -> list[str]:
-    clock = FakeClock(T0)
-    ids = [f"job-{n:03d}" for n in range(count)]
-    batch = client.batch()
-    for job_id in ids:
-        new = NewJob(job_id, "media.delete_source", f"media-{job_id}", T0, {"bucket": "b"})
-        job = Job.create(new.validated(), clock.now())
-        batch.set(client.collection(schema.JOBS).document(job_id), job.to_document())
-    batch.commit()
-    return ids
-
-
 def test_a_scan_with_a_short_firestore_timeout_claims_everything_once_the_holder_is_gone(
     firestore_client: Any, firestore_emulator: Emulator
 ) -> None:
     """The JOBS_FIRESTORE_TIMEOUT_S shorter than the 20 s lock deadline case: a claim that
     timed out while a job was locked must leave no lock behind, so the next run claims all."""
-    ids = _seed_due(firestore_client, 20)
+    ids = seed_due_jobs(firestore_client, 20, T0)
     holder = _begun(firestore_client)
     firestore_client.collection(schema.JOBS).document(ids[0]).get(transaction=holder)
     store = FirestoreJobStore(firestore_client, FakeClock(T0), timeout_s=0.3)

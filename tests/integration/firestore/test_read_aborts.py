@@ -14,10 +14,9 @@ from google.cloud import firestore
 from emulators.firestore import indexes
 from emulators.firestore.server import Emulator, start
 from emulators.launcher import PROJECT_INDEXES
-from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.model import Job, NewJob
 from services.jobs.store import FirestoreJobStore
+from tests.fixtures.firestore import seed_due_jobs
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -103,13 +102,7 @@ def test_the_store_claims_every_due_job_once_through_random_read_aborts(
 ) -> None:
     emulator, client = aborting
     clock = FakeClock(T0)
-    ids = [f"job-{n:03d}" for n in range(30)]
-    batch = client.batch()
-    for job_id in ids:
-        new = NewJob(job_id, "media.delete_source", f"media-{job_id}", T0, {"bucket": "b"})
-        job = Job.create(new.validated(), clock.now())
-        batch.set(client.collection(schema.JOBS).document(job_id), job.to_document())
-    batch.commit()
+    ids = seed_due_jobs(client, 30, T0)
     store = FirestoreJobStore(client, clock)
     claimed = store.claim_due(T0, "run-1", 30, page_size=5)
     assert sorted(c.job_id for c in claimed) == ids

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from google.api_core import exceptions
@@ -20,8 +19,8 @@ from emulators.pubsub import server as pubsub_server
 from emulators.storage import server as storage_server
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.model import Job, NewJob
 from services.jobs.store import FirestoreJobStore
+from tests.fixtures.firestore import seed_due_jobs
 from tests.integration.launcher.test_launcher import ALL_FREE, Launcher
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -122,20 +121,6 @@ def test_an_unreadable_state_file_stops_the_start_and_is_left_alone(tmp_path: Pa
         firestore_server.start(admin_port=None, data_file=data)
 
 
-def _seed(client: Any, count: int) -> list[str]:
-    clock = FakeClock(T0)
-    ids = [f"job-{n:03d}" for n in range(count)]
-    batch = client.batch()
-    for job_id in ids:
-        new = NewJob(job_id, "media.delete_source", f"media-{job_id}", T0, {"bucket": "b"})
-        batch.set(
-            client.collection(schema.JOBS).document(job_id),
-            Job.create(new.validated(), clock.now()).to_document(),
-        )
-    batch.commit()
-    return ids
-
-
 def _connect(launcher: Launcher, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     env = launcher.wait_ready()
     for key in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST"):
@@ -153,7 +138,7 @@ def test_a_stop_mid_drain_resumes_claims_are_reclaimed_and_nothing_is_lost(
         env = _connect(first, monkeypatch)
         assert first.notes["data"] == f"{data} (loaded at start, saved at stop)"
         client = firestore.Client(project="p")
-        ids = _seed(client, 10)
+        ids = seed_due_jobs(client, 10, T0)
         publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
         publisher.create_topic(name=topic)
         subscriber.create_subscription(name=sub, topic=topic)
