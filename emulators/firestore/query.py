@@ -445,6 +445,11 @@ def ordered_by_aggregated(query: Query, paths: list[FieldPath]) -> Query:
     orders = list(query.orders)
     ordered = {path for path, _ in orders}
     name_at = next(i for i, (path, _) in enumerate(orders) if path == NAME_PATH)
+    cursors = [c for c in (query.start, query.end) if c is not None]
+    if any(len(keys) > name_at for keys, _ in cursors):
+        # A cursor that already names a document (a snapshot's values and __name__) fixes the
+        # positions of the orders: an order inserted before __name__ would misread it.
+        return query
     direction = orders[name_at][1]
     for path in paths:
         if path not in ordered:

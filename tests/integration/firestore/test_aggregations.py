@@ -77,3 +77,10 @@ def test_default_aliases_number_only_the_unnamed_aggregations(
     )
     (fields,) = [dict(r.result.aggregate_fields) for r in responses]
     assert set(fields) == {"named", "field_1", "field_2"}
+
+
+def test_a_limited_sum_after_a_document_cursor_still_reads_the_cursor_right(
+    scores: Any,
+) -> None:
+    after_b = scores.order_by("__name__").start_after(scores.document("b").get()).limit(2)
+    assert _values(after_b.sum("v", alias="s")) == {"s": 60}  # c(40) + d(20), by name
