@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+from google.api_core import exceptions
 from google.cloud import pubsub_v1
 from google.protobuf import duration_pb2
 
+from emulators.pubsub.server import start
 from tests.integration.pubsub.polling import pull_some
 
 
@@ -139,3 +142,24 @@ def test_dead_letters_to_a_topic_without_a_subscription_are_lost(
     assert _nothing_ready(subscriber_client, sub)
     attached_later = _subscription(subscriber_client, pubsub_project, dead_topic, "too-late")
     assert _nothing_ready(subscriber_client, attached_later)
+
+
+def test_an_injected_acknowledge_failure_leaves_the_message_to_come_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with start() as emulator:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.address)
+        publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        topic, sub = "projects/faults/topics/jobs", "projects/faults/subscriptions/jobs"
+        publisher.create_topic(name=topic)
+        subscriber.create_subscription(name=sub, topic=topic)
+        publisher.publish(topic, b"m").result(timeout=30)
+        (first,) = pull_some(subscriber, sub, 1, ack=False)
+        emulator.inject_fault(method="Acknowledge", status="UNAVAILABLE", count=1)
+        with pytest.raises(exceptions.ServiceUnavailable):
+            subscriber.acknowledge(subscription=sub, ack_ids=[first.ack_id], retry=None)
+        subscriber.modify_ack_deadline(
+            subscription=sub, ack_ids=[first.ack_id], ack_deadline_seconds=1
+        )
+        (again,) = pull_some(subscriber, sub, 1)  # the ack never arrived: it comes back
+        assert again.message.message_id == first.message.message_id
