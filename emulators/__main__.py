@@ -66,8 +66,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--firestore-indexes",
         default=PROJECT_INDEXES,
         metavar="SPEC",
-        help="composite indexes Firestore enforces, as production does: a firestore.indexes.json"
-        " or module:NAME (default: %(default)s); 'off' serves every query",
+        help="indexes Firestore enforces, as production does: a firestore.indexes.json, a module"
+        " (its INDEXES and INDEX_EXEMPTIONS) or module:NAME (default: %(default)s); 'off' serves"
+        " every query",
     )
     parser.add_argument("--log-level", default="WARNING", help="emulator log level on stderr")
     return parser.parse_args(argv)

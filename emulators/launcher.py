@@ -44,7 +44,7 @@ GCLOUD_INSTALL_HINT = (
 
 # The composite indexes the project declares (the Pulumi program creates the same ones): the
 # local stack and the integration tests enforce them, so an unindexed query cannot land.
-PROJECT_INDEXES = "services.jobs.schema:INDEXES"
+PROJECT_INDEXES = "services.jobs.schema"
 
 
 class LaunchError(Exception):
@@ -276,7 +276,7 @@ def _start_firestore(
     stack.exports["FIRESTORE_EMULATOR_HOST"] = emulator.address
     stack.notes.append(f"firestore admin: http://{host}:{emulator.admin_port}")
     if index_spec:
-        stack.notes.append(f"firestore strict: composite indexes from {index_spec}")
+        stack.notes.append(f"firestore strict: indexes from {index_spec}")
 
 
 def _start_pubsub(

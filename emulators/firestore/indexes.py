@@ -23,7 +23,7 @@ import base64
 import importlib
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,11 +132,27 @@ class Needs:
         )
 
 
+Exemption = tuple[str, FieldPath]  # (collection group, field): single-field indexes disabled
+
+
+@dataclass(frozen=True)
+class Definitions:
+    """What a definitions file or module declares: composite indexes, and the fields whose
+    automatic single-field indexes are switched off (iterating gives the indexes)."""
+
+    indexes: tuple[CompositeIndex, ...] = ()
+    exemptions: frozenset[Exemption] = frozenset()
+
+    def __iter__(self) -> Iterator[CompositeIndex]:
+        return iter(self.indexes)
+
+
 class IndexSet:
     """Indexes every database has (from the definitions loaded at start) plus the ones added
     to one (project, database) at run time, as CreateIndex would."""
 
     def __init__(self, indexes: Iterable[CompositeIndex] = ()) -> None:
+        self._exempt = indexes.exemptions if isinstance(indexes, Definitions) else frozenset()
         self._everywhere = tuple(indexes)
         self._lock = threading.Lock()
         self._added: dict[DatabaseKey, list[CompositeIndex]] = {}
@@ -163,11 +179,28 @@ class IndexSet:
         ``pb`` (a StructuredQuery) run under ``parent``."""
         indexes = self.of(database)
         for needs in requirements(pb, aggregated):
-            if needs.needs_composite() and not any(needs.served_by(i) for i in indexes):
+            if not needs.needs_composite():
+                self._check_single_field(needs)
+            elif not any(needs.served_by(i) for i in indexes):
                 raise FailedPrecondition(
                     "The query requires an index. You can create it here: "
                     + create_link(database, needs)
                 )
+
+    def _check_single_field(self, needs: Needs) -> None:
+        """A query single-field indexes serve fails when one of its fields has them switched
+        off (an exemption covers the field and, for a map, everything inside it)."""
+        paths = [*needs.equality, *[p for p, _ in needs.ordered]]
+        if needs.contains is not None:
+            paths.append(needs.contains)
+        for path in paths:
+            for depth in range(1, len(path) + 1):
+                if (needs.collection_group, path[:depth]) in self._exempt:
+                    raise FailedPrecondition(
+                        f"The query requires an index: the single-field indexes of "
+                        f"{format_field_path(path)} in collection group "
+                        f"{needs.collection_group} are disabled by an exemption."
+                    )
 
 
 def requirements(pb: Any, aggregated: Iterable[FieldPath] = ()) -> list[Needs]:
@@ -271,21 +304,56 @@ def create_link(database: DatabaseKey, needs: Needs) -> str:
 # -- loading definitions -------------------------------------------------------------------
 
 
-def load(spec: str) -> list[CompositeIndex]:
-    """Index definitions from a firestore.indexes.json path or a ``module:NAME`` reference."""
+def load(spec: str) -> Definitions:
+    """Definitions from a firestore.indexes.json path, a module (its ``INDEXES`` and
+    ``INDEX_EXEMPTIONS``), or a ``module:NAME`` list of index declarations."""
     path = Path(spec)
     if path.suffix == ".json" or path.exists():
-        return from_json(path)
+        return Definitions(tuple(from_json(path)), _exemptions_from_json(path))
     module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
+    if not module_name or (sep and not attribute):
         raise IndexDefinitionError(
-            f"{spec!r} is neither a firestore.indexes.json file nor a module:NAME reference"
+            f"{spec!r} is neither a firestore.indexes.json file nor a module[:NAME] reference"
         )
     try:
-        declared = getattr(importlib.import_module(module_name), attribute)
+        module = importlib.import_module(module_name)
+        declared = getattr(module, attribute or "INDEXES")
+        exempted = () if attribute else getattr(module, "INDEX_EXEMPTIONS", ())
     except (ImportError, AttributeError) as exc:
         raise IndexDefinitionError(f"cannot load index declarations {spec!r}: {exc}") from exc
-    return from_declarations(declared)
+    return Definitions(tuple(from_declarations(declared)), exemptions_from(exempted))
+
+
+def exemptions_from(declared: Iterable[Any]) -> frozenset[Exemption]:
+    """Objects with ``collection`` and ``field``: services/jobs/schema.py's IndexExemption."""
+    out = set()
+    for item in declared:
+        try:
+            out.add((str(item.collection), parse_field_path(str(item.field))))
+        except (AttributeError, InvalidArgument) as exc:
+            raise IndexDefinitionError(f"index exemption {item!r}: {exc}") from exc
+    return frozenset(out)
+
+
+def _exemptions_from_json(path: Path) -> frozenset[Exemption]:
+    """The fieldOverrides that switch every single-field index off (``"indexes": []``);
+    overrides that keep some of them are not modelled."""
+    overrides = json.loads(path.read_text()).get("fieldOverrides") or []
+    out = set()
+    for n, override in enumerate(overrides):
+        if not isinstance(override, dict):
+            raise IndexDefinitionError(f"{path}: fieldOverrides[{n}] is not an object")
+        group, field = override.get("collectionGroup"), override.get("fieldPath")
+        if not isinstance(group, str) or not isinstance(field, str):
+            raise IndexDefinitionError(
+                f"{path}: fieldOverrides[{n}] needs collectionGroup and fieldPath"
+            )
+        if override.get("indexes") == []:
+            try:
+                out.add((group, parse_field_path(field)))
+            except InvalidArgument as exc:
+                raise IndexDefinitionError(f"{path}: fieldOverrides[{n}]: {exc}") from exc
+    return frozenset(out)
 
 
 def from_json(path: Path) -> list[CompositeIndex]:

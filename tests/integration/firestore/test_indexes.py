@@ -177,7 +177,14 @@ def json_strict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any
                 ],
             }
         ],
-        "fieldOverrides": [],
+        "fieldOverrides": [
+            {"collectionGroup": "tasks", "fieldPath": "blob", "indexes": []},
+            {
+                "collectionGroup": "tasks",
+                "fieldPath": "owner",
+                "indexes": [{"order": "ASCENDING", "queryScope": "COLLECTION"}],
+            },
+        ],
     }
     path = tmp_path / "firestore.indexes.json"
     path.write_text(json.dumps(definitions))
@@ -195,6 +202,9 @@ def test_definitions_load_from_a_firestore_indexes_json(json_strict: Any) -> Non
     assert _ids(mine.order_by("due", direction="DESCENDING")) == ["t"]
     with pytest.raises(exceptions.FailedPrecondition):
         _ids(mine.order_by("due"))
+    with pytest.raises(exceptions.FailedPrecondition, match="exemption"):
+        _ids(tasks.where(filter=FieldFilter("blob", "==", "x")))
+    assert _ids(mine) == ["t"]  # an override that keeps an index is no exemption
 
 
 @pytest.mark.parametrize(
@@ -223,10 +233,29 @@ def test_malformed_definitions_are_refused_with_what_is_wrong(
 
 
 def test_python_declarations_load_like_the_schema(firestore_emulator: Emulator) -> None:
-    loaded = indexes.load("services.jobs.schema:INDEXES")
+    loaded = indexes.load("services.jobs.schema")
     assert [(i.collection_group, [f.path for f in i.fields]) for i in loaded] == [
         (i.collection, [tuple(f.path.split(".")) for f in i.fields]) for i in schema.INDEXES
     ]
+    assert loaded.exemptions == {(e.collection, (e.field,)) for e in schema.INDEX_EXEMPTIONS}
+    assert list(indexes.load("services.jobs.schema:INDEXES")) == list(loaded)
+    assert indexes.load("services.jobs.schema:INDEXES").exemptions == frozenset()
     assert firestore_emulator.strict
     with pytest.raises(indexes.IndexDefinitionError, match="cannot load"):
         indexes.load("services.jobs.schema:NO_SUCH_NAME")
+
+
+def test_a_query_on_a_field_exempted_from_indexing_is_refused(firestore_client: Any) -> None:
+    jobs = firestore_client.collection(schema.JOBS)
+    jobs.document("a").set({"state": "deferred", "cancel_requested": True, "params": {"b": 1}})
+    for build in (
+        lambda: jobs.where(filter=FieldFilter("cancel_requested", "==", True)),
+        lambda: jobs.where(filter=FieldFilter("params.b", "==", 1)),  # inside an exempted map
+        lambda: jobs.order_by("history"),
+    ):
+        with pytest.raises(exceptions.FailedPrecondition, match="disabled by an exemption"):
+            _ids(build())
+    assert _ids(jobs.where(filter=FieldFilter("state", "==", "deferred"))) == ["a"]
+    other = firestore_client.collection("other")  # exemptions belong to their collection group
+    other.document("o").set({"cancel_requested": True})
+    assert _ids(other.where(filter=FieldFilter("cancel_requested", "==", True))) == ["o"]
