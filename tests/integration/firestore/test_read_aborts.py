@@ -4,7 +4,7 @@ contention (wound-wait) and, when configured, at a rate that exercises the calle
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,6 +15,8 @@ from emulators.firestore import indexes
 from emulators.firestore.server import Emulator, start
 from emulators.launcher import PROJECT_INDEXES
 from services.jobs.clock import FakeClock
+from services.jobs.model import NewJob, Result
+from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
 from tests.fixtures.firestore import seed_due_jobs
 
@@ -108,3 +110,25 @@ def test_the_store_claims_every_due_job_once_through_random_read_aborts(
     assert sorted(c.job_id for c in claimed) == ids
     assert emulator.engine.random_read_aborts > 0  # the abort path was exercised
     assert store.claim_due(T0, "run-2", 30, page_size=5) == []
+
+
+def test_a_job_goes_through_its_whole_life_through_random_read_aborts(
+    aborting: tuple[Emulator, Any],
+) -> None:
+    """Every store transition's transaction reads first: each meets read-time aborts and
+    retries them, and the job still ends completed exactly once."""
+    emulator, client = aborting
+    emulator.engine.read_abort_rate = 0.4
+    clock = FakeClock(T0)
+    store = FirestoreJobStore(client, clock)
+    new = NewJob("job-life", "media.delete_source", "media-life", T0, {"bucket": "b"})
+    store.schedule(new)
+    (claimed,) = store.claim_due(T0, "run-1", 10)
+    store.mark_enqueued(claimed.job_id, claimed.generation, "message-1")
+    store.start(claimed.job_id, claimed.generation, timedelta(minutes=5), "worker-1")
+    done = store.complete(
+        claimed.job_id, claimed.generation, Result("deleted"), worker_id="worker-1"
+    )
+    assert done.state is State.COMPLETED
+    assert store.get("job-life").state is State.COMPLETED  # type: ignore[union-attr]
+    assert emulator.engine.random_read_aborts > 0
