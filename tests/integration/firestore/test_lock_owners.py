@@ -126,3 +126,31 @@ def test_an_expired_idle_transaction_releases_its_locks_to_a_waiter(
         waiter._rollback()
         assert emulator.engine.held_locks() == 0
         client.close()
+
+
+def test_a_waiting_read_stops_as_soon_as_its_caller_cancels(
+    firestore_client: Any, firestore_emulator: Emulator
+) -> None:
+    from google.cloud.firestore_v1.types import firestore as firestore_types
+
+    ref = firestore_client.collection("docs").document("d")
+    ref.set({"n": 0})
+    holder = _begun(firestore_client)
+    ref.get(transaction=holder)
+    waiter = _begun(firestore_client)
+    stub = firestore_client._firestore_api._transport.batch_get_documents  # raw gRPC callable
+    request = firestore_types.BatchGetDocumentsRequest(
+        database=firestore_client._database_string,
+        documents=[ref._document_path],
+        transaction=waiter._id,
+    )
+    call = stub(request, timeout=30)
+    engine = firestore_emulator.engine
+    assert _wait_until(lambda: engine.transactions[waiter._id].active == 1)
+    call.cancel()
+    # The handler notices within its poll interval and stops waiting: the transaction is idle.
+    assert _wait_until(lambda: engine.transactions[waiter._id].active == 0, timeout_s=2)
+    holder._rollback()
+    time.sleep(0.3)
+    assert engine.held_locks() == 0  # nobody took the lock for the cancelled read
+    waiter._rollback()
