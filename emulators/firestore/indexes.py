@@ -221,7 +221,9 @@ def requirements(pb: Any, aggregated: Iterable[FieldPath] = ()) -> list[Needs]:
             if path not in seen:
                 seen.add(path)
                 ordered.append((path, last_desc))
-        kept = tuple((p, d) for p, d in ordered if p != NAME_PATH and p not in equality)
+        # An order on an equality field is kept (stricter than dropping it, and what the
+        # project's own check in services/jobs/schema.py assumes).
+        kept = tuple((p, d) for p, d in ordered if p != NAME_PATH)
         out.append(Needs(selector.collection_id, scope, frozenset(equality), contains, kept))
     return out
 

@@ -18,10 +18,13 @@ from google.api_core import exceptions
 from google.cloud import firestore
 from google.cloud.firestore_admin_v1.types import index as admin_index
 from google.cloud.firestore_v1.base_query import FieldFilter
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from emulators.firestore import indexes
+from emulators.firestore import errors, indexes
 from emulators.firestore.server import Emulator, start
 from services.jobs import schema
+from services.jobs.clock import FakeClock
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 _PREFIX = "The query requires an index. You can create it here: "
@@ -259,3 +262,44 @@ def test_a_query_on_a_field_exempted_from_indexing_is_refused(firestore_client: 
     other = firestore_client.collection("other")  # exemptions belong to their collection group
     other.document("o").set({"cancel_requested": True})
     assert _ids(other.where(filter=FieldFilter("cancel_requested", "==", True))) == ["o"]
+
+
+_EQUALITY_FIELDS = ("state", "action")
+_RANGE_FIELDS = ("due_at", "lease_until", "enqueued_at", "claim.claimed_at")
+_ORDER_FIELDS = ("due_at", "lease_until", "state")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    equals=st.lists(st.sampled_from(_EQUALITY_FIELDS), unique=True, max_size=2),
+    range_field=st.none() | st.sampled_from(_RANGE_FIELDS),
+    op=st.sampled_from(["<", "<=", ">", ">="]),
+    order_by=st.lists(st.sampled_from(_ORDER_FIELDS), unique=True, max_size=2),
+)
+def test_the_emulator_and_the_schemas_own_check_agree_on_every_store_query_shape(
+    firestore_emulator: Emulator,  # the client below needs FIRESTORE_EMULATOR_HOST
+    equals: list[str],
+    range_field: str | None,
+    op: str,
+    order_by: list[str],
+) -> None:
+    """services/jobs/schema.py decides statically which store queries are served (the unit
+    tests rely on it); the strict emulator decides at run time. They must agree."""
+    from services.jobs.store import FirestoreJobStore, QuerySpec
+
+    spec = QuerySpec(
+        schema.JOBS,
+        equals=tuple((f, "x") for f in equals),
+        ranges=((range_field, op, NOW),) if range_field else (),
+        order_by=tuple(order_by),
+        limit=10,  # the store always bounds its queries; it also makes this a Query
+    )
+    client = firestore.Client(project="shapes")  # builds queries only: no RPC is sent
+    query = FirestoreJobStore(client, FakeClock(NOW))._query(spec)
+    served = indexes.IndexSet(indexes.load("services.jobs.schema"))
+    try:
+        served.check(("shapes", "(default)"), "", query._to_protobuf()._pb)
+        emulator_serves = True
+    except errors.FailedPrecondition:
+        emulator_serves = False
+    assert emulator_serves == schema.is_served(spec.shape), spec
