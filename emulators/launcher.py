@@ -42,8 +42,9 @@ GCLOUD_INSTALL_HINT = (
 )
 
 
-# The composite indexes the project declares (the Pulumi program creates the same ones): the
-# local stack and the integration tests enforce them, so an unindexed query cannot land.
+# The composite indexes and single-field exemptions the project declares (the Pulumi program
+# creates the same ones): the local stack and the integration tests enforce them, so an
+# unindexed query cannot land.
 PROJECT_INDEXES = "services.jobs.schema"
 
 
@@ -146,7 +147,8 @@ def start_builtin(
 ) -> Stack:
     """Start the four built-in emulators in this process; on any failure stop what started.
 
-    ``firestore_indexes`` (a firestore.indexes.json or module:NAME) makes Firestore strict.
+    ``firestore_indexes`` (a firestore.indexes.json, a module or module:NAME) makes Firestore
+    strict.
     ``data_dir``: Firestore, Pub/Sub and Cloud Storage load their state from there and save
     it back when the stack stops (also on SIGINT/SIGTERM, which stop it).
     """

@@ -4,6 +4,8 @@ stop in the middle of a drain resumes without losing anything."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,13 +17,14 @@ from google.cloud.storage import Client as StorageClient
 
 from emulators import snapshot
 from emulators.firestore import server as firestore_server
+from emulators.launcher import READY_LINE
 from emulators.pubsub import server as pubsub_server
 from emulators.storage import server as storage_server
 from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.store import FirestoreJobStore
 from tests.fixtures.firestore import seed_due_jobs
-from tests.integration.launcher.test_launcher import ALL_FREE, Launcher
+from tests.integration.launcher.test_launcher import ALL_FREE, REPO, Launcher
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -176,3 +179,29 @@ def test_a_stop_mid_drain_resumes_claims_are_reclaimed_and_nothing_is_lost(
         client.close()
     finally:
         assert second.terminate() == 0
+
+
+def _launch_fails(*args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "emulators", *ALL_FREE, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert READY_LINE not in result.stdout
+    return result
+
+
+def test_a_corrupt_state_file_stops_the_launch_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "pubsub.json").write_text("[]")
+    result = _launch_fails("--data-dir", str(tmp_path))
+    assert "pubsub" in result.stderr
+    assert f"{tmp_path / 'pubsub.json'}: not a pubsub state file" in result.stderr
+    assert (tmp_path / "pubsub.json").read_text() == "[]"  # left for the user to look at
+
+
+def test_data_dir_with_the_official_emulators_is_refused(tmp_path: Path) -> None:
+    result = _launch_fails("--official", "--data-dir", str(tmp_path))
+    assert "--data-dir needs the built-in emulators" in result.stderr
