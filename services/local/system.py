@@ -127,6 +127,7 @@ class LocalSystem:
         self._backends: Backends | None = None
         self._store: FirestoreJobStore | None = None
         self._storage: Any = None
+        self._demo_kept = False  # the kept data already held the demo: not seeded again
 
     def run(self) -> int:
         """Start, show progress, stop. Returns 0, or raises StackError (children stopped)."""
@@ -162,7 +163,8 @@ class LocalSystem:
             PushPolicy(),
             lenient=self.options.official,
         )
-        if self.options.demo and self._demo_missing():
+        self._demo_kept = self.options.demo and not self._demo_missing()
+        if self.options.demo and not self._demo_kept:
             seed_demo(self.demo, self.store(), self.storage(), self.clock.now())
         self._write_env_file()
         self._banner()
@@ -374,7 +376,9 @@ class LocalSystem:
             f"scheduler: POST {e.scan_url} every {self.options.scan_every_s:g} s as "
             f"{self.topology.scheduler_email}"
         )
-        if self.options.demo:
+        if self._demo_kept:
+            self._say("demo: kept from an earlier run (not seeded again)")
+        elif self.options.demo:
             self._say(
                 f"demo: bucket {self.demo.bucket}; {len(self.demo.due)} jobs due now, "
                 "1 due in 30 days, 1 cancelled"

@@ -27,6 +27,7 @@ def test_a_second_run_continues_from_the_kept_data_and_fresh_starts_empty(
 
     second = _run(tmp_path)  # the demo's jobs are kept: done at once, nothing claimed again
     assert f"data: kept in {data}" in second
+    assert "demo: kept from an earlier run (not seeded again)" in second
     assert "demo done: 3/3 due jobs completed, 3/3 source files deleted" in second
     assert not re.search(r"^scan #\d+: claimed [1-9]", second, flags=re.MULTILINE), second
 
