@@ -195,7 +195,7 @@ def test_projection_returns_only_selected_fields(numbers: Any) -> None:
 
 
 def test_query_on_nested_map_field(firestore_client: Any) -> None:
-    col = firestore_client.collection("jobs")
+    col = firestore_client.collection("docs")
     col.document("a").set({"claim": {"generation": 2}})
     col.document("b").set({"claim": {"generation": 5}})
     assert ids(col.where(filter=FieldFilter("claim.generation", ">", 3))) == ["b"]

@@ -121,7 +121,9 @@ def test_a_job_goes_through_its_whole_life_through_random_read_aborts(
     emulator.engine.read_abort_rate = 0.4
     clock = FakeClock(T0)
     store = FirestoreJobStore(client, clock)
-    new = NewJob("job-life", "media.delete_source", "media-life", T0, {"bucket": "b"})
+    new = NewJob(
+        "job-life", "media.delete_source", "media-life", T0, {"object": "media-life/source.mp4"}
+    )
     store.schedule(new)
     (claimed,) = store.claim_due(T0, "run-1", 10)
     store.mark_enqueued(claimed.job_id, claimed.generation, "message-1")

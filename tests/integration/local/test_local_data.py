@@ -6,7 +6,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.integration.local.test_local_stack import TIMEOUT_S, _start
+
+# It starts whole local stacks: one at a time (see tests/unit/test_make.py).
+pytestmark = pytest.mark.xdist_group("local_stack")
 
 
 def _run(log_dir: Path, *extra: str) -> str:
