@@ -18,6 +18,7 @@ from emulators.launcher import (
     DEFAULT_HOST,
     DEFAULT_PROJECT,
     DEFAULT_START_TIMEOUT_S,
+    PROJECT_INDEXES,
     READY_LINE,
     LaunchError,
     Ports,
@@ -55,6 +56,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--start-timeout", type=float, default=DEFAULT_START_TIMEOUT_S, help=argparse.SUPPRESS
     )
     parser.add_argument("--env-file", type=Path, help="also write the export lines to this file")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="load Firestore, Pub/Sub and Cloud Storage state from DIR at start and save it "
+        "there at stop (Ctrl-C, SIGTERM); without it everything starts empty and is lost",
+    )
+    parser.add_argument(
+        "--firestore-indexes",
+        default=PROJECT_INDEXES,
+        metavar="SPEC",
+        help="indexes Firestore enforces, as production does: a firestore.indexes.json, a module"
+        " (its INDEXES and INDEX_EXEMPTIONS) or module:NAME (default: %(default)s); 'off' serves"
+        " every query",
+    )
     parser.add_argument("--log-level", default="WARNING", help="emulator log level on stderr")
     return parser.parse_args(argv)
 
@@ -71,8 +86,13 @@ def ports_from(args: argparse.Namespace) -> Ports:
 def launch(args: argparse.Namespace) -> Stack:
     ports = ports_from(args)
     if args.official:
+        if args.data_dir is not None:
+            raise LaunchError("--data-dir needs the built-in emulators; drop --official")
         return start_official(args.host, ports, args.project, start_timeout_s=args.start_timeout)
-    return start_builtin(args.host, ports, args.project)
+    index_spec = None if args.firestore_indexes == "off" else args.firestore_indexes
+    return start_builtin(
+        args.host, ports, args.project, firestore_indexes=index_spec, data_dir=args.data_dir
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from emulators.oidc.issuer import Issuer
 
@@ -39,6 +40,12 @@ GCLOUD_INSTALL_HINT = (
     "beta cloud-firestore-emulator pubsub-emulator` (they also need Java 11+). Without "
     "--official the built-in emulators need nothing extra."
 )
+
+
+# The composite indexes and single-field exemptions the project declares (the Pulumi program
+# creates the same ones): the local stack and the integration tests enforce them, so an
+# unindexed query cannot land.
+PROJECT_INDEXES = "services.jobs.schema"
 
 
 class LaunchError(Exception):
@@ -130,19 +137,34 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def start_builtin(host: str, ports: Ports, project: str) -> Stack:
-    """Start the four built-in emulators in this process; on any failure stop what started."""
+def start_builtin(
+    host: str,
+    ports: Ports,
+    project: str,
+    *,
+    firestore_indexes: str | None = None,
+    data_dir: Path | None = None,
+) -> Stack:
+    """Start the four built-in emulators in this process; on any failure stop what started.
+
+    ``firestore_indexes`` (a firestore.indexes.json, a module or module:NAME) makes Firestore
+    strict.
+    ``data_dir``: Firestore, Pub/Sub and Cloud Storage load their state from there and save
+    it back when the stack stops (also on SIGINT/SIGTERM, which stop it).
+    """
     check_ports_free(host, ports)
     stack = Stack()
     try:
         issuer = Issuer()
         _start_oidc(stack, host, ports.oidc, issuer)
-        _start_storage(stack, host, ports.storage)
-        _start_firestore(stack, host, ports)
-        _start_pubsub(stack, host, ports, issuer)
+        _start_storage(stack, host, ports.storage, data_dir and data_dir / "storage")
+        _start_firestore(stack, host, ports, firestore_indexes, data_dir)
+        _start_pubsub(stack, host, ports, issuer, data_dir)
     except BaseException:
         stack.stop()
         raise
+    if data_dir is not None:
+        stack.notes.append(f"data: {data_dir} (loaded at start, saved at stop)")
     _export_project(stack, project)
     return stack
 
@@ -166,7 +188,7 @@ def start_official(
     try:
         issuer = Issuer()
         _start_oidc(stack, host, ports.oidc, issuer)
-        _start_storage(stack, host, ports.storage)
+        _start_storage(stack, host, ports.storage, None)
         _start_child(
             stack,
             "firestore",
@@ -231,30 +253,53 @@ def _start_oidc(stack: Stack, host: str, port: int, issuer: Issuer) -> None:
     )
 
 
-def _start_storage(stack: Stack, host: str, port: int) -> None:
+def _start_storage(stack: Stack, host: str, port: int, data_dir: Path | None) -> None:
     from emulators.storage.server import ENV_VAR, start
 
     with _naming("storage", host, port):
-        emulator = start(host, port)
+        emulator = start(host, port, data_dir=data_dir)
     stack.started("storage", emulator.stop)
     stack.exports[ENV_VAR] = emulator.url
 
 
-def _start_firestore(stack: Stack, host: str, ports: Ports) -> None:
+def _start_firestore(
+    stack: Stack, host: str, ports: Ports, index_spec: str | None, data_dir: Path | None
+) -> None:
+    from emulators.firestore import indexes
     from emulators.firestore.server import start
 
+    try:
+        declared = indexes.load(index_spec) if index_spec else None
+    except indexes.IndexDefinitionError as exc:
+        raise LaunchError(f"firestore indexes: {exc}") from exc
     with _naming("firestore", host, ports.firestore):
-        emulator = start(host=host, port=ports.firestore, admin_port=ports.firestore_admin)
+        emulator = start(
+            host=host,
+            port=ports.firestore,
+            admin_port=ports.firestore_admin,
+            indexes=declared,
+            data_file=data_dir and data_dir / "firestore.json",
+        )
     stack.started("firestore", emulator.stop)
     stack.exports["FIRESTORE_EMULATOR_HOST"] = emulator.address
     stack.notes.append(f"firestore admin: http://{host}:{emulator.admin_port}")
+    if index_spec:
+        stack.notes.append(f"firestore strict: indexes from {index_spec}")
 
 
-def _start_pubsub(stack: Stack, host: str, ports: Ports, issuer: Issuer) -> None:
+def _start_pubsub(
+    stack: Stack, host: str, ports: Ports, issuer: Issuer, data_dir: Path | None
+) -> None:
     from emulators.pubsub.server import start
 
     with _naming("pubsub", host, ports.pubsub):
-        emulator = start(host=host, port=ports.pubsub, admin_port=ports.pubsub_admin, issuer=issuer)
+        emulator = start(
+            host=host,
+            port=ports.pubsub,
+            admin_port=ports.pubsub_admin,
+            issuer=issuer,
+            data_file=data_dir and data_dir / "pubsub.json",
+        )
     stack.started("pubsub", emulator.stop)
     stack.exports["PUBSUB_EMULATOR_HOST"] = emulator.address
     stack.notes.append(f"pubsub admin: http://{host}:{emulator.admin_port}")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from emulators.firestore.errors import EmulatorError
+from emulators.firestore.indexes import IndexDefinitionError, from_entry
 from emulators.http_server import BackgroundHTTPServer, send_json
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ class AdminHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = urlparse(self.path).path
+        if path == "/indexes":
+            self._add_index()
+            return
         if path != "/faults":
             self._send(404, {"error": f"no route {path}"})
             return
@@ -87,6 +91,21 @@ class AdminHandler(BaseHTTPRequestHandler):
                 message=body.get("message"),
             )
         except (KeyError, ValueError, TypeError, EmulatorError) as exc:
+            self._send(400, {"error": str(exc)})
+            return
+        self._send(200, {})
+
+    def _add_index(self) -> None:
+        """``{"project": P, "database": "(default)", <a firestore.indexes.json entry>}``."""
+        try:
+            body = self._body()
+            if not isinstance(body, dict) or not isinstance(body.get("project"), str):
+                raise IndexDefinitionError("the body needs a project")
+            database = body.get("database", "(default)")
+            if not isinstance(database, str):
+                raise IndexDefinitionError("database must be a string")
+            self.emulator.add_index(body["project"], from_entry(body), database)
+        except (ValueError, EmulatorError) as exc:
             self._send(400, {"error": str(exc)})
             return
         self._send(200, {})

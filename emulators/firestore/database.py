@@ -16,7 +16,15 @@ from typing import Any
 from google.cloud.firestore_v1.types import document as document_types
 
 from emulators.firestore.names import DatabaseKey, documents_root
-from emulators.firestore.values import FieldPath, SortKey, get_field, kind, sort_key, walk
+from emulators.firestore.values import (
+    FieldPath,
+    SortKey,
+    get_field,
+    kind,
+    reference_key,
+    sort_key,
+    walk,
+)
 
 Document = document_types.Document.pb()
 
@@ -32,7 +40,7 @@ class Stored:
     def __init__(self, doc: Any, update_us: int) -> None:
         self.doc = doc
         self.name: str = doc.name
-        self.name_key: SortKey = (6, tuple(doc.name.split("/")))
+        self.name_key: SortKey = (6, reference_key(doc.name))
         segments = doc.name.split("/")
         self.collection_id = segments[-2]
         self.update_us = update_us

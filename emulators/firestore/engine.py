@@ -4,9 +4,10 @@ Concurrency model (see docs/firestore-emulator.md): one condition variable guard
 and is held only for short, non-blocking work; a transaction that must wait for a document
 lock waits on the condition, which releases it. Reads and queries inside a read-write
 transaction take an exclusive lock on every document they return (or name, for a missing
-document). A waiter whose wait would close a cycle makes the youngest transaction in the cycle
-lose: its locks are released and its commit answers ABORTED. A transaction keeps the age of
-the one it retries (``retry_transaction``), so it eventually becomes the oldest and wins.
+document). Conflicts follow wound-wait: an older transaction asking for a younger one's lock
+wounds it (its locks are released, its next read or its commit answers ABORTED); a younger one
+waits. A transaction keeps the age of the one it retries (``retry_transaction``), so it
+eventually becomes the oldest and wins. Reads can also abort at a configured rate.
 Non-transactional writes do not wait: they take precedence and abort the holders. At commit,
 every document read and every query's result set is checked to be unchanged (a safety net
 that also catches phantoms); any change answers ABORTED.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -24,8 +26,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from emulators.firestore.database import Database, Stored
-from emulators.firestore.errors import Aborted, InvalidArgument
+from google.protobuf.message import DecodeError
+
+from emulators import snapshot
+from emulators.firestore.call import Call
+from emulators.firestore.database import Database, Document, Stored
+from emulators.firestore.errors import Aborted, Cancelled, DeadlineExceeded, InvalidArgument
 from emulators.firestore.mutation import Outcome, apply, micros, written_name
 from emulators.firestore.names import DatabaseKey
 from emulators.firestore.query import Query, Result, count_by_index, run
@@ -33,7 +39,15 @@ from emulators.firestore.query import Query, Result, count_by_index, run
 LockKey = tuple[DatabaseKey, str]
 T = TypeVar("T")
 _EXPIRED = "The referenced transaction has expired or is no longer valid."
+# Production's wording for a transaction that lost to contention
+# (https://cloud.google.com/firestore/docs/transaction-data-contention).
+CONTENTION = "Too much contention on these documents. Please try again."
 _FINISHED_KEPT = 10_000
+# How often a waiting handler looks whether its caller is still there. Polling rather than a
+# gRPC termination callback: the callback would take the state lock from gRPC's own thread
+# while a handler holding the state lock asks gRPC whether the call is active (lock order).
+_POLL_S = 0.1
+_NOBODY = Call()
 
 
 @dataclass(eq=False)
@@ -47,7 +61,7 @@ class Transaction:
     last_used: float
     active: int = 0
     wounded: bool = False
-    waiting_on: LockKey | None = None
+    finished: bool = False
     locks: set[LockKey] = field(default_factory=set)
     reads: dict[str, int] = field(default_factory=dict)  # name -> update micros (0 = missing)
     queries: list[tuple[Query, list[tuple[str, int]]]] = field(default_factory=list)
@@ -70,7 +84,14 @@ class Engine:
         transaction_timeout_s: float = 270.0,
         transaction_idle_timeout_s: float = 60.0,
         lock_timeout_s: float = 20.0,
+        read_abort_rate: float = 0.0,
+        seed: int | None = None,
     ) -> None:
+        if not 0.0 <= read_abort_rate <= 1.0:
+            raise InvalidArgument("read_abort_rate must be between 0 and 1.")
+        self.read_abort_rate = read_abort_rate
+        self.random_read_aborts = 0
+        self._random = random.Random(seed)
         self.transaction_timeout_s = transaction_timeout_s
         self.transaction_idle_timeout_s = transaction_idle_timeout_s
         self.lock_timeout_s = lock_timeout_s
@@ -109,6 +130,35 @@ class Engine:
                 if project is None or txn.database[0] == project:
                     self._finish(txn)
             self.cond.notify_all()
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def export_state(self) -> dict[str, Any]:
+        """Every database's current documents (transactions and old versions are not kept:
+        a restart ends every transaction, as a lost connection would)."""
+        with self.cond:
+            databases = []
+            for (project, database), db in sorted(self.databases.items()):
+                docs = [[snapshot.encode(s.doc), s.update_us] for s in db.docs.values()]
+                if docs:
+                    databases.append({"project": project, "database": database, "docs": docs})
+            return {"databases": databases}
+
+    def import_state(self, state: dict[str, Any]) -> int:
+        """Load what :meth:`export_state` saved; the number of documents."""
+        count = 0
+        with self.cond:
+            try:
+                for entry in state["databases"]:
+                    db = self.database((str(entry["project"]), str(entry["database"])))
+                    for encoded, update_us in entry["docs"]:
+                        doc = snapshot.decode(Document, encoded)
+                        db.put(doc.name, doc, int(update_us))
+                        self._last_us = max(self._last_us, int(update_us))
+                        count += 1
+            except (KeyError, TypeError, ValueError, DecodeError) as exc:
+                raise snapshot.SnapshotError(f"malformed Firestore state: {exc!r}") from exc
+        return count
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -167,6 +217,14 @@ class Engine:
             self._finish(txn)
             self.cond.notify_all()
 
+    def end(self, tid: bytes) -> None:
+        """End a live transaction as an ABORTED answer does: locks released, nothing applied."""
+        with self.cond:
+            txn = self.transactions.get(tid)
+            if txn is not None:
+                self._finish(txn)
+                self.cond.notify_all()
+
     def _expired(self, txn: Transaction, now: float) -> bool:
         if now - txn.started > self.transaction_timeout_s:
             return True
@@ -181,6 +239,7 @@ class Engine:
             self.cond.notify_all()
 
     def _finish(self, txn: Transaction) -> None:
+        txn.finished = True
         self._release(txn)
         self.transactions.pop(txn.id, None)
         self.finished[txn.id] = txn.priority
@@ -221,14 +280,22 @@ class Engine:
         self.cond.notify_all()
 
     def _try_acquire(self, txn: Transaction, key: LockKey, take: bool = True) -> bool:
-        """Take ``key`` for ``txn`` if possible without waiting (True also when doomed).
+        """Take ``key`` for ``txn`` if possible without waiting; False means wait.
 
+        Wound-wait, as production's pessimistic transactions: an older transaction asking
+        for a lock a younger one holds wounds the younger (its locks are released at once;
+        its next read or its commit answers ABORTED); a younger one waits for an older one.
+        Waits only ever go from younger to older, so no deadlock can form.
         With ``take=False`` only report whether it is free: a query that waited re-runs and
         locks its new result instead of a document it may no longer return.
         """
         while True:
+            if txn.finished:
+                # Rolled back, expired or committed while this call waited: a finished
+                # transaction never takes a lock (it would hold it for nobody).
+                raise InvalidArgument(_EXPIRED)
             if txn.wounded:
-                return True
+                raise Aborted(CONTENTION)
             owner = self.owners.get(key)
             if owner is None or owner is txn:
                 if take:
@@ -239,42 +306,41 @@ class Engine:
                 self._finish(owner)
                 self.cond.notify_all()
                 continue
-            cycle = self._cycle_through(txn, owner)
-            if not cycle:
-                return False
-            victim = max(cycle, key=lambda t: t.priority)
-            self._wound(victim)
+            if owner.priority < txn.priority:
+                return False  # the holder is older: wait for it
+            self._wound(owner)
 
-    def _cycle_through(self, txn: Transaction, owner: Transaction) -> list[Transaction]:
-        """The wait-for chain from ``owner`` back to ``txn``, if waiting would close a cycle."""
-        chain = [txn]
-        current: Transaction | None = owner
-        seen: set[int] = set()
-        while current is not None and id(current) not in seen:
-            if current is txn:
-                return chain
-            seen.add(id(current))
-            chain.append(current)
-            if current.waiting_on is None:
-                return []
-            current = self.owners.get(current.waiting_on)
-        return []
+    def _abort_at_random(self, txn: Transaction) -> None:
+        """With probability ``read_abort_rate``, abort ``txn`` at this read (as contention
+        can in production), so the callers' handling of a read-time ABORTED gets exercised."""
+        if self.read_abort_rate > 0 and self._random.random() < self.read_abort_rate:
+            self.random_read_aborts += 1
+            self._wound(txn)
+            raise Aborted(CONTENTION)
 
-    def _wait_for(self, txn: Transaction, key: LockKey, deadline: float, take: bool = True) -> None:
-        """Wait (lock released) until ``key`` is free, ``txn`` is doomed, or the deadline."""
-        txn.waiting_on = key
-        try:
-            while not self._try_acquire(txn, key, take):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise Aborted("Transaction lock timeout.")
-                self.cond.wait(min(remaining, 1.0))
-        finally:
-            txn.waiting_on = None
+    def _wait_for(
+        self, txn: Transaction, key: LockKey, deadline: float, call: Call, take: bool = True
+    ) -> None:
+        """Wait (lock released) until ``key`` is free, ``txn`` is doomed or finished, the
+        lock deadline passes, or the caller is gone (cancelled, or its own deadline passed)."""
+        while not self._try_acquire(txn, key, take):
+            if not call.active():
+                if call.deadline is not None and time.monotonic() >= call.deadline:
+                    raise DeadlineExceeded("Deadline exceeded.")
+                raise Cancelled("The caller cancelled the request.")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Aborted("Transaction lock timeout.")
+            self.cond.wait(min(remaining, _POLL_S))
 
-    def _acquire(self, txn: Transaction, key: LockKey, deadline: float) -> None:
+    def _acquire(self, txn: Transaction, key: LockKey, deadline: float, call: Call) -> None:
         if not self._try_acquire(txn, key):
-            self._wait_for(txn, key, deadline)
+            self._wait_for(txn, key, deadline, call)
+
+    def held_locks(self) -> int:
+        """How many document locks are held right now (every one by a live transaction)."""
+        with self.cond:
+            return len(self.owners)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -298,15 +364,20 @@ class Engine:
             yield txn, new_id, txn.read_us
 
     def get_documents(
-        self, database: DatabaseKey, names: list[str], consistency: Consistency
+        self,
+        database: DatabaseKey,
+        names: list[str],
+        consistency: Consistency,
+        call: Call = _NOBODY,
     ) -> tuple[list[Stored | None], int, bytes | None]:
         """Latest (or snapshot) versions of ``names``; locks them in a read-write transaction."""
         with self.cond, self._reading(database, consistency) as (txn, new_id, read_us):
             db = self.database(database)
             if txn is not None and not txn.read_only:
+                self._abort_at_random(txn)
                 deadline = time.monotonic() + self.lock_timeout_s
                 for name in names:
-                    self._acquire(txn, (database, name), deadline)
+                    self._acquire(txn, (database, name), deadline, call)
             docs = [db.get(name, read_us) for name in names]
             if txn is not None and not txn.read_only:
                 for name, stored in zip(names, docs, strict=True):
@@ -319,6 +390,7 @@ class Engine:
         query: Query,
         consistency: Consistency,
         ordered: bool = True,
+        call: Call = _NOBODY,
     ) -> tuple[Result, int, bytes | None]:
         """Run ``query``; in a read-write transaction, lock what it returns, re-running after
         any wait so the result reflects the latest committed state."""
@@ -327,6 +399,7 @@ class Engine:
             if txn is None or txn.read_only:
                 result = run(db, query, read_us, ordered)
                 return result, read_us if read_us is not None else self.now_us(), new_id
+            self._abort_at_random(txn)
             deadline = time.monotonic() + self.lock_timeout_s
             while True:
                 result = run(db, query, None, ordered)
@@ -337,7 +410,7 @@ class Engine:
                         break
                 if blocked is None:
                     break
-                self._wait_for(txn, blocked, deadline, take=False)
+                self._wait_for(txn, blocked, deadline, call, take=False)
             signature = sorted((s.name, s.update_us) for s in result.docs)
             txn.queries.append((query, signature))
             for stored in result.docs:
@@ -364,7 +437,7 @@ class Engine:
     # -- writes -----------------------------------------------------------------------------
 
     def commit(
-        self, database: DatabaseKey, writes: list[Any], tid: bytes | None
+        self, database: DatabaseKey, writes: list[Any], tid: bytes | None, call: Call = _NOBODY
     ) -> tuple[int, list[Outcome]]:
         """Apply ``writes`` atomically; in a transaction, only if nothing it read has changed."""
         with self.cond:
@@ -381,11 +454,9 @@ class Engine:
                         raise InvalidArgument("Cannot modify entities in a read-only transaction.")
                     deadline = time.monotonic() + self.lock_timeout_s
                     for name in names:
-                        self._acquire(txn, (database, name), deadline)
+                        self._acquire(txn, (database, name), deadline, call)
                     if txn.wounded:
-                        raise Aborted(
-                            "Transaction was aborted by a conflicting transaction; retry it."
-                        )
+                        raise Aborted(CONTENTION)
                     self._validate(txn)
                     return self._apply(database, writes, names)
                 finally:

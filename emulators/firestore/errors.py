@@ -41,6 +41,18 @@ class Aborted(EmulatorError):
     code = grpc.StatusCode.ABORTED
 
 
+class Cancelled(EmulatorError):
+    """The caller cancelled the request."""
+
+    code = grpc.StatusCode.CANCELLED
+
+
+class DeadlineExceeded(EmulatorError):
+    """Deadline exceeded."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 class Unimplemented(EmulatorError):
     """This method is not implemented by the built-in emulator."""
 

@@ -78,7 +78,7 @@ def written_name(write: Any, database: DatabaseKey) -> str:
 
 def apply(write: Any, name: str, current: Stored | None, commit_us: int) -> Outcome:
     """Validate and apply ``write`` to ``current`` (its latest version inside this commit)."""
-    _check_precondition(write, current)
+    _check_precondition(write, current, commit_us)
     op = write.WhichOneof("operation")
     if op == "delete":
         if write.update_transforms:
@@ -111,7 +111,7 @@ def apply(write: Any, name: str, current: Stored | None, commit_us: int) -> Outc
     return Outcome(name, doc, changed, result, False)
 
 
-def _check_precondition(write: Any, current: Stored | None) -> None:
+def _check_precondition(write: Any, current: Stored | None, commit_us: int) -> None:
     if not write.HasField("current_document"):
         return
     which = write.current_document.WhichOneof("condition_type")
@@ -122,11 +122,21 @@ def _check_precondition(write: Any, current: Stored | None) -> None:
             raise AlreadyExists(f"Document already exists: {_name_of(write)}")
     elif which == "update_time":
         wanted = micros(write.current_document.update_time)
+        # Production refuses a time no version can have yet as a bad request, not as a
+        # mismatch: https://github.com/googleapis/google-cloud-dotnet/pull/1538 ("specifying
+        # a timestamp that is in the future ... has an InvalidArgument status code").
+        if wanted > commit_us:
+            raise InvalidArgument(
+                f"The precondition update time of {_name_of(write)} is in the future."
+            )
         if current is None:
             raise NotFound(f"No document to update: {_name_of(write)}")
         if current.update_us != wanted:
+            # Production's wording, as quoted in
+            # https://github.com/GoogleCloudPlatform/spring-cloud-gcp/issues/2163
             raise FailedPrecondition(
-                f"The update time of {_name_of(write)} does not match the precondition."
+                f"the stored version ({current.update_us}) does not match the required base "
+                f"version ({wanted})"
             )
 
 

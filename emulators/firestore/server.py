@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import grpc
 
-from emulators import grpc_server
+from emulators import grpc_server, snapshot
 from emulators.firestore.admin import AdminServer
 from emulators.firestore.billing import Billing
 from emulators.firestore.engine import Engine
-from emulators.firestore.errors import EmulatorError
+from emulators.firestore.errors import EmulatorError, InvalidArgument
 from emulators.firestore.faults import FaultPlan
+from emulators.firestore.indexes import CompositeIndex, IndexSet
 from emulators.firestore.service import FirestoreService
 
 logger = logging.getLogger(__name__)
 
+SNAPSHOT_KIND = "firestore"
 _MAX_MESSAGE = 64 * 1024 * 1024
 _WORKERS = 128
 
@@ -39,6 +43,8 @@ class Emulator:
         faults: FaultPlan,
         grpc_server: grpc.Server,
         admin: AdminServer | None,
+        indexes: IndexSet | None = None,
+        data_file: Path | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -48,6 +54,18 @@ class Emulator:
         self.faults = faults
         self._grpc_server = grpc_server
         self._admin = admin
+        self.indexes = indexes
+        self.data_file = data_file
+
+    def save(self) -> None:
+        """Write every document to ``data_file`` (when there is one)."""
+        if self.data_file is not None:
+            snapshot.write(self.data_file, SNAPSHOT_KIND, self.engine.export_state())
+
+    @property
+    def strict(self) -> bool:
+        """Whether compound queries need a composite index, as in production."""
+        return self.indexes is not None
 
     @property
     def address(self) -> str:
@@ -60,8 +78,17 @@ class Emulator:
     # -- admin operations (also served over HTTP) ------------------------------------------
 
     def reset(self, project: str | None = None, database: str | None = None) -> None:
-        """Delete every document of a project's database (or of everything)."""
+        """Delete every document of a project's database (or of everything), and the
+        indexes added to that project at run time."""
         self.engine.reset(project, database)
+        if self.indexes is not None and database is None:
+            self.indexes.drop(project)
+
+    def add_index(self, project: str, index: CompositeIndex, database: str = "(default)") -> None:
+        """Create a composite index in one database (strict mode), as CreateIndex would."""
+        if self.indexes is None:
+            raise InvalidArgument("The emulator is not strict: every query is served already.")
+        self.indexes.add((project, database), index)
 
     def stats(self, project: str | None = None) -> dict[str, Any]:
         return self.billing.snapshot(project)
@@ -88,6 +115,7 @@ class Emulator:
             self._admin.stop()
             self._admin = None
         self._grpc_server.stop(grace).wait(5)
+        self.save()  # after the last request, so nothing committed is missing
 
     def __enter__(self) -> Emulator:
         return self
@@ -110,15 +138,32 @@ def start(
     transaction_idle_timeout_s: float = 60.0,
     lock_timeout_s: float = 20.0,
     max_workers: int = _WORKERS,
+    indexes: Iterable[CompositeIndex] | None = None,
+    read_abort_rate: float = 0.0,
+    seed: int | None = None,
+    data_file: Path | None = None,
 ) -> Emulator:
     """Start the gRPC server (and the admin HTTP server unless ``admin_port`` is None).
 
-    Port 0 picks a free port. Raises :class:`PortInUse` when a port is taken.
+    Port 0 picks a free port. Raises :class:`PortInUse` when a port is taken. With
+    ``indexes`` (possibly empty) the emulator is strict: a compound query no composite index
+    serves fails with FAILED_PRECONDITION, as in production. ``read_abort_rate`` makes that
+    share of reads inside read-write transactions answer ABORTED (``seed`` fixes the draw).
+    With ``data_file`` the documents saved there are loaded first (SnapshotError when it is
+    unreadable) and every document is saved back at :meth:`Emulator.stop`.
     """
-    engine = Engine(transaction_timeout_s, transaction_idle_timeout_s, lock_timeout_s)
+    engine = Engine(
+        transaction_timeout_s, transaction_idle_timeout_s, lock_timeout_s, read_abort_rate, seed
+    )
     billing = Billing()
     faults = FaultPlan()
-    service = FirestoreService(engine, billing, faults)
+    index_set = IndexSet(indexes) if indexes is not None else None
+    if data_file is not None:
+        saved = snapshot.read(data_file, SNAPSHOT_KIND)
+        if saved is not None:
+            loaded = engine.import_state(saved)
+            logger.info("Firestore emulator loaded %d documents from %s", loaded, data_file)
+    service = FirestoreService(engine, billing, faults, index_set)
     server = grpc_server.new_server(max_workers, "firestore-rpc", _MAX_MESSAGE)
     server.add_generic_rpc_handlers((service.generic_handler(),))
     try:
@@ -126,7 +171,7 @@ def start(
     except OSError as exc:
         raise PortInUse(f"Cannot listen on {host}:{port}: port in use.") from exc
     admin = None
-    emulator = Emulator(host, bound, 0, engine, billing, faults, server, None)
+    emulator = Emulator(host, bound, 0, engine, billing, faults, server, None, index_set, data_file)
     if admin_port is not None:
         try:
             admin = AdminServer(emulator, host, admin_port)

@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 
 from emulators.firestore.billing import Billing, aggregation_reads, query_reads
+from emulators.firestore.call import Call
 from emulators.firestore.database import Database, Document, Stored
 from emulators.firestore.engine import Consistency, Engine
 from emulators.firestore.errors import (
@@ -29,6 +30,7 @@ from emulators.firestore.errors import (
     NotFound,
 )
 from emulators.firestore.faults import FaultPlan
+from emulators.firestore.indexes import IndexSet
 from emulators.firestore.mutation import micros, timestamp
 from emulators.firestore.names import (
     DatabaseKey,
@@ -36,7 +38,7 @@ from emulators.firestore.names import (
     parse_document,
     parse_parent,
 )
-from emulators.firestore.query import compile_query
+from emulators.firestore.query import compile_query, ordered_by_aggregated
 from emulators.firestore.values import (
     Value,
     format_field_path,
@@ -160,10 +162,17 @@ def _mask_of(request: Any, attr: str = "mask") -> list[str] | None:
 class FirestoreService:
     """RPC handlers; each turns domain errors into gRPC statuses and counts its call."""
 
-    def __init__(self, engine: Engine, billing: Billing, faults: FaultPlan) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        billing: Billing,
+        faults: FaultPlan,
+        indexes: IndexSet | None = None,
+    ) -> None:
         self.engine = engine
         self.billing = billing
         self.faults = faults
+        self.indexes = indexes  # None: serve every query (not strict)
 
     # -- wiring -----------------------------------------------------------------------------
 
@@ -210,28 +219,37 @@ class FirestoreService:
             return
         if fault.delay_s > 0:
             time.sleep(fault.delay_s)
-        if fault.status is not None:
-            raise Injected(fault.status, fault.message)
+        if fault.status is None:
+            return
+        if fault.status == grpc.StatusCode.ABORTED:
+            # A real ABORTED ends the transaction it names (its locks released, its writes
+            # dropped: the client begins a new one). Any other injected status stands for a
+            # request that never reached the backend, so the transaction stays as it was and
+            # a retry of the same request (the client retries UNAVAILABLE commits) succeeds.
+            tid = getattr(request, "transaction", b"")
+            if tid:
+                self.engine.end(tid)
+        raise Injected(fault.status, fault.message)
 
     def _guard_unary(
-        self, method: str, fn: Callable[[Any], Any]
+        self, method: str, fn: Callable[[Any, Call], Any]
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
         def handle(request: Any, context: grpc.ServicerContext) -> Any:
             try:
                 self._prologue(method, request)
-                return fn(request)
+                return fn(request, Call(context))
             except Exception as exc:
                 _abort(method, exc, context)
 
         return handle
 
     def _guard_stream(
-        self, method: str, fn: Callable[[Any], list[Any]]
+        self, method: str, fn: Callable[[Any, Call], list[Any]]
     ) -> Callable[[Any, grpc.ServicerContext], Iterable[Any]]:
         def handle(request: Any, context: grpc.ServicerContext) -> Iterable[Any]:
             try:
                 self._prologue(method, request)
-                responses = fn(request)
+                responses = fn(request, Call(context))
             except Exception as exc:
                 _abort(method, exc, context)
             return iter(responses)
@@ -240,16 +258,18 @@ class FirestoreService:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def get_document(self, request: Any) -> Any:
+    def get_document(self, request: Any, call: Call) -> Any:
         name = parse_document(request.name)
         mask = _mask_of(request)
-        docs, _, _ = self.engine.get_documents(name.database, [name.full], _consistency(request))
+        docs, _, _ = self.engine.get_documents(
+            name.database, [name.full], _consistency(request), call
+        )
         self.billing.add(name.database[0], document_reads=1)
         if docs[0] is None:
             raise NotFound(f"Document {name.full} not found.")
         return _masked(docs[0], mask)
 
-    def batch_get_documents(self, request: Any) -> list[Any]:
+    def batch_get_documents(self, request: Any, call: Call) -> list[Any]:
         database = parse_database(request.database)
         names: list[str] = []
         for raw in request.documents:
@@ -258,7 +278,9 @@ class FirestoreService:
                 raise InvalidArgument(f"Document {raw!r} is not in {request.database!r}.")
             names.append(name.full)
         mask = _mask_of(request)
-        docs, read_us, new_id = self.engine.get_documents(database, names, _consistency(request))
+        docs, read_us, new_id = self.engine.get_documents(
+            database, names, _consistency(request), call
+        )
         self.billing.add(database[0], document_reads=len(names))
         response_cls = _pb["BatchGetDocumentsResponse"]
         responses = []
@@ -272,12 +294,16 @@ class FirestoreService:
                 responses.append(response_cls(found=_masked(stored, mask), read_time=read_time))
         return responses
 
-    def run_query(self, request: Any) -> list[Any]:
+    def run_query(self, request: Any, call: Call) -> list[Any]:
         database, _ = parse_parent(request.parent)
         if request.WhichOneof("query_type") != "structured_query":
             raise InvalidArgument("RunQuery needs a structured_query.")
         query = compile_query(request.parent, request.structured_query)
-        result, read_us, new_id = self.engine.run_query(database, query, _consistency(request))
+        if self.indexes is not None:
+            self.indexes.check(database, request.parent, request.structured_query)
+        result, read_us, new_id = self.engine.run_query(
+            database, query, _consistency(request), call=call
+        )
         self.billing.add(database[0], document_reads=query_reads(len(result.docs), result.skipped))
         response_cls = _pb["RunQueryResponse"]
         read_time = timestamp(read_us)
@@ -294,7 +320,7 @@ class FirestoreService:
             responses[0].transaction = new_id
         return responses
 
-    def run_aggregation_query(self, request: Any) -> list[Any]:
+    def run_aggregation_query(self, request: Any, call: Call) -> list[Any]:
         database, _ = parse_parent(request.parent)
         if request.WhichOneof("query_type") != "structured_aggregation_query":
             raise InvalidArgument("RunAggregationQuery needs a structured_aggregation_query.")
@@ -302,9 +328,16 @@ class FirestoreService:
         query = compile_query(request.parent, aggregation.structured_query)
         aggregations = list(aggregation.aggregations)
         if not aggregations:
-            raise InvalidArgument("At least one aggregation is required.")
+            # Production's wording (asserted by the client's system tests:
+            # https://github.com/googleapis/python-firestore/blob/main/tests/system/test_system.py).
+            raise InvalidArgument("Aggregations can not be empty.")
         if len(aggregations) > 5:
             raise InvalidArgument("At most 5 aggregations per query.")
+        aliases = _aliases(aggregations)
+        aggregated = _aggregated_paths(aggregations)
+        if self.indexes is not None:
+            self.indexes.check(database, request.parent, aggregation.structured_query, aggregated)
+        query = ordered_by_aggregated(query, aggregated)
         consistency = _consistency(request)
         docs: list[Stored] | int
         new_id = None
@@ -317,15 +350,12 @@ class FirestoreService:
             docs, read_us = counted
         else:
             result, read_us, new_id = self.engine.run_query(
-                database, query, consistency, ordered=False
+                database, query, consistency, ordered=False, call=call
             )
             docs = result.docs
         fields: dict[str, Any] = {}
         entries = 0
-        for i, spec in enumerate(aggregations, start=1):
-            alias = spec.alias or f"field_{i}"
-            if alias in fields:
-                raise InvalidArgument(f"Duplicate aggregation alias {alias!r}.")
+        for alias, spec in zip(aliases, aggregations, strict=True):
             value, scanned = _aggregate(spec, docs)
             fields[alias] = value
             entries = max(entries, scanned)
@@ -341,7 +371,7 @@ class FirestoreService:
             response.transaction = new_id
         return [response]
 
-    def list_documents(self, request: Any) -> Any:
+    def list_documents(self, request: Any, call: Call) -> Any:
         database, _ = parse_parent(request.parent)
         if not request.collection_id:
             raise InvalidArgument("ListDocuments needs a collection_id.")
@@ -378,7 +408,7 @@ class FirestoreService:
         self.billing.add(database[0], document_reads=query_reads(len(response.documents)))
         return response
 
-    def list_collection_ids(self, request: Any) -> Any:
+    def list_collection_ids(self, request: Any, call: Call) -> Any:
         database, _ = parse_parent(request.parent)
         prefix = request.parent + "/"
         consistency = Consistency()
@@ -404,13 +434,13 @@ class FirestoreService:
 
     # -- transactions -----------------------------------------------------------------------
 
-    def begin_transaction(self, request: Any) -> Any:
+    def begin_transaction(self, request: Any, call: Call) -> Any:
         database = parse_database(request.database)
         options = request.options if request.HasField("options") else None
         tid = self.engine.begin(database, options)
         return _pb["BeginTransactionResponse"](transaction=tid)
 
-    def rollback(self, request: Any) -> Any:
+    def rollback(self, request: Any, call: Call) -> Any:
         database = parse_database(request.database)
         if not request.transaction:
             raise InvalidArgument("Rollback needs a transaction.")
@@ -428,17 +458,17 @@ class FirestoreService:
                 writes += 1
         self.billing.add(database[0], document_writes=writes, document_deletes=deletes)
 
-    def commit(self, request: Any) -> Any:
+    def commit(self, request: Any, call: Call) -> Any:
         database = parse_database(request.database)
         commit_us, outcomes = self.engine.commit(
-            database, list(request.writes), request.transaction or None
+            database, list(request.writes), request.transaction or None, call
         )
         self._bill_writes(database, outcomes)
         return _pb["CommitResponse"](
             write_results=[o.result for o in outcomes], commit_time=timestamp(commit_us)
         )
 
-    def batch_write(self, request: Any) -> Any:
+    def batch_write(self, request: Any, call: Call) -> Any:
         database = parse_database(request.database)
         results = self.engine.batch_write(database, list(request.writes))
         response = _pb["BatchWriteResponse"]()
@@ -461,7 +491,7 @@ class FirestoreService:
         self._bill_writes(database, outcomes)
         return outcomes[0]
 
-    def create_document(self, request: Any) -> Any:
+    def create_document(self, request: Any, call: Call) -> Any:
         database, _ = parse_parent(request.parent)
         doc_id = request.document_id or "".join(
             _AUTO_ID_CHARS[b % len(_AUTO_ID_CHARS)] for b in os.urandom(20)
@@ -472,7 +502,7 @@ class FirestoreService:
         outcome = self._commit_one(database, write)
         return _masked(Stored(outcome.doc, micros(outcome.doc.update_time)), _mask_of(request))
 
-    def update_document(self, request: Any) -> Any:
+    def update_document(self, request: Any, call: Call) -> Any:
         name = parse_document(request.document.name)
         write = Write(update=request.document)
         if request.HasField("update_mask"):
@@ -482,13 +512,41 @@ class FirestoreService:
         outcome = self._commit_one(name.database, write)
         return _masked(Stored(outcome.doc, micros(outcome.doc.update_time)), _mask_of(request))
 
-    def delete_document(self, request: Any) -> Any:
+    def delete_document(self, request: Any, call: Call) -> Any:
         name = parse_document(request.name)
         write = Write(delete=name.full)
         if request.HasField("current_document"):
             write.current_document.CopyFrom(request.current_document)
         self._commit_one(name.database, write)
         return empty_pb2.Empty()
+
+
+def _aliases(aggregations: list[Any]) -> list[str]:
+    """Each aggregation's result name: its alias, or field_<n> numbering only the unnamed ones
+    (the Aggregation.alias field documentation:
+    https://cloud.google.com/python/docs/reference/firestore/latest/google.cloud.firestore_v1.types.StructuredAggregationQuery.Aggregation).
+    """
+    aliases: list[str] = []
+    unnamed = 0
+    for spec in aggregations:
+        alias = spec.alias
+        if not alias:
+            unnamed += 1
+            alias = f"field_{unnamed}"
+        if alias in aliases:
+            raise InvalidArgument(f"Aggregation aliases contain duplicate alias {alias}.")
+        aliases.append(alias)
+    return aliases
+
+
+def _aggregated_paths(aggregations: list[Any]) -> list[Any]:
+    """The fields the sum and avg aggregations read, in order."""
+    paths = []
+    for spec in aggregations:
+        which = spec.WhichOneof("operator")
+        if which in ("sum", "avg"):
+            paths.append(parse_field_path(getattr(spec, which).field.field_path))
+    return paths
 
 
 def _aggregate(spec: Any, docs: list[Stored] | int) -> tuple[Any, int]:

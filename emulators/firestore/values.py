@@ -43,8 +43,30 @@ def _is_vector(value: Any) -> bool:
     return "__type__" in fields and fields["__type__"].string_value == "__vector__"
 
 
-def reference_key(path: str) -> tuple[str, ...]:
-    return tuple(path.split("/"))
+# A document ID of the form __id<n>__ (n an int64) is a numeric ID: production orders those
+# before every string ID, by n. The client relies on it: recursive() and recursive_delete()
+# start their range at __id-9223372036854775808__ (REFERENCE_NAME_MIN_ID in
+# https://github.com/googleapis/python-firestore/blob/main/google/cloud/firestore_v1/base_query.py).
+_NUMERIC_ID = re.compile(r"^__id(-?[0-9]{1,19})__$")
+_INT64 = range(-(2**63), 2**63)
+
+
+def segment_key(segment: str) -> SortKey:
+    """Sort key of one path segment: numeric IDs first (by number), then strings; the segment
+    itself is always the last element (names are rebuilt from keys)."""
+    match = _NUMERIC_ID.match(segment)
+    if match is not None and int(match.group(1)) in _INT64:
+        return (0, int(match.group(1)), segment)
+    return (1, segment)
+
+
+def reference_key(path: str) -> tuple[SortKey, ...]:
+    return tuple(segment_key(s) for s in path.split("/"))
+
+
+def reference_name(key: tuple[SortKey, ...]) -> str:
+    """The path a :func:`reference_key` was made from."""
+    return "/".join(k[-1] for k in key)
 
 
 def sort_key(value: Any) -> SortKey:

@@ -20,6 +20,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
+from emulators import snapshot
 from emulators.pubsub import limits, names, protos
 from emulators.pubsub.exceptions import AlreadyExists, InvalidArgument, NotFound
 from emulators.pubsub.stats import Stats
@@ -145,6 +148,62 @@ class Broker:
             self._owner_bytes.clear()
             self.stats = Stats()
             self._ready_cv.notify_all()
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def export_state(self) -> dict[str, Any]:
+        """Topics, subscriptions and every unacknowledged message with its delivery count.
+
+        Leases and backoffs are not kept: after a restart every unacknowledged message is
+        ready for delivery again, as an expired lease would make it in production.
+        """
+        now = self._clock()
+        with self._lock:
+            subscriptions = []
+            for state in self._subs.values():
+                entries = sorted(state.entries.values(), key=lambda e: int(e.message.message_id))
+                messages = [
+                    [snapshot.encode(e.message), e.attempts, max(0.0, now - e.published_at)]
+                    for e in entries
+                ]
+                subscriptions.append(
+                    {"config": snapshot.encode(state.config), "messages": messages}
+                )
+            return {
+                "topics": [snapshot.encode(t) for t in self._topics.values()],
+                "subscriptions": subscriptions,
+            }
+
+    def import_state(self, state: dict[str, Any]) -> int:
+        """Load what :meth:`export_state` saved (into an empty broker); the messages loaded."""
+        now = self._clock()
+        count = 0
+        last_id = 0
+        with self._lock:
+            try:
+                for encoded in state["topics"]:
+                    topic = snapshot.decode(protos.Topic, encoded)
+                    self._topics[topic.name] = topic
+                    self._topic_subs[topic.name] = set()
+                for saved in state["subscriptions"]:
+                    config = snapshot.decode(protos.Subscription, saved["config"])
+                    sub = _Subscription(config, next(self._sub_serials))
+                    self._subs[config.name] = sub
+                    if config.topic in self._topic_subs:
+                        self._topic_subs[config.topic].add(config.name)
+                    for encoded, attempts, age_s in saved["messages"]:
+                        message = snapshot.decode(protos.PubsubMessage, encoded)
+                        sub.entries[message.message_id] = _Entry(
+                            message, now - float(age_s), attempts=int(attempts)
+                        )
+                        sub.ready.append(message.message_id)
+                        last_id = max(last_id, int(message.message_id))
+                        count += 1
+            except (KeyError, TypeError, ValueError, DecodeError) as exc:
+                raise snapshot.SnapshotError(f"malformed Pub/Sub state: {exc!r}") from exc
+            self._message_ids = itertools.count(last_id + 1)
+            self._ready_cv.notify_all()
+        return count
 
     def stats_snapshot(self) -> dict[str, Any]:
         with self._lock:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from emulators import grpc_server
+from emulators import grpc_server, snapshot
 from emulators.pubsub.admin import AdminServer
 from emulators.pubsub.broker import Broker
 from emulators.pubsub.exceptions import PortInUse
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from emulators.oidc.issuer import Issuer
 
 logger = logging.getLogger(__name__)
+
+SNAPSHOT_KIND = "pubsub"
 
 # Above production's 10 MB request limit, so an oversize publish reaches us and we answer
 # INVALID_ARGUMENT as production does, instead of gRPC's RESOURCE_EXHAUSTED.
@@ -41,6 +44,7 @@ class PubsubEmulator:
         issuer: Issuer | None,
         max_push_concurrency: int,
         pull_wait_s: float,
+        data_file: Path | None = None,
     ) -> None:
         if issuer is None:
             from emulators.oidc.issuer import Issuer
@@ -50,6 +54,16 @@ class PubsubEmulator:
         self.issuer = issuer
         self._faults = FaultPlan()
         self._broker = Broker()
+        self.data_file = data_file
+        if data_file is not None:
+            saved = snapshot.read(data_file, SNAPSHOT_KIND)
+            if saved is not None:
+                try:
+                    loaded = self._broker.import_state(saved)
+                except snapshot.SnapshotError:
+                    self._broker.close()
+                    raise
+                logger.info("pubsub emulator loaded %d messages from %s", loaded, data_file)
         self._pusher = Pusher(self._broker, issuer, max_per_subscription=max_push_concurrency)
         self._grpc = grpc_server.new_server(_GRPC_WORKERS, "pubsub-grpc", _MAX_GRPC_MESSAGE_BYTES)
         for service in (
@@ -146,6 +160,12 @@ class PubsubEmulator:
         if self._admin is not None:
             self._admin.stop()
         self._pusher.stop()
+        self.save()  # after the last ack, so nothing acknowledged comes back
+
+    def save(self) -> None:
+        """Write topics, subscriptions and unacknowledged messages to ``data_file``."""
+        if self.data_file is not None:
+            snapshot.write(self.data_file, SNAPSHOT_KIND, self._broker.export_state())
 
     def __enter__(self) -> PubsubEmulator:
         return self
@@ -166,8 +186,15 @@ def start(
     issuer: Issuer | None = None,
     max_push_concurrency: int = 16,
     pull_wait_s: float = 1.0,
+    data_file: Path | None = None,
 ) -> PubsubEmulator:
-    """Start an emulator in this process; port 0 picks a free port. Raises PortInUse."""
-    emulator = PubsubEmulator(host, port, admin_port, issuer, max_push_concurrency, pull_wait_s)
+    """Start an emulator in this process; port 0 picks a free port. Raises PortInUse.
+
+    With ``data_file`` the state saved there is loaded first (SnapshotError when it is
+    unreadable) and saved back at :meth:`PubsubEmulator.stop`.
+    """
+    emulator = PubsubEmulator(
+        host, port, admin_port, issuer, max_push_concurrency, pull_wait_s, data_file
+    )
     emulator._start()
     return emulator

@@ -14,6 +14,7 @@ import urllib.parse
 from functools import partial
 from http import HTTPStatus
 from http.server import HTTPServer
+from pathlib import Path
 
 from gcp_storage_emulator.exceptions import NotFound
 from gcp_storage_emulator.handlers import buckets
@@ -69,10 +70,22 @@ class StorageEmulator(BackgroundHTTPServer):
 
 
 def start(
-    host: str = "127.0.0.1", port: int = 0, *, default_bucket: str | None = None
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    default_bucket: str | None = None,
+    data_dir: Path | None = None,
 ) -> StorageEmulator:
-    """Serve an empty in-memory store on host:port (0 picks a free port); raises OSError."""
-    storage = Storage(use_memory_fs=True)
+    """Serve a store on host:port (0 picks a free port); raises OSError.
+
+    In memory and empty, or with ``data_dir`` on disk there: the package writes every change
+    through (objects and a .meta index), so what was there at the last stop is there again.
+    """
+    if data_dir is None:
+        storage = Storage(use_memory_fs=True)
+    else:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        storage = Storage(use_memory_fs=False, data_dir=str(data_dir.resolve()))
     if default_bucket:
         buckets.create_bucket(default_bucket, storage)
     httpd = HTTPServer((host, port), partial(_PreconditionHandler, storage))

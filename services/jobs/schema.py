@@ -90,8 +90,22 @@ def needs_composite_index(shape: QueryShape) -> bool:
     return (bool(shape.ordered) and bool(shape.equality)) or len(shape.ordered) > 1
 
 
-def is_served(shape: QueryShape, indexes: tuple[CompositeIndex, ...] = INDEXES) -> bool:
-    return not needs_composite_index(shape) or serving_index(shape, indexes) is not None
+def is_served(
+    shape: QueryShape,
+    indexes: tuple[CompositeIndex, ...] | None = None,
+    exemptions: tuple[IndexExemption, ...] | None = None,
+) -> bool:
+    """Whether Firestore serves `shape`: by a declared composite index, or by automatic
+    single-field indexes that no exemption switched off (an exempted map field takes every
+    field inside it along)."""
+    if needs_composite_index(shape):
+        return serving_index(shape, INDEXES if indexes is None else indexes) is not None
+    exempt = {
+        (e.collection, e.field) for e in (INDEX_EXEMPTIONS if exemptions is None else exemptions)
+    }
+    return all(
+        (shape.collection, path.split(".")[0]) not in exempt for path in single_field_needs(shape)
+    )
 
 
 # Every query shape the services and jobsctl run, by collection. The store builds its jobs

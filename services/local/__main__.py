@@ -85,6 +85,12 @@ def parse_args(argv: list[str] | None) -> Options:
         "services then verify full signatures",
     )
     parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start the emulators empty and keep nothing (default: keep their data in "
+        "LOG_DIR/data between runs)",
+    )
+    parser.add_argument(
         "--log-dir",
         type=Path,
         default=ROOT / ".local",
@@ -120,6 +126,7 @@ def parse_args(argv: list[str] | None) -> Options:
         demo=not args.no_demo,
         cloud_run=not args.direct,
         invoker_iam=not args.invoker_iam_disabled,
+        fresh=args.fresh,
     )
 
 

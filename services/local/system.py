@@ -89,10 +89,16 @@ class Options:
     cloud_run: bool = True
     # False: the front ends run as with Cloud Run's invoker_iam_disabled (no invoker check).
     invoker_iam: bool = True
+    fresh: bool = False  # start the emulators empty and keep nothing
 
     @property
     def behind_cloud_run_iam(self) -> bool:
         return self.cloud_run and self.invoker_iam
+
+    @property
+    def data_dir(self) -> Path | None:
+        """Where the emulators keep their state between runs (None: nothing is kept)."""
+        return None if self.fresh or self.official else self.log_dir / "data"
 
     @property
     def budget_interval_s(self) -> float:
@@ -141,6 +147,7 @@ class LocalSystem:
         self._backends: Backends | None = None
         self._store: FirestoreJobStore | None = None
         self._storage: Any = None
+        self._demo_kept = False  # the kept data already held the demo: not seeded again
 
     def run(self) -> int:
         """Start, show progress, stop. Returns 0, or raises StackError (children stopped);
@@ -178,7 +185,8 @@ class LocalSystem:
             PushPolicy(),
             lenient=self.options.official,
         )
-        if self.options.demo:
+        self._demo_kept = self.options.demo and not self._demo_missing()
+        if self.options.demo and not self._demo_kept:
             seed_demo(self.demo, self.store(), self.storage(), self.clock.now())
         self._write_env_file()
         self._banner()
@@ -193,6 +201,8 @@ class LocalSystem:
             argv += [f"--{name.replace('_', '-')}-port", str(getattr(ports, name))]
         if options.official:
             argv.append("--official")
+        if options.data_dir is not None:
+            argv += ["--data-dir", str(options.data_dir)]
         child = self.supervisor.start("emulators", argv, env=_base_environment(), cwd=ROOT)
         self.supervisor.wait_until(
             child,
@@ -426,18 +436,33 @@ class LocalSystem:
             f"api     {e.api_url}  ({front}pid {e.pids['api']}; caller {self.api_caller_email})"
         )
         self._say(f"emulators (pid {e.pids['emulators']}); logs in {self.options.log_dir}")
+        self._say(self._data_line())
         for note in e.notes:
             self._say(f"emulators: {note}")
         self._say(
             f"scheduler: POST {e.scan_url} every {self.options.scan_every_s:g} s as "
             f"{self.topology.scheduler_email}"
         )
-        if self.options.demo:
+        if self._demo_kept:
+            self._say("demo: kept from an earlier run (not seeded again)")
+        elif self.options.demo:
             self._say(
                 f"demo: bucket {self.demo.bucket}; {len(self.demo.due)} jobs due now, "
                 "1 due in 30 days, 1 cancelled"
             )
         self._say(f"in another shell: source {self.options.log_dir / 'env'} && jobsctl watch")
+
+    def _demo_missing(self) -> bool:
+        """False when kept data already holds the demo (a re-run shows its outcome)."""
+        return self.store().get(self.demo.jobs[0].job_id) is None
+
+    def _data_line(self) -> str:
+        data_dir = self.options.data_dir
+        if data_dir is not None:
+            return f"data: kept in {data_dir} between runs (--fresh starts empty)"
+        if self.options.official:
+            return "data: not kept (--official): every run starts empty"
+        return "data: --fresh: started empty; nothing is kept"
 
     def _say(self, line: str) -> None:
         self.out.write(line + "\n")

@@ -148,6 +148,11 @@ def create_topology(
     }
     try:
         _ignore_exists(subscriber.create_subscription, request=push)
+        # A subscription kept from an earlier run (make run keeps emulator data) still
+        # pushes to that run's worker: point it at this one.
+        subscriber.modify_push_config(
+            subscription=topology.push_subscription, push_config=push["push_config"]
+        )
     except (gexc.InvalidArgument, gexc.MethodNotImplemented):
         if not lenient:
             raise

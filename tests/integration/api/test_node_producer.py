@@ -136,6 +136,7 @@ def test_a_caller_the_api_does_not_allow_is_refused_and_exits_1(
     assert list(api_rig.client.collection("jobs").stream()) == []
 
 
+@pytest.mark.xdist_group("local_stack")  # a whole local stack: one at a time
 def test_the_producer_works_against_the_local_stack(node_modules: Path, tmp_path: Path) -> None:
     """`make run` (python -m services.local) serves the api behind the local Cloud Run front
     end; its env file is all the producer needs (api URL, local issuer, allowed caller)."""

@@ -64,6 +64,38 @@ def test_update_time_precondition_mismatch_fails_precondition(firestore_client: 
     assert ref.get().get("a") == 4
 
 
+def test_update_time_precondition_in_the_future_is_an_invalid_argument(
+    firestore_client: Any,
+) -> None:
+    ref = firestore_client.collection("jobs").document("j1")
+    written = ref.set({"a": 1})
+    future = written.update_time + dt.timedelta(hours=1)
+    option = firestore_client.write_option(last_update_time=future)
+    with pytest.raises(exceptions.InvalidArgument, match="in the future"):
+        ref.update({"a": 2}, option=option)
+    with pytest.raises(exceptions.InvalidArgument, match="in the future"):
+        ref.delete(option=option)
+    missing = firestore_client.collection("jobs").document("missing")
+    with pytest.raises(exceptions.InvalidArgument, match="in the future"):
+        missing.update({"a": 2}, option=option)
+    assert ref.get().to_dict() == {"a": 1}
+
+
+def test_update_time_precondition_mismatch_names_both_versions(firestore_client: Any) -> None:
+    ref = firestore_client.collection("jobs").document("j1")
+    first = ref.set({"a": 1})
+    second = ref.set({"a": 2})
+    stale = firestore_client.write_option(last_update_time=first.update_time)
+    with pytest.raises(exceptions.FailedPrecondition) as caught:
+        ref.update({"a": 3}, option=stale)
+    stored = second.update_time.timestamp_pb()
+    wanted = first.update_time.timestamp_pb()
+    assert (
+        f"the stored version ({stored.seconds * 1_000_000 + stored.nanos // 1000}) does not "
+        f"match the required base version ({wanted.seconds * 1_000_000 + wanted.nanos // 1000})"
+    ) in caught.value.message
+
+
 def test_delete_removes_and_delete_with_exists_precondition_fails_when_missing(
     firestore_client: Any,
 ) -> None:

@@ -78,7 +78,8 @@ def test_null_and_nan_unary_filters(firestore_client: Any) -> None:
     assert ids(col.where(filter=FieldFilter("v", "!=", math.nan))) == ["one"]
 
 
-def test_composite_and_or_filters(numbers: Any) -> None:
+def test_composite_and_or_filters(numbers: Any, add_index: Any) -> None:
+    add_index("nums", "parity", "i")
     both = And([FieldFilter("parity", "==", "odd"), FieldFilter("i", ">", 4)])
     assert ids(numbers.where(filter=both)) == ["n5", "n7", "n9"]
     either = Or([FieldFilter("i", "==", 1), FieldFilter("parity", "==", "even")])
@@ -93,8 +94,9 @@ def test_composite_and_or_filters(numbers: Any) -> None:
 
 
 def test_order_by_excludes_documents_lacking_the_field_and_breaks_ties_by_name(
-    numbers: Any,
+    numbers: Any, add_index: Any
 ) -> None:
+    add_index("nums", "parity", ("i", "DESCENDING"))
     got = ids(numbers.order_by("parity").order_by("i", direction="DESCENDING"))
     assert got == ["n8", "n6", "n4", "n2", "n0", "n9", "n7", "n5", "n3", "n1"]
     assert "nofield" not in ids(numbers.order_by("i"))
@@ -193,13 +195,14 @@ def test_projection_returns_only_selected_fields(numbers: Any) -> None:
 
 
 def test_query_on_nested_map_field(firestore_client: Any) -> None:
-    col = firestore_client.collection("jobs")
+    col = firestore_client.collection("docs")
     col.document("a").set({"claim": {"generation": 2}})
     col.document("b").set({"claim": {"generation": 5}})
     assert ids(col.where(filter=FieldFilter("claim.generation", ">", 3))) == ["b"]
 
 
-def test_count_sum_and_avg_aggregations(numbers: Any) -> None:
+def test_count_sum_and_avg_aggregations(numbers: Any, add_index: Any) -> None:
+    add_index("nums", "parity", "i")  # sum/avg scan i's index within parity == odd
     from google.cloud.firestore_v1 import aggregation
 
     query = numbers.where(filter=FieldFilter("parity", "==", "odd"))

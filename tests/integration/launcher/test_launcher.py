@@ -342,3 +342,36 @@ def test_official_reports_a_gcloud_child_that_dies_at_start(
     assert result.returncode == 2
     assert "firestore:" in result.stderr
     assert "exited with 3" in result.stderr
+
+
+def test_firestore_is_strict_about_composite_indexes_by_default(
+    launchers: list[Launcher], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.api_core import exceptions
+    from google.cloud.firestore_v1.base_query import FieldFilter
+
+    launcher = Launcher(*ALL_FREE)
+    launchers.append(launcher)
+    env = launcher.wait_ready()
+    assert launcher.notes["firestore strict"] == ("indexes from services.jobs.schema")
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", env["FIRESTORE_EMULATOR_HOST"])
+    db = firestore.Client(project=env["GOOGLE_CLOUD_PROJECT"])
+    declared = db.collection("jobs").where(filter=FieldFilter("state", "==", "deferred"))
+    assert list(declared.order_by("due_at").stream()) == []
+    with pytest.raises(exceptions.FailedPrecondition, match="requires an index"):
+        list(declared.order_by("subject").stream())
+    assert launcher.terminate() == 0
+
+
+def test_unloadable_firestore_indexes_stop_the_launch_with_exit_2(tmp_path: Path) -> None:
+    missing = tmp_path / "firestore.indexes.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "emulators", *ALL_FREE, "--firestore-indexes", str(missing)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"error: firestore indexes: {missing}" in result.stderr
+    assert READY_LINE not in result.stdout

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import requests
 
 from infra import api as infra_api
@@ -16,6 +17,9 @@ from infra.config import SETTINGS
 from services.local import cloud_run
 from services.local.topology import Names, Topology
 from tests.integration.local.test_local_stack import TIMEOUT_S, _start
+
+# It starts whole local stacks: one at a time (see tests/unit/test_make.py).
+pytestmark = pytest.mark.xdist_group("local_stack")
 
 
 def test_local_deployments_use_infras_defaults_and_invokers() -> None:
