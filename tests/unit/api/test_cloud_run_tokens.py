@@ -1,8 +1,8 @@
 """The API's own token verification (create_app's TokenVerifier, no fake) on tokens as Cloud Run
 forwards them: signature replaced by SIGNATURE_REMOVED_BY_GOOGLE, possibly in
 X-Serverless-Authorization. Such a token is accepted only when ApiSettings say the service runs
-behind Cloud Run's IAM invoker check; nothing here fetches certs (a stripped token is never
-checked against them, and a signed one is refused before the unreachable certs URL is asked)."""
+behind Cloud Run's IAM invoker check. Nothing here fetches certs: a stripped token is never
+checked against them (Cloud Run checked its signature), so the certs URL points nowhere."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def stripped(token: str) -> str:
 
 
 def app_for(*, behind_iam: bool) -> Any:
-    # Port 9 (discard) refuses: a certs fetch would be a fast CertsUnavailable (503), not a
-    # network call, and every test here asserts a 2xx/4xx.
+    # Nothing listens on port 9 here: a certs fetch would be a quick CertsUnavailable (503),
+    # which no test here expects.
     settings = dataclasses.replace(
         SETTINGS, certs_url="http://127.0.0.1:9/certs", behind_cloud_run_iam=behind_iam
     )
