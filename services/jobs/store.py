@@ -1165,8 +1165,9 @@ class FirestoreJobStore:
             now = self._clock.now()
             self._require_lease(job, lease)
             key_ref = self._idempotency.document(job.idempotency_key)
-            if job.explicit_key:
-                self._require_key(transaction, job, lease)
+            # A derived key belongs to this job alone, and the job's own result (same
+            # expire_at) already records the side effect: no second document for it.
+            record_key = job.explicit_key and self._require_key(transaction, job, lease)
             stamped = Result(
                 outcome=bounded_text(result.outcome, MAX_CODE_BYTES),
                 details=bounded_details(result.details),
@@ -1195,9 +1196,7 @@ class FirestoreJobStore:
                 expire_at=new.expire_at,
             )
             _write(transaction, ref, job, new)
-            if job.explicit_key:
-                # A derived key belongs to this job alone, and the job's own result (same
-                # expire_at) already records the side effect: no second document for it.
+            if record_key:
                 transaction.set(key_ref, record.to_document())
             return new
 
@@ -1430,18 +1429,19 @@ class FirestoreJobStore:
             },
         )
 
-    def _require_key(self, transaction: firestore.Transaction, job: Job, lease: Lease) -> None:
-        """LeaseLost unless this lease still holds the job's shared idempotency key."""
+    def _require_key(self, transaction: firestore.Transaction, job: Job, lease: Lease) -> bool:
+        """Whether to record the result under the job's shared key: yes while this lease
+        holds it, no when a result is already recorded (the worker is completing with that
+        result, which is never overwritten); LeaseLost when another lease took it over."""
         snapshot = self._get_in(transaction, self._idempotency.document(job.idempotency_key))
         data = (snapshot.to_dict() or {}) if snapshot.exists else {}
-        holder = data.get("holder") or {}
         if "outcome" in data:
-            detail = f"job {data.get('job_id')!r} already recorded the shared key's result"
-        elif snapshot.exists and holder.get("token") != lease.token:
+            return False
+        holder = data.get("holder") or {}
+        if snapshot.exists and holder.get("token") != lease.token:
             detail = f"job {holder.get('job_id')!r} took the shared idempotency key over"
-        else:
-            return
-        raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
+            raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
+        return True
 
     def _quarantine(self, job_id: str, role: Role, by: str) -> bool:
         """Move an undecodable job document aside: one conditional raw update (in a
