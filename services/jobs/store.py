@@ -2,22 +2,17 @@
 
 Each transition re-reads the document inside a Firestore transaction, asks
 `state.apply_transition` for the new record (the only place the rules live), and writes only
-the fields that changed. A lost race raises; nothing is ever overwritten blindly. Queries are
-built as `QuerySpec` values so a test can prove each one is served by a declared index.
+the fields that changed. A lost race raises; nothing is ever overwritten blindly. The query
+shapes live in `queries.py` (as `QuerySpec` values a test proves are served by a declared
+index), the transaction plumbing over the client's private internals in `transactions.py`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
-import json
 import logging
-import random
-import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -42,7 +37,6 @@ from services.jobs.errors import (
     LostRace,
     ScheduleConflict,
     StaleGeneration,
-    StoreMisconfigured,
     StoreRejected,
     StoreUnavailable,
     ValidationError,
@@ -74,12 +68,31 @@ from services.jobs.model import (
     Stats,
     decode_job,
 )
+from services.jobs.queries import (
+    QuerySpec,
+    decode_cursor,
+    due_query,
+    encode_cursor,
+    enqueued_query,
+    expired_claims_query,
+    expired_leases_query,
+    list_query,
+    misfiled_due_queries,
+    state_query,
+)
 from services.jobs.state import (
     DEFAULT_HISTORY_LIMIT,
     HistoryEntry,
     Role,
     State,
     apply_transition,
+)
+from services.jobs.transactions import (
+    DEFAULT_CALL_TIMEOUT_S,
+    CallBounds,
+    TransactionRunner,
+    as_datetime,
+    store_errors,
 )
 
 logger = logging.getLogger(__name__)
@@ -89,257 +102,10 @@ T = TypeVar("T")
 CLAIM_PAGE_SIZE = 100  # documents claimed per transaction
 MARK_PAGE_SIZE = 100  # documents marked enqueued per transaction
 DEFAULT_TERMINAL_RETENTION = timedelta(days=30)
-# Without these the client waits up to 300 s for a read and 60 s for a commit when Firestore is
-# unreachable; a scan run or a push must answer 503 long before Pub/Sub or the scheduler gives up.
-DEFAULT_CALL_TIMEOUT_S = 10.0
-_TRANSACTION_ATTEMPTS = 5  # the client's own retries of an ABORTED commit
-_CONTENTION_ROUNDS = 8  # our retries, with jittered backoff, once the client gives up
 _MAX_LIST_LIMIT = 500
 # Deferred records per run the due_at type check inspects (each query bills >= 1 read).
 MISFILED_CHECK_LIMIT = 20
 _SCHEDULE_COMPARED = ("action", "subject", "params", "scheduled_due_at", "max_attempts")
-
-
-# --- queries as data ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QuerySpec:
-    """One query the store runs: equalities, at most one range field, order, limit, cursor."""
-
-    collection: str
-    equals: tuple[tuple[str, Any], ...] = ()
-    ranges: tuple[tuple[str, str, Any], ...] = ()  # (field, operator, value)
-    order_by: tuple[str, ...] = ()  # ascending; the implicit __name__ tiebreak follows
-    limit: int | None = None
-    start_after: tuple[Any, ...] | None = None  # order_by values, then the document ID
-
-    @property
-    def shape(self) -> schema.QueryShape:
-        ordered = list(self.order_by)
-        ordered += [f for f, _, _ in self.ranges if f not in ordered]
-        return schema.QueryShape(
-            self.collection,
-            frozenset(f for f, _ in self.equals),
-            tuple(schema.IndexField(f) for f in ordered),
-        )
-
-
-def due_query(now: datetime, limit: int | None) -> QuerySpec:
-    """Deferred jobs due at or before `now`, oldest due first."""
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.DEFERRED.value),),
-        ranges=(("due_at", "<=", now),),
-        order_by=("due_at",),
-        limit=limit,
-    )
-
-
-def expired_claims_query(cutoff: datetime, limit: int | None) -> QuerySpec:
-    """Claimed jobs whose claim was taken before `cutoff`, oldest first."""
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.CLAIMED.value),),
-        ranges=(("claim.claimed_at", "<", cutoff),),
-        order_by=("claim.claimed_at",),
-        limit=limit,
-    )
-
-
-def expired_leases_query(now: datetime, limit: int | None) -> QuerySpec:
-    """Running jobs whose lease ended before `now`, oldest first."""
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.RUNNING.value),),
-        ranges=(("lease_until", "<", now),),
-        order_by=("lease_until",),
-        limit=limit,
-    )
-
-
-def enqueued_query(before: datetime | None, limit: int | None) -> QuerySpec:
-    """Enqueued jobs (published before `before`, when given), oldest publish first."""
-    ranges: tuple[tuple[str, str, Any], ...] = ()
-    if before is not None:
-        ranges = (("enqueued_at", "<", before),)
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.ENQUEUED.value),),
-        ranges=ranges,
-        order_by=("enqueued_at",),
-        limit=limit,
-    )
-
-
-def state_query(state: State) -> QuerySpec:
-    """Every job in `state` (counted, never streamed)."""
-    return QuerySpec(schema.JOBS, equals=(("state", state.value),))
-
-
-def list_query(
-    *,
-    state: State | None = None,
-    due_before: datetime | None = None,
-    overdue_at: datetime | None = None,
-    claimed_before: datetime | None = None,
-    limit: int = 50,
-    after: tuple[Any, ...] | None = None,
-) -> QuerySpec:
-    """The operator's listing: one optional state, at most one time filter, in time order.
-
-    `due_before`: due_at < T. `overdue_at`: deferred with due_at <= T. `claimed_before`:
-    claimed with claim.claimed_at < T. Raises ValidationError for combinations no index serves.
-    """
-    if sum(x is not None for x in (due_before, overdue_at, claimed_before)) > 1:
-        raise ValidationError("use at most one of due_before, overdue_at, claimed_before")
-    equals: tuple[tuple[str, Any], ...] = (("state", state.value),) if state else ()
-    ranges: tuple[tuple[str, str, Any], ...] = ()
-    order = "due_at"
-    if overdue_at is not None:
-        if state not in (None, State.DEFERRED):
-            raise ValidationError("overdue_at lists deferred jobs; drop the state filter")
-        equals = (("state", State.DEFERRED.value),)
-        ranges = (("due_at", "<=", overdue_at),)
-    elif claimed_before is not None:
-        if state not in (None, State.CLAIMED):
-            raise ValidationError("claimed_before lists claimed jobs; drop the state filter")
-        equals = (("state", State.CLAIMED.value),)
-        ranges = (("claim.claimed_at", "<", claimed_before),)
-        order = "claim.claimed_at"
-    elif due_before is not None:
-        ranges = (("due_at", "<", due_before),)
-    return QuerySpec(
-        schema.JOBS,
-        equals=equals,
-        ranges=ranges,
-        order_by=(order,),
-        limit=limit,
-        start_after=after,
-    )
-
-
-def _encode_cursor(order_value: datetime, job_id: str) -> str:
-    raw = json.dumps([order_value.astimezone(UTC).isoformat(), job_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        value, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        return datetime.fromisoformat(value), str(job_id)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise ValidationError(f"cursor {cursor[:40]!r} is not one this store returned") from exc
-
-
-# --- bounded calls --------------------------------------------------------------------------
-
-
-def bounded_retry(deadline_s: float) -> api_retry.Retry:
-    """Retry transient Firestore errors with backoff, giving up after `deadline_s` in all."""
-    return api_retry.Retry(
-        predicate=api_retry.if_exception_type(
-            api_exceptions.ServiceUnavailable,
-            api_exceptions.DeadlineExceeded,
-            api_exceptions.InternalServerError,
-            api_exceptions.ResourceExhausted,
-        ),
-        initial=0.1,
-        maximum=2.0,
-        multiplier=2.0,
-        timeout=deadline_s,
-    )
-
-
-@dataclass(frozen=True)
-class CallBounds:
-    """The per-call timeout and the retry every Firestore request of a store gets.
-
-    `retry` None means `bounded_retry(2 * timeout_s)`: a couple of attempts, then 503.
-    """
-
-    timeout_s: float = DEFAULT_CALL_TIMEOUT_S
-    retry: api_retry.Retry | None = None
-
-    def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError("timeout_s must be positive")
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """`retry=` and `timeout=` for a read (get, query, aggregation, get_all)."""
-        return {"retry": self.retry or bounded_retry(2 * self.timeout_s), "timeout": self.timeout_s}
-
-    @property
-    def write_kwargs(self) -> dict[str, Any]:
-        """For a single write: timeout only, since a retried create would answer AlreadyExists
-        for its own first attempt."""
-        return {"retry": None, "timeout": self.timeout_s}
-
-
-class BoundedTransaction(firestore.Transaction):
-    """A transaction whose begin, commit and rollback carry a timeout.
-
-    The client's Transaction sends them with the generated defaults (60 s and its own retries)
-    and takes no timeout argument, so these three calls are re-issued here with one.
-    """
-
-    def __init__(self, client: firestore.Client, bounds: CallBounds, max_attempts: int) -> None:
-        super().__init__(client, max_attempts=max_attempts)
-        self._bounds = bounds
-        # Set once begin succeeded: from then on the transaction may hold document locks, so
-        # a DEADLINE_EXCEEDED is a wait on another transaction's lock (contention), not an
-        # outage.
-        self.began = False
-
-    def _begin(self, retry_id: bytes | None = None) -> None:
-        if self.in_progress:
-            raise ValueError(f"transaction {self._id!r} already begun")
-        response = self._client._firestore_api.begin_transaction(
-            request={
-                "database": self._client._database_string,
-                "options": self._options_protobuf(retry_id),
-            },
-            metadata=self._client._rpc_metadata,
-            **self._bounds.kwargs,
-        )
-        self._id = response.transaction
-        self.began = True
-
-    def _rollback(self) -> None:
-        # Called on any error in the body or commit. When begin itself failed there is
-        # nothing to roll back, and a failed rollback must not hide the error that caused it:
-        # Firestore expires an abandoned transaction on its own.
-        if not self.in_progress:
-            return
-        try:
-            self._client._firestore_api.rollback(
-                request={"database": self._client._database_string, "transaction": self._id},
-                metadata=self._client._rpc_metadata,
-                **self._bounds.write_kwargs,
-            )
-        except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
-            logger.warning("transaction rollback failed: %s", type(exc).__name__)
-        finally:
-            self._clean_up()
-
-    def _commit(self) -> list[Any]:
-        if not self.in_progress:
-            raise ValueError("no transaction in progress to commit")
-        response = self._client._firestore_api.commit(
-            request={
-                "database": self._client._database_string,
-                "writes": self._write_pbs,
-                "transaction": self._id,
-            },
-            metadata=self._client._rpc_metadata,
-            **self._bounds.write_kwargs,
-        )
-        self._clean_up()
-        self.write_results = list(response.write_results)
-        self.commit_time = response.commit_time
-        return self.write_results
 
 
 # --- the store ----------------------------------------------------------------------------
@@ -371,6 +137,7 @@ class FirestoreJobStore:
         self._known_actions = frozenset(known_actions)
         self._observe = query_observer
         self._bounds = CallBounds(timeout_s, retry)
+        self._tx = TransactionRunner(client, self._bounds)
 
     @property
     def clock(self) -> Clock:
@@ -390,7 +157,7 @@ class FirestoreJobStore:
         created = HistoryEntry(now, None, State.DEFERRED, f"{Role.APPLICATION}:{by}", "scheduled")
         job = Job.create(valid, now, history=(created,))
         ref = self._jobs.document(valid.job_id)
-        with _store_errors():
+        with store_errors():
             try:
                 ref.create(job.to_document(), **self._bounds.write_kwargs)
                 logger.info("scheduled job %s due %s", job.job_id, job.due_at.isoformat())
@@ -447,13 +214,13 @@ class FirestoreJobStore:
     def get(self, job_id: str) -> Job | None:
         """The job, or None. One read. InvalidRecord when the document cannot be decoded
         (`raw` shows it as stored)."""
-        with _store_errors():
+        with store_errors():
             snapshot = self._jobs.document(job_id).get(**self._bounds.kwargs)
         return _decoded(snapshot) if snapshot.exists else None
 
     def raw(self, job_id: str) -> dict[str, Any] | None:
         """The job document exactly as stored (for records `get` cannot decode), or None."""
-        with _store_errors():
+        with store_errors():
             snapshot = self._jobs.document(job_id).get(**self._bounds.kwargs)
         return snapshot.to_dict() if snapshot.exists else None
 
@@ -480,7 +247,7 @@ class FirestoreJobStore:
         ):
             if value is not None:
                 _require_aware(value, name)
-        after = _decode_cursor(cursor) if cursor else None
+        after = decode_cursor(cursor) if cursor else None
         spec = list_query(
             state=state,
             due_before=due_before,
@@ -489,7 +256,7 @@ class FirestoreJobStore:
             limit=limit + 1,  # one more tells whether another page exists
             after=after,
         )
-        with _store_errors():
+        with store_errors():
             snapshots = list(self._stream(spec))
         more = len(snapshots) > limit
         snapshots = snapshots[:limit]
@@ -504,13 +271,13 @@ class FirestoreJobStore:
         if more:
             last = snapshots[-1]
             field_path = "claim.claimed_at" if claimed_before else "due_at"
-            next_cursor = _encode_cursor(last.get(field_path), last.id)
+            next_cursor = encode_cursor(last.get(field_path), last.id)
         return Page(tuple(jobs), next_cursor, tuple(invalid))
 
     def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
         """Backlog figures from count aggregations and one limit-1 query; never reads every
         document."""
-        with _store_errors():
+        with store_errors():
             oldest = list(self._stream(due_query(now, 1)))
             due_count = self._count(due_query(now, None))
             stuck = self._count(expired_claims_query(now - claim_timeout, None))
@@ -536,7 +303,7 @@ class FirestoreJobStore:
         """
         if claim_timeout <= timedelta(0) or enqueued_timeout <= timedelta(0):
             raise ValidationError("claim_timeout and enqueued_timeout must be positive")
-        with _store_errors():
+        with store_errors():
             oldest_due = list(self._stream(due_query(now, 1)))
             oldest_enqueued = list(self._stream(enqueued_query(None, 1)))
             due_count = self._count(due_query(now, None))
@@ -552,7 +319,7 @@ class FirestoreJobStore:
 
     def get_control(self) -> Control:
         """The operator's control settings; defaults when the document does not exist."""
-        with _store_errors():
+        with store_errors():
             snapshot = self._control_ref.get(**self._bounds.kwargs)
         return Control.from_document(snapshot.to_dict() if snapshot.exists else None)
 
@@ -569,7 +336,7 @@ class FirestoreJobStore:
             transaction.set(ref, updated.to_document())
             return updated
 
-        return self._run(body)
+        return self._tx.run(body)
 
     # -- scan --------------------------------------------------------------------------------
 
@@ -598,7 +365,7 @@ class FirestoreJobStore:
         while len(claimed) < limit:
             want = min(page_size, limit - len(claimed))
             try:
-                page, invalid = self._run(self._claim_page, now, run_id, want)
+                page, invalid = self._tx.run(self._claim_page, now, run_id, want)
             except LostRace:
                 if not claimed:
                     raise
@@ -676,7 +443,7 @@ class FirestoreJobStore:
         for start in range(0, len(items), page_size):
             page = list(items[start : start + page_size])
             try:
-                done = self._run(self._mark_page, page, at)
+                done = self._tx.run(self._mark_page, page, at)
             except (LostRace, StoreUnavailable, StoreRejected) as exc:
                 marks.extend(
                     EnqueueMark(job_id, generation, error=exc) for job_id, generation, _ in page
@@ -862,7 +629,7 @@ class FirestoreJobStore:
             want = min(CLAIM_PAGE_SIZE, limit - len(tally.reclaimed))
             spec = step.spec(want)
             try:
-                page, invalid = self._run(self._reclaim_page, spec, step, tally.run_id)
+                page, invalid = self._tx.run(self._reclaim_page, spec, step, tally.run_id)
             except StoreUnavailable:
                 raise
             except JobsError as exc:
@@ -899,7 +666,7 @@ class FirestoreJobStore:
     def _reclaim_each(self, spec: QuerySpec, step: _ReclaimStep, tally: _ReclaimTally) -> bool:
         """The page again, one transaction per record; False when the step should stop."""
         try:
-            with _store_errors():
+            with store_errors():
                 ids = [snapshot.id for snapshot in self._stream(spec)]
         except StoreUnavailable:
             raise
@@ -920,7 +687,7 @@ class FirestoreJobStore:
                 return _reclaimed(job, new, step.name)
 
             try:
-                done = self._run(body)
+                done = self._tx.run(body)
             except InvalidRecord:
                 self._quarantine_all([job_id], tally)
                 progressed = True
@@ -956,24 +723,10 @@ class FirestoreJobStore:
         data-types#value_type_ordering), so no due query ever returns it. Two limit queries
         on the (state, due_at) index find the common mistakes: a null, boolean or number sorts
         before every timestamp, a string (an ISO date) after. 1 read each when none exist."""
-        specs = (
-            QuerySpec(
-                schema.JOBS,
-                equals=(("state", State.DEFERRED.value),),
-                order_by=("due_at",),
-                limit=MISFILED_CHECK_LIMIT,
-            ),
-            QuerySpec(
-                schema.JOBS,
-                equals=(("state", State.DEFERRED.value),),
-                ranges=(("due_at", ">=", ""),),
-                order_by=("due_at",),
-                limit=MISFILED_CHECK_LIMIT,
-            ),
-        )
+        specs = misfiled_due_queries(MISFILED_CHECK_LIMIT)
         misfiled: list[str] = []
         try:
-            with _store_errors():
+            with store_errors():
                 for spec in specs:
                     for snapshot in self._stream(spec):
                         if isinstance(snapshot.get("due_at"), datetime):
@@ -1078,7 +831,7 @@ class FirestoreJobStore:
             return new
 
         try:
-            return self._run(body)
+            return self._tx.run(body)
         except InvalidRecord:
             self._quarantine(job_id, Role.WORKER, worker_id)
             raise
@@ -1102,7 +855,7 @@ class FirestoreJobStore:
             _write(transaction, ref, job, new)
             return new
 
-        return self._run(body)
+        return self._tx.run(body)
 
     def cancel_running(self, lease: Lease, *, progress: Mapping[str, Any] | None = None) -> Job:
         """Running → cancelled, when the operator asked (cancel_requested) and the worker
@@ -1200,7 +953,7 @@ class FirestoreJobStore:
                 transaction.set(key_ref, record.to_document())
             return new
 
-        return self._run(body)
+        return self._tx.run(body)
 
     complete_if_running = complete
 
@@ -1266,7 +1019,7 @@ class FirestoreJobStore:
 
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         """The recorded result of the side effect with this key, or None. One read."""
-        with _store_errors():
+        with store_errors():
             snapshot = self._idempotency.document(key).get(**self._bounds.kwargs)
         if not snapshot.exists:
             return None
@@ -1393,7 +1146,7 @@ class FirestoreJobStore:
                     transaction.delete(key_ref)
             return new
 
-        return self._run(body)
+        return self._tx.run(body)
 
     def _hold_key(
         self,
@@ -1466,7 +1219,7 @@ class FirestoreJobStore:
             return problem
 
         try:
-            problem = self._run(body)
+            problem = self._tx.run(body)
         except JobsError as exc:
             logger.error("could not quarantine job %s: %s", job_id, exc)
             return False
@@ -1488,7 +1241,7 @@ class FirestoreJobStore:
         return True
 
     def _get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
-        return next(iter(transaction.get(ref, **self._bounds.kwargs)))
+        return self._tx.get_in(transaction, ref)
 
     def _load(self, transaction: firestore.Transaction, ref: Any, job_id: str) -> Job:
         snapshot = self._get_in(transaction, ref)
@@ -1508,39 +1261,7 @@ class FirestoreJobStore:
                 transaction.update(ref, diff)
             return new
 
-        return self._run(body)
-
-    def _run(self, body: Callable[..., T], *args: Any) -> T:
-        """Run `body(transaction, *args)` transactionally, retrying contention with jittered
-        backoff. Persistent contention, or a lock wait that outlasts the call timeout, raises
-        LostRace; UNAVAILABLE (or a deadline with nothing held) StoreUnavailable; a refusal
-        retrying cannot fix StoreRejected."""
-        for round_ in range(_CONTENTION_ROUNDS):
-            transaction = BoundedTransaction(self._client, self._bounds, _TRANSACTION_ATTEMPTS)
-            try:
-                with _store_errors():
-                    return self._commit_run(transaction, body, *args)
-            except _Contention:
-                time.sleep(random.uniform(0, min(0.5, 0.01 * 2**round_)))
-            except StoreUnavailable as exc:
-                if transaction.began and _is_deadline(exc.__cause__):
-                    # Each such wait already cost a whole call timeout: give up at once.
-                    raise LostRace(
-                        "waited longer than the call timeout on a document another "
-                        "transaction holds; retry later"
-                    ) from exc
-                raise
-        raise LostRace("gave up after repeated transaction contention; retry later")
-
-    def _commit_run(self, transaction: BoundedTransaction, body: Callable[..., T], *args: Any) -> T:
-        result = firestore.transactional(body)(transaction, *args)
-        written = getattr(transaction, "write_results", None)
-        if isinstance(result, Job) and written:
-            # The commit time of the job's write: what a later compare-and-set conditions on.
-            stamp = written[0].update_time
-            if stamp is not None:
-                result = dataclasses.replace(result, update_time=_as_datetime(stamp))
-        return result
+        return self._tx.run(body)
 
     def _stream(self, spec: QuerySpec, transaction: Any = None) -> Iterator[Any]:
         return self._query(spec).stream(transaction=transaction, **self._bounds.kwargs)
@@ -1603,67 +1324,11 @@ def _reclaimed(job: Job, new: Job, reason: str) -> Reclaimed:
     return Reclaimed(job.job_id, job.state, new.state, job.generation, reason)
 
 
-class _Contention(Exception):
-    """A transaction lost to concurrent writers more often than the client retries."""
-
-
-@contextmanager
-def _store_errors() -> Iterator[None]:
-    """Translate the client's errors: contention to _Contention; refusals retrying cannot fix
-    to StoreRejected (INVALID_ARGUMENT) or StoreMisconfigured (PERMISSION_DENIED, a missing
-    index, a missing database); the rest to StoreUnavailable. Our own JobsError passes.
-
-    Status meanings: https://cloud.google.com/firestore/docs/understand-error-codes
-    """
-    try:
-        yield
-    except JobsError:
-        raise
-    except api_exceptions.Aborted as exc:
-        raise _Contention() from exc
-    except ValueError as exc:
-        if isinstance(exc.__cause__, api_exceptions.Aborted):
-            raise _Contention() from exc
-        raise
-    except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
-        raise _translated(exc) from exc
-
-
-def _translated(exc: Exception) -> JobsError:
-    cause = exc.cause if isinstance(exc, api_exceptions.RetryError) else exc
-    if isinstance(cause, api_exceptions.InvalidArgument):
-        return StoreRejected(f"Firestore refused the request as invalid: {cause}")
-    if isinstance(
-        cause,
-        api_exceptions.PermissionDenied
-        | api_exceptions.FailedPrecondition
-        | api_exceptions.NotFound
-        | api_exceptions.Unauthenticated,
-    ):
-        return StoreMisconfigured(
-            f"Firestore refused the request ({type(cause).__name__}): {cause}; check the "
-            "service account's roles, the declared indexes and the database name"
-        )
-    return StoreUnavailable(f"Firestore: {exc}")
-
-
-def _is_deadline(exc: BaseException | None) -> bool:
-    if isinstance(exc, api_exceptions.RetryError):
-        exc = exc.cause
-    return isinstance(exc, api_exceptions.DeadlineExceeded)
-
-
-def _as_datetime(stamp: Any) -> datetime:
-    if isinstance(stamp, datetime):
-        return stamp.astimezone(UTC)
-    return stamp.ToDatetime(tzinfo=UTC)
-
-
 def _decoded(snapshot: Any) -> Job:
     """The job in `snapshot` with its update_time; InvalidRecord when it cannot be decoded."""
     job = decode_job(snapshot.id, snapshot.to_dict())
     stamp = getattr(snapshot, "update_time", None)
-    return dataclasses.replace(job, update_time=_as_datetime(stamp)) if stamp else job
+    return dataclasses.replace(job, update_time=as_datetime(stamp)) if stamp else job
 
 
 def _quarantine_fields(
