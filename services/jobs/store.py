@@ -1,10 +1,11 @@
 """FirestoreJobStore: every read and change of job records, each change in a transaction.
 
-Each transition re-reads the document inside a Firestore transaction, asks
-`state.apply_transition` for the new record (the only place the rules live), and writes only
-the fields that changed. A lost race raises; nothing is ever overwritten blindly. The query
-shapes live in `queries.py` (as `QuerySpec` values a test proves are served by a declared
-index), the transaction plumbing over the client's private internals in `transactions.py`.
+The thin store: each operation loads the document inside a Firestore transaction, asks
+`transitions.Transitions` for the new record (which asks `state.apply_transition`: the only
+place the rules live), and writes only the fields that changed. A lost race raises; nothing is
+ever overwritten blindly. The query shapes live in `queries.py` (as `QuerySpec` values a test
+proves are served by a declared index), the transaction plumbing over the client's private
+internals in `transactions.py`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from services.jobs import metrics, schema
 from services.jobs.clock import Clock
 from services.jobs.control import Control
 from services.jobs.errors import (
-    AlreadyTerminal,
-    AttemptsExhausted,
     InvalidRecord,
     InvalidTransition,
     JobNotFound,
@@ -36,23 +35,16 @@ from services.jobs.errors import (
     LeaseLost,
     LostRace,
     ScheduleConflict,
-    StaleGeneration,
     StoreRejected,
     StoreUnavailable,
     ValidationError,
 )
 from services.jobs.limits import (
-    MAX_CODE_BYTES,
-    MAX_ERROR_MESSAGE_BYTES,
     MAX_REASON_BYTES,
-    bounded_details,
-    bounded_text,
 )
 from services.jobs.model import (
     DEFAULT_ACTIONS,
     Backlog,
-    CancelRequest,
-    Claim,
     ClaimedJob,
     EnqueueMark,
     ErrorInfo,
@@ -85,7 +77,6 @@ from services.jobs.state import (
     HistoryEntry,
     Role,
     State,
-    apply_transition,
 )
 from services.jobs.transactions import (
     DEFAULT_CALL_TIMEOUT_S,
@@ -94,6 +85,11 @@ from services.jobs.transactions import (
     as_datetime,
     store_errors,
 )
+from services.jobs.transitions import (
+    DEFAULT_TERMINAL_RETENTION,
+    Transitions,
+    reclaimed,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +97,6 @@ T = TypeVar("T")
 
 CLAIM_PAGE_SIZE = 100  # documents claimed per transaction
 MARK_PAGE_SIZE = 100  # documents marked enqueued per transaction
-DEFAULT_TERMINAL_RETENTION = timedelta(days=30)
 _MAX_LIST_LIMIT = 500
 # Deferred records per run the due_at type check inspects (each query bills >= 1 read).
 MISFILED_CHECK_LIMIT = 20
@@ -126,14 +121,9 @@ class FirestoreJobStore:
         timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         retry: api_retry.Retry | None = None,
     ) -> None:
-        if history_limit < 1:
-            raise ValueError("history_limit must be at least 1")
-        if terminal_retention <= timedelta(0):
-            raise ValueError("terminal_retention must be positive")
+        self._rules = Transitions(history_limit, terminal_retention)
         self._client = client
         self._clock = clock
-        self._history_limit = history_limit
-        self._retention = terminal_retention
         self._known_actions = frozenset(known_actions)
         self._observe = query_observer
         self._bounds = CallBounds(timeout_s, retry)
@@ -187,14 +177,7 @@ class FirestoreJobStore:
         _require_short(reason=reason, by=by)
 
         def change(job: Job, now: datetime) -> Job:
-            if job.state is State.RUNNING:
-                if job.cancel_requested is not None:
-                    return job
-                request = CancelRequest(reason=reason, by=f"{Role.OPERATOR}:{by}", at=now)
-                return dataclasses.replace(job, cancel_requested=request, updated_at=now)
-            return self._apply(
-                job, State.CANCELLED, Role.OPERATOR, by, now, reason, expire_at=self._expiry(now)
-            )
+            return self._rules.cancel(job, reason, by, now)
 
         return self._transition(job_id, change)
 
@@ -206,8 +189,7 @@ class FirestoreJobStore:
         new_due = _require_aware(due_at, "due_at")
 
         def change(job: Job, now: datetime) -> Job:
-            why = f"{reason} (due_at {job.due_at.isoformat()} → {new_due.isoformat()})"
-            return self._apply(job, State.DEFERRED, Role.OPERATOR, by, now, why, due_at=new_due)
+            return self._rules.reschedule(job, new_due, reason, by, now)
 
         return self._transition(job_id, change)
 
@@ -393,18 +375,9 @@ class FirestoreJobStore:
             except InvalidRecord:
                 invalid.append(snapshot.id)
                 continue
-            claim = Claim(run_id=run_id, claimed_at=at, generation=job.generation + 1)
-            new = self._apply(
-                job,
-                State.CLAIMED,
-                Role.SCAN,
-                run_id,
-                at,
-                f"due at {job.due_at.isoformat()}",
-                claim=claim,
-            )
+            new = self._rules.claim(job, run_id, at)
             _write(transaction, snapshot.reference, job, new)
-            claimed.append(ClaimedJob(job.job_id, claim.generation, job.due_at, at, job.action))
+            claimed.append(ClaimedJob(job.job_id, new.generation, job.due_at, at, job.action))
         return claimed, invalid
 
     def mark_enqueued(
@@ -419,7 +392,7 @@ class FirestoreJobStore:
         _require_text(message_id=message_id)
 
         def change(job: Job, now: datetime) -> Job:
-            return self._enqueued(job, generation, message_id, at or now, now)
+            return self._rules.enqueued(job, generation, message_id, at or now, now)
 
         return self._transition(job_id, change)
 
@@ -487,7 +460,9 @@ class FirestoreJobStore:
                 marks.append(EnqueueMark(job_id, generation, error=JobNotFound(job_id)))
             else:
                 try:
-                    job = self._enqueued(current[job_id], generation, message_id, at or now, now)
+                    job = self._rules.enqueued(
+                        current[job_id], generation, message_id, at or now, now
+                    )
                 except JobsError as exc:
                     marks.append(EnqueueMark(job_id, generation, error=exc))
                 else:
@@ -499,30 +474,6 @@ class FirestoreJobStore:
                 transaction.update(self._jobs.document(job_id), diff)
         return marks
 
-    def _enqueued(
-        self, job: Job, generation: int, message_id: str, at: datetime, now: datetime
-    ) -> Job:
-        """The job after its publish was acknowledged at `at`: the rules of mark_enqueued."""
-        if job.claim is None:
-            raise InvalidTransition(job.job_id, job.state, State.ENQUEUED, "never claimed")
-        _require_generation(job, generation)
-        if job.state not in (State.CLAIMED, State.DEFERRED):
-            # Already enqueued, or the push reached a worker first: never move it
-            # backwards; record the message ID at most (a repeat call is a no-op).
-            if job.message_id == message_id:
-                return job
-            return dataclasses.replace(job, message_id=message_id, updated_at=now)
-        return self._apply(
-            job,
-            State.ENQUEUED,
-            Role.SCAN,
-            _claimant(job),
-            now,
-            f"published as message {message_id}",
-            enqueued_at=at,
-            message_id=message_id,
-        )
-
     # Alias carrying the precondition in its name (STYLE.md).
     mark_enqueued_if_claimed = mark_enqueued
 
@@ -531,16 +482,7 @@ class FirestoreJobStore:
         job stays due, so a later run publishes it again."""
 
         def change(job: Job, now: datetime) -> Job:
-            _require_generation(job, generation)
-            return self._apply(
-                job,
-                State.DEFERRED,
-                Role.SCAN,
-                _claimant(job),
-                now,
-                f"publish failed: {error.code}",
-                last_error=_stamped(error, now),
-            )
+            return self._rules.enqueue_failed(job, generation, error, now)
 
         return self._transition(job_id, change)
 
@@ -559,7 +501,7 @@ class FirestoreJobStore:
         - Claimed with claim.claimed_at older than now - claim_timeout → deferred (same
           generation; the next claim bumps it).
         - Running whose lease_until < now (the worker crashed or stopped heartbeating): the
-          rule of `_lapse_end`, the same `start` applies — cancelled when a cancel was
+          rule of `Transitions.lapse_end`, the same `start` applies — cancelled when a cancel was
           requested, failed in the last attempt, else deferred with attempt + 1, due at once.
         - With `enqueued_timeout`: enqueued with enqueued_at older than now - it (no start
           since the publish or release: the message is lost) → deferred; the next claim
@@ -585,13 +527,13 @@ class FirestoreJobStore:
                 lambda j: (
                     j.state is State.CLAIMED and j.claim is not None and j.claim.claimed_at < cutoff
                 ),
-                self._reclaim_claim,
+                self._rules.reclaim_claim,
             ),
             _ReclaimStep(
                 "lease_expired",
                 lambda n: expired_leases_query(now, n),
                 lambda j: j.state is State.RUNNING and not j.lease_live(now),
-                self._reclaim_lease,
+                self._rules.reclaim_lease,
             ),
         ]
         if enqueued_timeout is not None:
@@ -605,7 +547,7 @@ class FirestoreJobStore:
                         and j.enqueued_at is not None
                         and j.enqueued_at < before
                     ),
-                    self._rescue_enqueued,
+                    self._rules.rescue_enqueued,
                 )
             )
         tally = _ReclaimTally(run_id)
@@ -660,7 +602,7 @@ class FirestoreJobStore:
                 continue
             new = step.change(job, at, run_id)
             _write(transaction, snapshot.reference, job, new)
-            page.append(_reclaimed(job, new, step.name))
+            page.append(reclaimed(job, new, step.name))
         return page, invalid
 
     def _reclaim_each(self, spec: QuerySpec, step: _ReclaimStep, tally: _ReclaimTally) -> bool:
@@ -684,7 +626,7 @@ class FirestoreJobStore:
                 at = self._clock.now()
                 new = step.change(job, at, tally.run_id)
                 _write(transaction, ref, job, new)
-                return _reclaimed(job, new, step.name)
+                return reclaimed(job, new, step.name)
 
             try:
                 done = self._tx.run(body)
@@ -736,37 +678,6 @@ class FirestoreJobStore:
             tally.stopped_by = tally.stopped_by or exc
         self._quarantine_all(misfiled, tally)
 
-    def _reclaim_claim(self, job: Job, at: datetime, run_id: str) -> Job:
-        claimed_at = job.claim.claimed_at.isoformat() if job.claim else "unknown"
-        reason = f"claim by {_claimant(job)} at {claimed_at} exceeded the claim timeout"
-        return self._apply(job, State.DEFERRED, Role.RECLAIMER, run_id, at, reason)
-
-    def _reclaim_lease(self, job: Job, at: datetime, run_id: str) -> Job:
-        ended = self._lapse_end(job, at, Role.RECLAIMER, run_id)
-        if ended is not None:
-            return ended
-        until = job.lease_until.isoformat() if job.lease_until else "unknown"
-        reason = f"lease of {job.lease_owner} expired at {until}"
-        return self._apply(
-            job,
-            State.DEFERRED,
-            Role.RECLAIMER,
-            run_id,
-            at,
-            f"{reason}; attempt {job.attempt + 1} of {job.max_attempts} next",
-            attempt=job.attempt + 1,
-            last_error=ErrorInfo("lease_expired", reason, at),
-            **_NO_LEASE,
-        )
-
-    def _rescue_enqueued(self, job: Job, at: datetime, run_id: str) -> Job:
-        since = job.enqueued_at.isoformat() if job.enqueued_at else "unknown"
-        reason = (
-            f"enqueued at {since} as message {job.message_id} and never started within the "
-            "enqueued timeout: the message is lost; the next claim publishes it again"
-        )
-        return self._apply(job, State.DEFERRED, Role.RECLAIMER, run_id, at, reason)
-
     # -- worker ----------------------------------------------------------------------------
     # cancel_running, extend_lease, release, complete, retry_later and fail take the `Lease`
     # that `start` returned (job.lease). Its token is new on every start, so any delivery
@@ -794,39 +705,10 @@ class FirestoreJobStore:
         def body(transaction: firestore.Transaction) -> Job:
             job = self._load(transaction, ref, job_id)
             now = self._clock.now()
-            if job.state.terminal:
-                raise AlreadyTerminal(job.job_id, job.state, State.RUNNING)
-            _require_generation(job, generation)
-            reason = f"attempt {job.attempt} of {job.max_attempts}"
-            attempt = job.attempt
-            if job.state is State.RUNNING:
-                if job.lease_live(now):
-                    raise LeaseHeld(job.job_id, job.lease_owner, job.lease_until)
-                ended = self._lapse_end(job, now, Role.WORKER, worker_id)
-                if ended is not None:
-                    _write(transaction, ref, job, ended)
-                    return ended
-                attempt = job.attempt + 1
-                reason = (
-                    f"attempt {attempt} of {job.max_attempts}; took over the expired lease "
-                    f"of {job.lease_owner}"
-                )
-            until = now + lease
             token = uuid.uuid4().hex
-            if job.explicit_key:
-                self._hold_key(transaction, job, token, until, now)
-            new = self._apply(
-                job,
-                State.RUNNING,
-                Role.WORKER,
-                worker_id,
-                now,
-                reason,
-                attempt=attempt,
-                lease_until=until,
-                lease_owner=worker_id,
-                lease_token=token,
-            )
+            new = self._rules.start(job, generation, now, lease, worker_id, token)
+            if new.state is State.RUNNING and job.explicit_key:
+                self._hold_key(transaction, job, token, now + lease, now)
             _write(transaction, ref, job, new)
             return new
 
@@ -847,11 +729,10 @@ class FirestoreJobStore:
         def body(transaction: firestore.Transaction) -> Job:
             job = self._load(transaction, ref, lease.job_id)
             now = self._clock.now()
-            self._require_lease(job, lease)
-            until = now + duration
+            new = self._rules.extend(job, lease, now, duration)
             if job.explicit_key:
-                self._hold_key(transaction, job, lease.token, until, now)
-            new = dataclasses.replace(job, lease_until=until, updated_at=now)
+                assert new.lease_until is not None
+                self._hold_key(transaction, job, lease.token, new.lease_until, now)
             _write(transaction, ref, job, new)
             return new
 
@@ -863,12 +744,7 @@ class FirestoreJobStore:
         says what was already done)."""
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, lease)
-            if job.cancel_requested is None:
-                raise InvalidTransition(
-                    job.job_id, job.state, State.CANCELLED, "no cancel was requested"
-                )
-            return self._cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+            return self._rules.cancel_running(job, lease, now, progress)
 
         return self._worker_transition(lease, change)
 
@@ -887,21 +763,8 @@ class FirestoreJobStore:
         retries. With a cancel request the job is cancelled instead."""
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, lease)
-            if job.cancel_requested is not None:
-                return self._cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
-            return self._apply(
-                job,
-                State.ENQUEUED,
-                Role.WORKER,
-                lease.owner,
-                now,
-                f"released after {error.code}",
-                last_error=_stamped(error, now),
-                enqueued_at=now,
-                message_id=message_id or job.message_id,
-                progress=_progress(job, progress),
-                **_NO_LEASE,
+            return self._rules.release(
+                job, lease, error, now, progress=progress, message_id=message_id
             )
 
         return self._worker_transition(lease, change)
@@ -916,28 +779,13 @@ class FirestoreJobStore:
         def body(transaction: firestore.Transaction) -> Job:
             job = self._load(transaction, ref, lease.job_id)
             now = self._clock.now()
-            self._require_lease(job, lease)
+            new = self._rules.complete(job, lease, result, now)
             key_ref = self._idempotency.document(job.idempotency_key)
             # A derived key belongs to this job alone, and the job's own result (same
             # expire_at) already records the side effect: no second document for it.
             record_key = job.explicit_key and self._require_key(transaction, job, lease)
-            stamped = Result(
-                outcome=bounded_text(result.outcome, MAX_CODE_BYTES),
-                details=bounded_details(result.details),
-                completed_at=now,
-            )
-            new = self._apply(
-                job,
-                State.COMPLETED,
-                Role.WORKER,
-                lease.owner,
-                now,
-                f"outcome {stamped.outcome}",
-                result=stamped,
-                expire_at=self._expiry(now),
-                progress=None,
-                **_NO_LEASE,
-            )
+            stamped = new.result
+            assert stamped is not None
             record = IdempotencyRecord(
                 key=job.idempotency_key,
                 job_id=job.job_id,
@@ -972,25 +820,7 @@ class FirestoreJobStore:
         new_due = _require_aware(due_at, "due_at")
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, lease)
-            if job.cancel_requested is not None:
-                return self._cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
-            if not _attempt_left(job):
-                raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
-            return self._apply(
-                job,
-                State.DEFERRED,
-                Role.WORKER,
-                lease.owner,
-                now,
-                f"retry at {new_due.isoformat()} after {error.code}; "
-                f"attempt {job.attempt + 1} of {job.max_attempts} next",
-                attempt=job.attempt + 1,
-                due_at=new_due,
-                last_error=_stamped(error, now),
-                progress=_progress(job, progress),
-                **_NO_LEASE,
-            )
+            return self._rules.retry_later(job, lease, new_due, error, now, progress=progress)
 
         return self._worker_transition(lease, change)
 
@@ -999,21 +829,7 @@ class FirestoreJobStore:
         → cancelled (the operator's decision stands), last_error kept."""
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, lease)
-            stamped = _stamped(error, now)
-            if job.cancel_requested is not None:
-                return self._cancelled(job, Role.WORKER, lease.owner, now, last_error=stamped)
-            return self._apply(
-                job,
-                State.FAILED,
-                Role.WORKER,
-                lease.owner,
-                now,
-                f"failed: {stamped.code}",
-                last_error=stamped,
-                expire_at=self._expiry(now),
-                **_NO_LEASE,
-            )
+            return self._rules.fail(job, lease, error, now)
 
         return self._worker_transition(lease, change)
 
@@ -1041,89 +857,6 @@ class FirestoreJobStore:
     @property
     def _control_ref(self) -> Any:
         return self._client.collection(schema.CONTROL).document(schema.CONTROL_DOCUMENT)
-
-    def _expiry(self, now: datetime) -> datetime:
-        return now + self._retention
-
-    def _apply(
-        self, job: Job, to: State, role: Role, by: str, at: datetime, reason: str, **changes: Any
-    ) -> Job:
-        return apply_transition(
-            job,
-            to,
-            role=role,
-            by=by,
-            at=at,
-            reason=reason,
-            history_limit=self._history_limit,
-            **changes,
-        )
-
-    def _require_lease(self, job: Job, lease: Lease) -> None:
-        """LeaseLost unless `lease` is the job's running lease (same generation and token).
-
-        Whatever happened meanwhile (the lease lapsed and was reclaimed to deferred or failed,
-        taken over, the job re-claimed under a newer generation, or finished by another
-        delivery, even one in this same process), the caller's result is no longer wanted:
-        one error for all of it.
-        """
-        if job.state is not State.RUNNING:
-            detail = f"the job is {job.state.value}"
-        elif job.generation != lease.generation:
-            detail = f"generation {lease.generation} is stale; the job is at {job.generation}"
-        elif job.lease_token != lease.token:
-            detail = "another delivery took the lease over"
-        else:
-            return
-        raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
-
-    def _lapse_end(self, job: Job, now: datetime, role: Role, by: str) -> Job | None:
-        """The one rule for a running lease that lapsed (the worker crashed or stopped
-        heartbeating), whoever finds it — the reclaimer or a redelivery's `start`: the cycle
-        is spent. Returns the terminal job it ends in (cancelled when a cancel was requested,
-        failed when that was the last attempt), or None when attempt + 1 follows."""
-        until = job.lease_until.isoformat() if job.lease_until else "unknown"
-        reason = f"lease of {job.lease_owner} expired at {until}"
-        if job.cancel_requested is not None:
-            return self._cancelled(job, role, by, now, why=f"{reason}; ")
-        if _attempt_left(job):
-            return None
-        return self._apply(
-            job,
-            State.FAILED,
-            role,
-            by,
-            now,
-            f"{reason}; attempt {job.attempt} of {job.max_attempts} was the last",
-            last_error=ErrorInfo("lease_expired", reason, now),
-            expire_at=self._expiry(now),
-            **_NO_LEASE,
-        )
-
-    def _cancelled(
-        self,
-        job: Job,
-        role: Role,
-        by: str,
-        now: datetime,
-        *,
-        why: str = "",
-        progress: Mapping[str, Any] | None = None,
-        last_error: ErrorInfo | None = None,
-    ) -> Job:
-        request = job.cancel_requested
-        return self._apply(
-            job,
-            State.CANCELLED,
-            role,
-            by,
-            now,
-            f"{why}cancel honoured: {request.reason if request else ''}",
-            expire_at=self._expiry(now),
-            progress=_progress(job, progress),
-            last_error=last_error or job.last_error,
-            **_NO_LEASE,
-        )
 
     def _worker_transition(self, lease: Lease, change: Callable[[Job, datetime], Job]) -> Job:
         """A lease holder's transition out of running: re-read, check the lease, apply; a
@@ -1178,7 +911,7 @@ class FirestoreJobStore:
             key_ref,
             {
                 "holder": {"job_id": job.job_id, "token": token, "until": until},
-                schema.EXPIRE_AT: until + self._retention,
+                schema.EXPIRE_AT: until + self._rules.retention,
             },
         )
 
@@ -1215,7 +948,9 @@ class FirestoreJobStore:
             else:
                 return None
             now = self._clock.now()
-            transaction.update(ref, _quarantine_fields(raw, problem, now, f"{role}:{by}", self))
+            transaction.update(
+                ref, self._rules.quarantine_fields(raw, problem, now, f"{role}:{by}")
+            )
             return problem
 
         try:
@@ -1288,11 +1023,6 @@ class FirestoreJobStore:
         return query
 
 
-_NO_LEASE: Mapping[str, Any] = {"lease_until": None, "lease_owner": None, "lease_token": None}
-# last_error.code of a quarantined record.
-INVALID_RECORD = "invalid_record"
-
-
 @dataclass(frozen=True)
 class _ReclaimStep:
     """One kind of abandoned work: its query, the condition re-checked per record, the
@@ -1318,53 +1048,11 @@ class _ReclaimTally:
         )
 
 
-def _reclaimed(job: Job, new: Job, reason: str) -> Reclaimed:
-    if new.state is State.CANCELLED:
-        reason = "cancel_requested"
-    return Reclaimed(job.job_id, job.state, new.state, job.generation, reason)
-
-
 def _decoded(snapshot: Any) -> Job:
     """The job in `snapshot` with its update_time; InvalidRecord when it cannot be decoded."""
     job = decode_job(snapshot.id, snapshot.to_dict())
     stamp = getattr(snapshot, "update_time", None)
     return dataclasses.replace(job, update_time=as_datetime(stamp)) if stamp else job
-
-
-def _quarantine_fields(
-    raw: Mapping[str, Any], problem: str, now: datetime, by: str, store: FirestoreJobStore
-) -> dict[str, Any]:
-    """The raw update that moves an undecodable document to failed/invalid_record. Only
-    fields with a fixed shape are written; the rest of the document stays as found, for the
-    operator to inspect."""
-    message = bounded_text(problem, MAX_ERROR_MESSAGE_BYTES)
-    from_state = raw.get("state") if isinstance(raw.get("state"), str) else None
-    entry = {
-        "at": now,
-        "from": from_state,
-        "to": State.FAILED.value,
-        "by": by,
-        "reason": bounded_text(f"quarantined: {message}", MAX_REASON_BYTES),
-    }
-    history = raw.get("history")
-    return {
-        "state": State.FAILED.value,
-        "last_error": {"code": INVALID_RECORD, "message": message, "at": now},
-        "quarantine": {"at": now, "by": by, "from_state": from_state, "problem": message},
-        # Appended to a history that is an array (kept as found); otherwise replaced.
-        "history": firestore.ArrayUnion([entry]) if isinstance(history, list) else [entry],
-        "lease_until": None,
-        "lease_owner": None,
-        "lease_token": None,
-        "updated_at": now,
-        schema.EXPIRE_AT: store._expiry(now),
-    }
-
-
-def _progress(job: Job, progress: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if progress is None:
-        return dict(job.progress) if job.progress is not None else None
-    return bounded_details(progress)
 
 
 def _write(transaction: firestore.Transaction, ref: Any, old: Job, new: Job) -> None:
@@ -1391,29 +1079,6 @@ def _age(now: datetime, snapshots: list[Any], field: str) -> float | None:
 
 def _text_ok(*values: object) -> bool:
     return all(isinstance(value, str) and value for value in values)
-
-
-def _claimant(job: Job) -> str:
-    return job.claim.run_id if job.claim else "unknown"
-
-
-def _stamped(error: ErrorInfo, now: datetime) -> ErrorInfo:
-    """The error as recorded: its time filled in, its code and message bounded."""
-    return ErrorInfo(
-        code=bounded_text(error.code, MAX_CODE_BYTES),
-        message=bounded_text(error.message, MAX_ERROR_MESSAGE_BYTES),
-        at=error.at or now,
-    )
-
-
-def _require_generation(job: Job, generation: int) -> None:
-    if job.generation != generation:
-        raise StaleGeneration(job.job_id, generation, job.generation)
-
-
-def _attempt_left(job: Job) -> bool:
-    """Whether another retry cycle may follow the current one."""
-    return job.attempt < job.max_attempts
 
 
 def _require_aware(value: datetime, name: str) -> datetime:

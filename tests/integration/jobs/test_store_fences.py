@@ -26,7 +26,8 @@ from services.jobs.errors import (
 from services.jobs.limits import MAX_ERROR_MESSAGE_BYTES
 from services.jobs.model import ErrorInfo, Job, Lease, Result
 from services.jobs.state import State
-from services.jobs.store import INVALID_RECORD, FirestoreJobStore
+from services.jobs.store import FirestoreJobStore
+from services.jobs.transitions import INVALID_RECORD
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
 
 TIMEOUT = timedelta(minutes=10)

@@ -204,5 +204,5 @@ def test_the_built_store_gets_the_terminal_retention_and_firestore_timeout() -> 
     )
     store = handler_of(app).scanner._store
     assert isinstance(store, FirestoreJobStore)
-    assert store._retention == timedelta(days=3)
+    assert store._rules.retention == timedelta(days=3)
     assert store._bounds.timeout_s == 2.5
