@@ -297,25 +297,25 @@ class Processor:
         )
         heartbeat.start(self._poll_s)
         try:
-            result = action.run(request)
+            try:
+                result = action.run(request)
+            finally:
+                # No beat after the action ends, whatever ends it (a crash included): the
+                # outcome is written next, and a leaked heartbeat would outlive the request.
+                heartbeat.stop()
         except Interrupted as exc:
-            heartbeat.stop()
             return self._interrupted(delivery, job, heartbeat, exc)
         except PermanentError as exc:
-            heartbeat.stop()
             return self._fail(job, heartbeat.lease, ErrorInfo("permanent", str(exc)))
         except TransientError as exc:
-            heartbeat.stop()
             return self._transient(delivery, job, heartbeat.lease, action, exc)
         except Exception as exc:
-            heartbeat.stop()
             # An action bug: keep the traceback, and treat it as transient so a fix deployed
             # within the retry window still gets the job done.
             logger.exception("action %s raised unexpectedly", job.action)
             return self._transient(
                 delivery, job, heartbeat.lease, action, TransientError(repr(exc))
             )
-        heartbeat.stop()
         return self._complete(job, heartbeat.lease, _as_result(result), "")
 
     def _interrupted(

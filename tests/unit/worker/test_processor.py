@@ -322,3 +322,24 @@ def test_delivery_of_a_job_deferred_again_is_stale(store: MemoryStore, clock: Fa
     store.jobs["job-1"] = dataclasses.replace(job, state=State.DEFERRED)
     outcome = processor_for(store, clock, Script()).process(delivery())
     assert outcome.kind is OutcomeKind.STALE and outcome.acknowledged
+
+
+class _Crash(BaseException):
+    """The process going away mid-action (what a SIGKILL looks like to a thread)."""
+
+
+def test_an_action_that_dies_leaves_no_heartbeat_thread_behind(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    import threading
+
+    store.add("job-1")
+
+    def dies(request: ActionRequest) -> ActionResult:
+        raise _Crash()
+
+    registry = ActionRegistry([Action("media.delete_source", dies, RetryPolicy())])
+    processor = Processor(store, registry, clock, lease=LEASE, worker_id="w-1")
+    with pytest.raises(_Crash):
+        processor.process(delivery())
+    assert not [t for t in threading.enumerate() if t.name == "lease-heartbeat"]
