@@ -24,6 +24,7 @@ from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry
 from google.cloud import firestore
 
+from services.jobs import schema
 from services.jobs.errors import (
     JobsError,
     LostRace,
@@ -100,6 +101,7 @@ class BoundedTransaction(firestore.Transaction):
         # a DEADLINE_EXCEEDED is a wait on another transaction's lock (contention), not an
         # outage.
         self.began = False
+        self.written_names: list[str] = []
 
     def _begin(self, retry_id: bytes | None = None) -> None:
         if self.in_progress:
@@ -144,6 +146,8 @@ class BoundedTransaction(firestore.Transaction):
             metadata=self._client._rpc_metadata,
             **self._bounds.write_kwargs,
         )
+        # Which document each write result belongs to (the results come in write order).
+        self.written_names = [_written_name(pb) for pb in self._write_pbs]
         self._clean_up()
         self.write_results = list(response.write_results)
         self.commit_time = response.commit_time
@@ -185,13 +189,22 @@ class TransactionRunner:
 
     def _commit_run(self, transaction: BoundedTransaction, body: Callable[..., T], *args: Any) -> T:
         result = firestore.transactional(body)(transaction, *args)
-        written = getattr(transaction, "write_results", None)
-        if isinstance(result, Job) and written:
-            # The commit time of the job's write: what a later compare-and-set conditions on.
-            stamp = written[0].update_time
-            if stamp is not None:
-                result = dataclasses.replace(result, update_time=as_datetime(stamp))
+        written = getattr(transaction, "write_results", None) or []
+        names = getattr(transaction, "written_names", [])
+        if isinstance(result, Job):
+            # The commit time of the job's own write (a shared key's document may be written
+            # in the same commit): what a later compare-and-set conditions on.
+            suffix = f"/{schema.JOBS}/{result.job_id}"
+            for name, written_result in zip(names, written, strict=False):
+                if name.endswith(suffix) and written_result.update_time is not None:
+                    stamp = as_datetime(written_result.update_time)
+                    result = dataclasses.replace(result, update_time=stamp)
         return result
+
+
+def _written_name(write_pb: Any) -> str:
+    """The document a write (a proto-plus `Write`: update, delete or transform) names."""
+    return str(write_pb.update.name or write_pb.delete or write_pb.transform.document)
 
 
 class Contention(Exception):

@@ -79,6 +79,17 @@ def test_a_stale_delivery_in_the_same_process_is_refused_after_a_take_over(
     assert stored(store, "j").state is State.COMPLETED
 
 
+@pytest.mark.parametrize("key", [None, "media-1:shared"])
+def test_a_lease_carries_the_update_time_of_the_jobs_own_write(
+    store: FirestoreJobStore, firestore_client: firestore.Client, key: str | None
+) -> None:
+    # What a read-free compare-and-set after start would condition on (a shared key's
+    # document is written in the same commit and must not be mistaken for the job's).
+    job = running(store, "j", idempotency_key=key)
+    stored_at = firestore_client.collection(schema.JOBS).document("j").get().update_time
+    assert lease_of(job).update_time == stored_at
+
+
 # --- 2. the lease is renewed while the holder works -----------------------------------------
 
 
