@@ -769,11 +769,22 @@ class FirestoreJobStore:
 
         return self._worker_transition(lease, change)
 
-    def complete(self, lease: Lease, result: Result) -> Job:
+    def complete(self, lease: Lease, result: Result, *, basis: Job | None = None) -> Job:
         """Running → completed with the result (details bounded). For a supplied (explicit,
         possibly shared) idempotency key, the key's document gets the result in the same
         transaction, and the key must still be held by this lease. Sets expire_at = now +
-        terminal retention on both."""
+        terminal retention on both.
+
+        `basis`: the job as the caller's delivery last wrote it (what `start` or its latest
+        heartbeat returned). For a derived key, when its update_time is the lease's, the
+        completion is one write conditioned on that update_time (a compare-and-set, no read);
+        if the document changed since (a cancel request, a take-over, a reclaim), Firestore
+        refuses it and the completion is decided in a transaction as without `basis`.
+        """
+        if basis is not None:
+            done = self._complete_unread(lease, result, basis)
+            if done is not None:
+                return done
         ref = self._jobs.document(lease.job_id)
 
         def body(transaction: firestore.Transaction) -> Job:
@@ -804,6 +815,25 @@ class FirestoreJobStore:
         return self._tx.run(body)
 
     complete_if_running = complete
+
+    def _complete_unread(self, lease: Lease, result: Result, basis: Job) -> Job | None:
+        """The compare-and-set completion, or None when it does not apply or was refused."""
+        if basis.explicit_key or basis.update_time is None:
+            return None
+        if lease.update_time is None or basis.update_time != lease.update_time:
+            return None
+        new = self._rules.complete(basis, lease, result, self._clock.now())
+        # https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition
+        condition = self._client.write_option(last_update_time=basis.update_time)
+        with store_errors():
+            try:
+                written = self._jobs.document(lease.job_id).update(
+                    _diff(basis, new), option=condition, **self._bounds.write_kwargs
+                )
+            except api_exceptions.FailedPrecondition:
+                return None  # changed since: the transaction decides
+        stamp = getattr(written, "update_time", None)
+        return dataclasses.replace(new, update_time=as_datetime(stamp)) if stamp else new
 
     def retry_later(
         self,

@@ -137,7 +137,7 @@ class WorkerStore(Protocol):
         message_id: str | None = None,
     ) -> Job: ...
 
-    def complete(self, lease: Lease, result: Result) -> Job: ...
+    def complete(self, lease: Lease, result: Result, *, basis: Job | None = None) -> Job: ...
 
     def retry_later(
         self,
@@ -316,7 +316,7 @@ class Processor:
             return self._transient(
                 delivery, job, heartbeat.lease, action, TransientError(repr(exc))
             )
-        return self._complete(job, heartbeat.lease, _as_result(result), "")
+        return self._complete(heartbeat.job, heartbeat.lease, _as_result(result), "")
 
     def _interrupted(
         self, delivery: Delivery, job: Job, heartbeat: Heartbeat, exc: Interrupted
@@ -366,7 +366,9 @@ class Processor:
         return Outcome(kind, job.job_id, detail)
 
     def _complete(self, job: Job, lease: Lease, result: Result, detail: str) -> tuple[Outcome, Job]:
-        job = self._store.complete(lease, result)
+        # `job` is the record as this delivery last wrote it: the store completes it with one
+        # conditional write when nothing changed since, without reading it again.
+        job = self._store.complete(lease, result, basis=job)
         return Outcome(OutcomeKind.COMPLETED, job.job_id, detail, job.result or result), job
 
     def _fail(self, job: Job, lease: Lease, error: ErrorInfo) -> tuple[Outcome, Job]:

@@ -399,3 +399,41 @@ def test_a_take_over_on_the_last_attempt_fails_the_job_as_the_reclaimer_would(
     assert (ended.state, ended.attempt, ended.lease_token) == (State.FAILED, 1, None)
     assert ended.last_error is not None and ended.last_error.code == "lease_expired"
     assert ended.history[-1].reason.endswith("attempt 1 of 1 was the last")
+
+
+# --- the read-free completion (a compare-and-set on start's update_time) ---------------------
+
+
+def test_completing_on_the_started_record_costs_one_write_and_no_read(
+    store: FirestoreJobStore, firestore_stats: Any
+) -> None:
+    job = running(store, "j")
+    firestore_stats.reset()
+    done = store.complete(lease_of(job), Result("deleted"), basis=job)
+    counts = firestore_stats.get()
+    assert (counts["document_reads"], counts["document_writes"]) == (0, 1)
+    assert done.state is State.COMPLETED
+    assert stored(store, "j").state is State.COMPLETED
+    assert done.update_time == store._jobs.document("j").get().update_time
+
+
+def test_a_record_changed_since_start_is_completed_in_a_transaction_instead(
+    store: FirestoreJobStore, firestore_stats: Any
+) -> None:
+    job = running(store, "j")
+    store.cancel("j", "too late", "ann")  # a cancel request changes the document
+    firestore_stats.reset()
+    done = store.complete(lease_of(job), Result("deleted"), basis=job)
+    assert done.state is State.COMPLETED  # the side effect happened: completed, not lost
+    assert firestore_stats.get()["document_reads"] >= 1  # refused CAS, then the transaction
+
+
+def test_a_stale_basis_after_a_take_over_is_refused(
+    store: FirestoreJobStore, clock: FakeClock
+) -> None:
+    first = running(store, "j")
+    clock.advance(LEASE + timedelta(seconds=1))
+    second = store.start("j", first.generation, LEASE, WORKER)
+    with pytest.raises(LeaseLost):
+        store.complete(lease_of(first), Result("deleted"), basis=first)
+    assert stored(store, "j").lease_token == second.lease_token

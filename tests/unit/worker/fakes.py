@@ -120,7 +120,7 @@ class MemoryStore:
             self.rules.release(job, lease, error, now, progress=progress, message_id=message_id)
         )
 
-    def complete(self, lease: Lease, result: Result) -> Job:
+    def complete(self, lease: Lease, result: Result, *, basis: Job | None = None) -> Job:
         self.calls.append("complete")
         job = self._held(lease.job_id)
         done = self._put(self.rules.complete(job, lease, result, self.clock.now()))
