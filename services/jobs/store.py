@@ -1,22 +1,20 @@
 """FirestoreJobStore: every read and change of job records, each change in a transaction.
 
-Each transition re-reads the document inside a Firestore transaction, asks
-`state.apply_transition` for the new record (the only place the rules live), and writes only
-the fields that changed. A lost race raises; nothing is ever overwritten blindly. Queries are
-built as `QuerySpec` values so a test can prove each one is served by a declared index.
+The thin store: each operation loads the document inside a Firestore transaction, asks
+`transitions.Transitions` for the new record (which asks `state.apply_transition`: the only
+place the rules live), and writes only the fields that changed. A lost race raises; nothing is
+ever overwritten blindly. The query shapes live in `queries.py` (as `QuerySpec` values a test
+proves are served by a declared index), the transaction plumbing over the client's private
+internals in `transactions.py`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import json
 import logging
-import random
-import time
+import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -26,12 +24,11 @@ from google.api_core import retry as api_retry
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from services.jobs import schema
+from services.jobs import metrics, schema
 from services.jobs.clock import Clock
 from services.jobs.control import Control
 from services.jobs.errors import (
-    AlreadyTerminal,
-    AttemptsExhausted,
+    InvalidRecord,
     InvalidTransition,
     JobNotFound,
     JobsError,
@@ -39,33 +36,60 @@ from services.jobs.errors import (
     LeaseLost,
     LostRace,
     ScheduleConflict,
-    StaleGeneration,
+    StoreRejected,
     StoreUnavailable,
     ValidationError,
+)
+from services.jobs.limits import (
+    MAX_REASON_BYTES,
 )
 from services.jobs.model import (
     DEFAULT_ACTIONS,
     Backlog,
-    CancelRequest,
-    Claim,
     ClaimedJob,
     EnqueueMark,
     ErrorInfo,
     IdempotencyRecord,
     Job,
+    Lease,
     NewJob,
     Page,
     Reclaimed,
+    ReclaimReport,
     Result,
     ScheduleResult,
     Stats,
+    decode_job,
+)
+from services.jobs.queries import (
+    QuerySpec,
+    decode_cursor,
+    due_query,
+    encode_cursor,
+    enqueued_query,
+    expired_claims_query,
+    expired_leases_query,
+    list_query,
+    misfiled_due_queries,
+    state_query,
 )
 from services.jobs.state import (
     DEFAULT_HISTORY_LIMIT,
     HistoryEntry,
     Role,
     State,
-    apply_transition,
+)
+from services.jobs.transactions import (
+    DEFAULT_CALL_TIMEOUT_S,
+    CallBounds,
+    TransactionRunner,
+    as_datetime,
+    store_errors,
+)
+from services.jobs.transitions import (
+    DEFAULT_TERMINAL_RETENTION,
+    Transitions,
+    reclaimed,
 )
 
 logger = logging.getLogger(__name__)
@@ -74,13 +98,9 @@ T = TypeVar("T")
 
 CLAIM_PAGE_SIZE = 100  # documents claimed per transaction
 MARK_PAGE_SIZE = 100  # documents marked enqueued per transaction
-DEFAULT_TERMINAL_RETENTION = timedelta(days=30)
-# Without these the client waits up to 300 s for a read and 60 s for a commit when Firestore is
-# unreachable; a scan run or a push must answer 503 long before Pub/Sub or the scheduler gives up.
-DEFAULT_CALL_TIMEOUT_S = 10.0
-_TRANSACTION_ATTEMPTS = 5  # the client's own retries of an ABORTED commit
-_CONTENTION_ROUNDS = 8  # our retries, with jittered backoff, once the client gives up
 _MAX_LIST_LIMIT = 500
+# Deferred records per run the due_at type check inspects (each query bills >= 1 read).
+MISFILED_CHECK_LIMIT = 20
 # A decision's identity beyond its job ID (docs/job-record.md, "Scheduling twice"): the same
 # values again are the same decision. The due time is not part of it: a retry of `--due +30d`
 # computes a new instant for the same decision.
@@ -131,243 +151,6 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-# --- queries as data ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QuerySpec:
-    """One query the store runs: equalities, at most one range field, order, limit, cursor."""
-
-    collection: str
-    equals: tuple[tuple[str, Any], ...] = ()
-    ranges: tuple[tuple[str, str, Any], ...] = ()  # (field, operator, value)
-    order_by: tuple[str, ...] = ()  # ascending; the implicit __name__ tiebreak follows
-    limit: int | None = None
-    start_after: tuple[Any, ...] | None = None  # order_by values, then the document ID
-
-    @property
-    def shape(self) -> schema.QueryShape:
-        ordered = list(self.order_by)
-        ordered += [f for f, _, _ in self.ranges if f not in ordered]
-        return schema.QueryShape(
-            self.collection,
-            frozenset(f for f, _ in self.equals),
-            tuple(schema.IndexField(f) for f in ordered),
-        )
-
-
-def due_query(now: datetime, limit: int | None) -> QuerySpec:
-    """Deferred jobs due at or before `now`, oldest due first."""
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.DEFERRED.value),),
-        ranges=(("due_at", "<=", now),),
-        order_by=("due_at",),
-        limit=limit,
-    )
-
-
-def expired_claims_query(cutoff: datetime, limit: int | None) -> QuerySpec:
-    """Claimed jobs whose claim was taken before `cutoff`, oldest first."""
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.CLAIMED.value),),
-        ranges=(("claim.claimed_at", "<", cutoff),),
-        order_by=("claim.claimed_at",),
-        limit=limit,
-    )
-
-
-def expired_leases_query(now: datetime, limit: int | None) -> QuerySpec:
-    """Running jobs whose lease ended before `now`, oldest first."""
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.RUNNING.value),),
-        ranges=(("lease_until", "<", now),),
-        order_by=("lease_until",),
-        limit=limit,
-    )
-
-
-def enqueued_query(before: datetime | None, limit: int | None) -> QuerySpec:
-    """Enqueued jobs (published before `before`, when given), oldest publish first."""
-    ranges: tuple[tuple[str, str, Any], ...] = ()
-    if before is not None:
-        ranges = (("enqueued_at", "<", before),)
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.ENQUEUED.value),),
-        ranges=ranges,
-        order_by=("enqueued_at",),
-        limit=limit,
-    )
-
-
-def state_query(state: State) -> QuerySpec:
-    """Every job in `state` (counted, never streamed)."""
-    return QuerySpec(schema.JOBS, equals=(("state", state.value),))
-
-
-def list_query(
-    *,
-    state: State | None = None,
-    due_before: datetime | None = None,
-    overdue_at: datetime | None = None,
-    claimed_before: datetime | None = None,
-    limit: int = 50,
-    after: tuple[Any, ...] | None = None,
-) -> QuerySpec:
-    """The operator's listing: one optional state, at most one time filter, in time order.
-
-    `due_before`: due_at < T. `overdue_at`: deferred with due_at <= T. `claimed_before`:
-    claimed with claim.claimed_at < T. Raises ValidationError for combinations no index serves.
-    """
-    if sum(x is not None for x in (due_before, overdue_at, claimed_before)) > 1:
-        raise ValidationError("use at most one of due_before, overdue_at, claimed_before")
-    equals: tuple[tuple[str, Any], ...] = (("state", state.value),) if state else ()
-    ranges: tuple[tuple[str, str, Any], ...] = ()
-    order = "due_at"
-    if overdue_at is not None:
-        if state not in (None, State.DEFERRED):
-            raise ValidationError("overdue_at lists deferred jobs; drop the state filter")
-        equals = (("state", State.DEFERRED.value),)
-        ranges = (("due_at", "<=", overdue_at),)
-    elif claimed_before is not None:
-        if state not in (None, State.CLAIMED):
-            raise ValidationError("claimed_before lists claimed jobs; drop the state filter")
-        equals = (("state", State.CLAIMED.value),)
-        ranges = (("claim.claimed_at", "<", claimed_before),)
-        order = "claim.claimed_at"
-    elif due_before is not None:
-        ranges = (("due_at", "<", due_before),)
-    return QuerySpec(
-        schema.JOBS,
-        equals=equals,
-        ranges=ranges,
-        order_by=(order,),
-        limit=limit,
-        start_after=after,
-    )
-
-
-def _encode_cursor(order_value: datetime, job_id: str) -> str:
-    raw = json.dumps([order_value.astimezone(UTC).isoformat(), job_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        value, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        return datetime.fromisoformat(value), str(job_id)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise ValidationError(f"cursor {cursor[:40]!r} is not one this store returned") from exc
-
-
-# --- bounded calls --------------------------------------------------------------------------
-
-
-def bounded_retry(deadline_s: float) -> api_retry.Retry:
-    """Retry transient Firestore errors with backoff, giving up after `deadline_s` in all."""
-    return api_retry.Retry(
-        predicate=api_retry.if_exception_type(
-            api_exceptions.ServiceUnavailable,
-            api_exceptions.DeadlineExceeded,
-            api_exceptions.InternalServerError,
-            api_exceptions.ResourceExhausted,
-        ),
-        initial=0.1,
-        maximum=2.0,
-        multiplier=2.0,
-        timeout=deadline_s,
-    )
-
-
-@dataclass(frozen=True)
-class CallBounds:
-    """The per-call timeout and the retry every Firestore request of a store gets.
-
-    `retry` None means `bounded_retry(2 * timeout_s)`: a couple of attempts, then 503.
-    """
-
-    timeout_s: float = DEFAULT_CALL_TIMEOUT_S
-    retry: api_retry.Retry | None = None
-
-    def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError("timeout_s must be positive")
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """`retry=` and `timeout=` for a read (get, query, aggregation, get_all)."""
-        return {"retry": self.retry or bounded_retry(2 * self.timeout_s), "timeout": self.timeout_s}
-
-    @property
-    def write_kwargs(self) -> dict[str, Any]:
-        """For a single write: timeout only, since a retried create would answer AlreadyExists
-        for its own first attempt."""
-        return {"retry": None, "timeout": self.timeout_s}
-
-
-class BoundedTransaction(firestore.Transaction):
-    """A transaction whose begin, commit and rollback carry a timeout.
-
-    The client's Transaction sends them with the generated defaults (60 s and its own retries)
-    and takes no timeout argument, so these three calls are re-issued here with one.
-    """
-
-    def __init__(self, client: firestore.Client, bounds: CallBounds, max_attempts: int) -> None:
-        super().__init__(client, max_attempts=max_attempts)
-        self._bounds = bounds
-
-    def _begin(self, retry_id: bytes | None = None) -> None:
-        if self.in_progress:
-            raise ValueError(f"transaction {self._id!r} already begun")
-        response = self._client._firestore_api.begin_transaction(
-            request={
-                "database": self._client._database_string,
-                "options": self._options_protobuf(retry_id),
-            },
-            metadata=self._client._rpc_metadata,
-            **self._bounds.kwargs,
-        )
-        self._id = response.transaction
-
-    def _rollback(self) -> None:
-        # Called on any error in the body or commit. When begin itself failed there is
-        # nothing to roll back, and a failed rollback must not hide the error that caused it:
-        # Firestore expires an abandoned transaction on its own.
-        if not self.in_progress:
-            return
-        try:
-            self._client._firestore_api.rollback(
-                request={"database": self._client._database_string, "transaction": self._id},
-                metadata=self._client._rpc_metadata,
-                **self._bounds.write_kwargs,
-            )
-        except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
-            logger.warning("transaction rollback failed: %s", type(exc).__name__)
-        finally:
-            self._clean_up()
-
-    def _commit(self) -> list[Any]:
-        if not self.in_progress:
-            raise ValueError("no transaction in progress to commit")
-        response = self._client._firestore_api.commit(
-            request={
-                "database": self._client._database_string,
-                "writes": self._write_pbs,
-                "transaction": self._id,
-            },
-            metadata=self._client._rpc_metadata,
-            **self._bounds.write_kwargs,
-        )
-        self._clean_up()
-        self.write_results = list(response.write_results)
-        self.commit_time = response.commit_time
-        return self.write_results
-
-
 # --- the store ----------------------------------------------------------------------------
 
 
@@ -386,17 +169,13 @@ class FirestoreJobStore:
         timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         retry: api_retry.Retry | None = None,
     ) -> None:
-        if history_limit < 1:
-            raise ValueError("history_limit must be at least 1")
-        if terminal_retention <= timedelta(0):
-            raise ValueError("terminal_retention must be positive")
+        self._rules = Transitions(history_limit, terminal_retention)
         self._client = client
         self._clock = clock
-        self._history_limit = history_limit
-        self._retention = terminal_retention
         self._known_actions = frozenset(known_actions)
         self._observe = query_observer
         self._bounds = CallBounds(timeout_s, retry)
+        self._tx = TransactionRunner(client, self._bounds)
 
     @property
     def clock(self) -> Clock:
@@ -417,7 +196,7 @@ class FirestoreJobStore:
         valid = new_job.validated(self._known_actions)
         job = self._new_record(valid, by)
         ref = self._jobs.document(valid.job_id)
-        with _store_errors():
+        with store_errors():
             try:
                 ref.create(job.to_document(), **self._bounds.write_kwargs)
                 logger.info("scheduled job %s due %s", job.job_id, job.due_at.isoformat())
@@ -450,7 +229,7 @@ class FirestoreJobStore:
                 outcomes[index] = exc
         if not self._create_batch(valid, {}, outcomes, by):
             refs = [self._jobs.document(v.job_id) for v in valid.values()]
-            with _store_errors():
+            with store_errors():
                 found = {
                     s.id: Job.from_document(s.id, s.to_dict() or {})
                     for s in self._client.get_all(refs, **self._bounds.kwargs)
@@ -486,7 +265,7 @@ class FirestoreJobStore:
             outcomes[index] = ScheduleResult(job, created=True)
         if not pending:
             return True
-        with _store_errors():
+        with store_errors():
             try:
                 batch.commit(**self._bounds.write_kwargs)
             except api_exceptions.AlreadyExists:
@@ -510,18 +289,13 @@ class FirestoreJobStore:
     def cancel(self, job_id: str, reason: str, by: str) -> Job:
         """Cancel a job. Deferred, claimed or enqueued → cancelled. Running → records
         cancel_requested (the worker honours it; state stays running). Terminal →
-        AlreadyTerminal, unchanged. Missing → JobNotFound."""
+        AlreadyTerminal, unchanged. Missing → JobNotFound. A reason over MAX_REASON_BYTES
+        → ValidationError."""
         _require_text(reason=reason, by=by)
+        _require_short(reason=reason, by=by)
 
         def change(job: Job, now: datetime) -> Job:
-            if job.state is State.RUNNING:
-                if job.cancel_requested is not None:
-                    return job
-                request = CancelRequest(reason=reason, by=f"{Role.OPERATOR}:{by}", at=now)
-                return dataclasses.replace(job, cancel_requested=request, updated_at=now)
-            return self._apply(
-                job, State.CANCELLED, Role.OPERATOR, by, now, reason, expire_at=self._expiry(now)
-            )
+            return self._rules.cancel(job, reason, by, now)
 
         return self._transition(job_id, change)
 
@@ -529,19 +303,26 @@ class FirestoreJobStore:
         """Move a deferred job's due_at (and so its claim time). Any other state →
         InvalidTransition. A failed job is re-scheduled as a new job ID instead."""
         _require_text(reason=reason, by=by)
+        _require_short(reason=reason, by=by)
         new_due = _require_aware(due_at, "due_at")
 
         def change(job: Job, now: datetime) -> Job:
-            why = f"{reason} (due_at {job.due_at.isoformat()} → {new_due.isoformat()})"
-            return self._apply(job, State.DEFERRED, Role.OPERATOR, by, now, why, due_at=new_due)
+            return self._rules.reschedule(job, new_due, reason, by, now)
 
         return self._transition(job_id, change)
 
     def get(self, job_id: str) -> Job | None:
-        """The job, or None. One read."""
-        with _store_errors():
+        """The job, or None. One read. InvalidRecord when the document cannot be decoded
+        (`raw` shows it as stored)."""
+        with store_errors():
             snapshot = self._jobs.document(job_id).get(**self._bounds.kwargs)
-        return Job.from_document(job_id, snapshot.to_dict() or {}) if snapshot.exists else None
+        return _decoded(snapshot) if snapshot.exists else None
+
+    def raw(self, job_id: str) -> dict[str, Any] | None:
+        """The job document exactly as stored (for records `get` cannot decode), or None."""
+        with store_errors():
+            snapshot = self._jobs.document(job_id).get(**self._bounds.kwargs)
+        return snapshot.to_dict() if snapshot.exists else None
 
     def list_jobs(
         self,
@@ -566,7 +347,7 @@ class FirestoreJobStore:
         ):
             if value is not None:
                 _require_aware(value, name)
-        after = _decode_cursor(cursor) if cursor else None
+        after = decode_cursor(cursor) if cursor else None
         spec = list_query(
             state=state,
             due_before=due_before,
@@ -575,16 +356,23 @@ class FirestoreJobStore:
             limit=limit + 1,  # one more tells whether another page exists
             after=after,
         )
-        with _store_errors():
-            jobs = [Job.from_document(s.id, s.to_dict() or {}) for s in self._stream(spec)]
-        more = len(jobs) > limit
-        jobs = jobs[:limit]
+        with store_errors():
+            snapshots = list(self._stream(spec))
+        more = len(snapshots) > limit
+        snapshots = snapshots[:limit]
+        jobs: list[Job] = []
+        invalid: list[str] = []
+        for snapshot in snapshots:
+            try:
+                jobs.append(_decoded(snapshot))
+            except InvalidRecord:
+                invalid.append(snapshot.id)  # listed by ID; `raw` shows it, a scan moves it
         next_cursor = None
         if more:
-            last = jobs[-1]
-            order_value = last.claim.claimed_at if claimed_before and last.claim else last.due_at
-            next_cursor = _encode_cursor(order_value, last.job_id)
-        return Page(tuple(jobs), next_cursor)
+            last = snapshots[-1]
+            field_path = "claim.claimed_at" if claimed_before else "due_at"
+            next_cursor = encode_cursor(last.get(field_path), last.id)
+        return Page(tuple(jobs), next_cursor, tuple(invalid))
 
     def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
         """Backlog figures from count aggregations and one limit-1 query; never reads every
@@ -592,7 +380,7 @@ class FirestoreJobStore:
         passed to the others (https://cloud.google.com/firestore/docs/reference/rpc/google.
         firestore.v1#runaggregationqueryrequest), so a job moving between states mid-way is
         counted once, in one state."""
-        with _store_errors():
+        with store_errors():
             first = self._query(state_query(State.DEFERRED)).count(alias="n")
             results = first.get(**self._bounds.kwargs)
             read_time = results[0][0].read_time if results and results[0] else None
@@ -608,12 +396,8 @@ class FirestoreJobStore:
                 expired_claims_query(now - claim_timeout, None), read_time=read_time
             )
             expired = self._count(expired_leases_query(now, None), read_time=read_time)
-        age = None
-        if oldest:
-            due_at = Job.from_document(oldest[0].id, oldest[0].to_dict() or {}).due_at
-            age = max((now - due_at).total_seconds(), 0.0)
         return Stats(
-            oldest_overdue_age_s=age,
+            oldest_overdue_age_s=_age(now, oldest, "due_at"),
             due_count=due_count,
             stuck_claims=stuck,
             expired_leases=expired,
@@ -633,7 +417,7 @@ class FirestoreJobStore:
         """
         if claim_timeout <= timedelta(0) or enqueued_timeout <= timedelta(0):
             raise ValidationError("claim_timeout and enqueued_timeout must be positive")
-        with _store_errors():
+        with store_errors():
             oldest_due = list(self._stream(due_query(now, 1)))
             oldest_enqueued = list(self._stream(enqueued_query(None, 1)))
             due_count = self._count(due_query(now, None))
@@ -649,7 +433,7 @@ class FirestoreJobStore:
 
     def get_control(self) -> Control:
         """The operator's control settings; defaults when the document does not exist."""
-        with _store_errors():
+        with store_errors():
             snapshot = self._control_ref.get(**self._bounds.kwargs)
         return Control.from_document(snapshot.to_dict() if snapshot.exists else None)
 
@@ -666,19 +450,27 @@ class FirestoreJobStore:
             transaction.set(ref, updated.to_document())
             return updated
 
-        return self._run(body)
+        return self._tx.run(body)
 
     # -- scan --------------------------------------------------------------------------------
 
     def claim_due(
-        self, now: datetime, run_id: str, limit: int, *, page_size: int = CLAIM_PAGE_SIZE
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        *,
+        page_size: int = CLAIM_PAGE_SIZE,
+        on_quarantine: Callable[[str], None] | None = None,
     ) -> list[ClaimedJob]:
         """Claim up to `limit` deferred jobs due at or before `now`, oldest due first.
 
         Each page is one transaction that queries and claims (generation + 1), so overlapping
         callers never claim the same job: 1 read + 1 write per claimed job, 1 read when nothing
-        is due. If contention persists after some pages were claimed, returns those (they are
-        committed and must be published); with none claimed it raises LostRace.
+        is due. Each document is decoded on its own: one that cannot be is left out of the
+        page, quarantined after it (`on_quarantine(job_id)`), and claiming goes on. If
+        contention persists after some pages were claimed, returns those (they are committed
+        and must be published); with none claimed it raises LostRace.
         """
         _require_text(run_id=run_id)
         if limit < 0 or page_size < 1:
@@ -687,37 +479,38 @@ class FirestoreJobStore:
         while len(claimed) < limit:
             want = min(page_size, limit - len(claimed))
             try:
-                page = self._run(self._claim_page, now, run_id, want)
+                page, invalid = self._tx.run(self._claim_page, now, run_id, want)
             except LostRace:
                 if not claimed:
                     raise
                 logger.warning("claim_due %s stopped by contention after %d", run_id, len(claimed))
                 break
             claimed.extend(page)
-            if len(page) < want:
+            moved = [job_id for job_id in invalid if self._quarantine(job_id, Role.SCAN, run_id)]
+            for job_id in moved:
+                if on_quarantine is not None:
+                    on_quarantine(job_id)
+            # A page that only met records it could not move aside would come back the same.
+            if len(page) + len(invalid) < want or not (page or moved):
                 break
         return claimed
 
     def _claim_page(
         self, transaction: firestore.Transaction, now: datetime, run_id: str, want: int
-    ) -> list[ClaimedJob]:
+    ) -> tuple[list[ClaimedJob], list[str]]:
         at = self._clock.now()
         claimed = []
+        invalid = []
         for snapshot in self._stream(due_query(now, want), transaction):
-            job = Job.from_document(snapshot.id, snapshot.to_dict() or {})
-            claim = Claim(run_id=run_id, claimed_at=at, generation=job.generation + 1)
-            new = self._apply(
-                job,
-                State.CLAIMED,
-                Role.SCAN,
-                run_id,
-                at,
-                f"due at {job.due_at.isoformat()}",
-                claim=claim,
-            )
-            transaction.update(snapshot.reference, _diff(job, new))
-            claimed.append(ClaimedJob(job.job_id, claim.generation, job.due_at, at, job.action))
-        return claimed
+            try:
+                job = _decoded(snapshot)
+            except InvalidRecord:
+                invalid.append(snapshot.id)
+                continue
+            new = self._rules.claim(job, run_id, at)
+            _write(transaction, snapshot.reference, job, new)
+            claimed.append(ClaimedJob(job.job_id, new.generation, job.due_at, at, job.action))
+        return claimed, invalid
 
     def mark_enqueued(
         self, job_id: str, generation: int, message_id: str, at: datetime | None = None
@@ -731,7 +524,7 @@ class FirestoreJobStore:
         _require_text(message_id=message_id)
 
         def change(job: Job, now: datetime) -> Job:
-            return self._enqueued(job, generation, message_id, at or now, now)
+            return self._rules.enqueued(job, generation, message_id, at or now, now)
 
         return self._transition(job_id, change)
 
@@ -755,11 +548,16 @@ class FirestoreJobStore:
         for start in range(0, len(items), page_size):
             page = list(items[start : start + page_size])
             try:
-                marks.extend(self._run(self._mark_page, page, at))
-            except (LostRace, StoreUnavailable) as exc:
+                done = self._tx.run(self._mark_page, page, at)
+            except (LostRace, StoreUnavailable, StoreRejected) as exc:
                 marks.extend(
                     EnqueueMark(job_id, generation, error=exc) for job_id, generation, _ in page
                 )
+                continue
+            marks.extend(done)
+            for mark in done:
+                if isinstance(mark.error, InvalidRecord):
+                    self._quarantine(mark.job_id, Role.SCAN, "mark_enqueued")
         return marks
 
     def _mark_page(
@@ -772,10 +570,14 @@ class FirestoreJobStore:
         valid = {job_id for job_id, _, message_id in page if _text_ok(job_id, message_id)}
         refs = [self._jobs.document(job_id) for job_id in sorted(valid)]
         before: dict[str, Job] = {}
+        broken: dict[str, InvalidRecord] = {}
         if refs:
             for snapshot in transaction.get_all(refs, **self._bounds.kwargs):
                 if snapshot.exists:
-                    before[snapshot.id] = Job.from_document(snapshot.id, snapshot.to_dict() or {})
+                    try:
+                        before[snapshot.id] = _decoded(snapshot)
+                    except InvalidRecord as exc:
+                        broken[snapshot.id] = exc
         current = dict(before)
         marks = []
         for job_id, generation, message_id in page:
@@ -784,11 +586,15 @@ class FirestoreJobStore:
                     "job_id and message_id must be non-empty strings"
                 )
                 marks.append(EnqueueMark(job_id, generation, error=error))
+            elif job_id in broken:
+                marks.append(EnqueueMark(job_id, generation, error=broken[job_id]))
             elif job_id not in current:
                 marks.append(EnqueueMark(job_id, generation, error=JobNotFound(job_id)))
             else:
                 try:
-                    job = self._enqueued(current[job_id], generation, message_id, at or now, now)
+                    job = self._rules.enqueued(
+                        current[job_id], generation, message_id, at or now, now
+                    )
                 except JobsError as exc:
                     marks.append(EnqueueMark(job_id, generation, error=exc))
                 else:
@@ -800,30 +606,6 @@ class FirestoreJobStore:
                 transaction.update(self._jobs.document(job_id), diff)
         return marks
 
-    def _enqueued(
-        self, job: Job, generation: int, message_id: str, at: datetime, now: datetime
-    ) -> Job:
-        """The job after its publish was acknowledged at `at`: the rules of mark_enqueued."""
-        if job.claim is None:
-            raise InvalidTransition(job.job_id, job.state, State.ENQUEUED, "never claimed")
-        _require_generation(job, generation)
-        if job.state not in (State.CLAIMED, State.DEFERRED):
-            # Already enqueued, or the push reached a worker first: never move it
-            # backwards; record the message ID at most (a repeat call is a no-op).
-            if job.message_id == message_id:
-                return job
-            return dataclasses.replace(job, message_id=message_id, updated_at=now)
-        return self._apply(
-            job,
-            State.ENQUEUED,
-            Role.SCAN,
-            _claimant(job),
-            now,
-            f"published as message {message_id}",
-            enqueued_at=at,
-            message_id=message_id,
-        )
-
     # Alias carrying the precondition in its name (STYLE.md).
     mark_enqueued_if_claimed = mark_enqueued
 
@@ -832,272 +614,390 @@ class FirestoreJobStore:
         job stays due, so a later run publishes it again."""
 
         def change(job: Job, now: datetime) -> Job:
-            _require_generation(job, generation)
-            return self._apply(
-                job,
-                State.DEFERRED,
-                Role.SCAN,
-                _claimant(job),
-                now,
-                f"publish failed: {error.code}",
-                last_error=_stamped(error, now),
-            )
+            return self._rules.enqueue_failed(job, generation, error, now)
 
         return self._transition(job_id, change)
 
     def reclaim_expired(
-        self, now: datetime, claim_timeout: timedelta, limit: int, run_id: str
-    ) -> list[Reclaimed]:
-        """Take back abandoned work, at most `limit` jobs, each audited by `reclaimer:<run_id>`.
+        self,
+        now: datetime,
+        claim_timeout: timedelta,
+        limit: int,
+        run_id: str,
+        *,
+        enqueued_timeout: timedelta | None = None,
+    ) -> ReclaimReport:
+        """The rescuer: take back abandoned work, at most `limit` jobs, each audited by
+        `reclaimer:<run_id>`, and quarantine records nothing else could move.
 
-        Claimed with claim.claimed_at older than now - claim_timeout → deferred (same
-        generation; the next claim bumps it). Running whose lease_until < now (the worker
-        crashed mid-action): that retry cycle is spent, so → deferred with attempt + 1 (due at
-        once, as before), or failed when it was the last; a crash loop therefore ends. The query
-        runs inside each transaction, so a fresh claim or a renewed lease is never touched.
+        - Claimed with claim.claimed_at older than now - claim_timeout → deferred (same
+          generation; the next claim bumps it).
+        - Running whose lease_until < now (the worker crashed or stopped heartbeating): the
+          rule of `Transitions.lapse_end`, the same `start` applies — cancelled when a cancel was
+          requested, failed in the last attempt, else deferred with attempt + 1, due at once.
+        - With `enqueued_timeout`: enqueued with enqueued_at older than now - it (no start
+          since the publish or release: the message is lost) → deferred; the next claim
+          publishes it under generation + 1, which fences the old message.
+        - Deferred jobs whose due_at is not a timestamp (no due query can see them) and any
+          undecodable document met on the way are quarantined (`quarantined`).
+
+        Each page is one transaction that queries and changes; a page that fails (a locked
+        record, contention, an error) is retried one record at a time, and a record that
+        still fails is `skipped` with its reason: one record never stops the rest. Results of
+        committed pages are always returned; `stopped_by` says what ended a step early.
         """
         _require_text(run_id=run_id)
         if claim_timeout <= timedelta(0):
             raise ValidationError("claim_timeout must be positive")
-        reclaimed: list[Reclaimed] = []
+        if enqueued_timeout is not None and enqueued_timeout <= timedelta(0):
+            raise ValidationError("enqueued_timeout must be positive")
         cutoff = now - claim_timeout
-        for spec_for, step in (
-            (lambda n: expired_claims_query(cutoff, n), self._reclaim_claim),
-            (lambda n: expired_leases_query(now, n), self._reclaim_lease),
-        ):
-            while len(reclaimed) < limit:
-                want = min(CLAIM_PAGE_SIZE, limit - len(reclaimed))
-                page = self._run(self._reclaim_page, spec_for(want), step, run_id)
-                reclaimed.extend(page)
-                if len(page) < want:
-                    break
-        if reclaimed:
-            logger.warning("reclaimed %d job(s) in run %s", len(reclaimed), run_id)
-        return reclaimed
+        steps: list[_ReclaimStep] = [
+            _ReclaimStep(
+                "claim_timeout",
+                lambda n: expired_claims_query(cutoff, n),
+                lambda j: (
+                    j.state is State.CLAIMED and j.claim is not None and j.claim.claimed_at < cutoff
+                ),
+                self._rules.reclaim_claim,
+            ),
+            _ReclaimStep(
+                "lease_expired",
+                lambda n: expired_leases_query(now, n),
+                lambda j: j.state is State.RUNNING and not j.lease_live(now),
+                self._rules.reclaim_lease,
+            ),
+        ]
+        if enqueued_timeout is not None:
+            before = now - enqueued_timeout
+            steps.append(
+                _ReclaimStep(
+                    "enqueued_timeout",
+                    lambda n: enqueued_query(before, n),
+                    lambda j: (
+                        j.state is State.ENQUEUED
+                        and j.enqueued_at is not None
+                        and j.enqueued_at < before
+                    ),
+                    self._rules.rescue_enqueued,
+                )
+            )
+        tally = _ReclaimTally(run_id)
+        try:
+            for step in steps:
+                self._reclaim_step(step, limit, tally)
+            self._quarantine_misfiled_due(run_id, tally)
+        except StoreUnavailable as exc:
+            # Firestore itself is out of reach: nothing more can be done this run. With
+            # nothing committed that is the caller's error; otherwise keep what was done.
+            if not (tally.reclaimed or tally.quarantined):
+                raise
+            tally.stopped_by = exc
+        report = tally.report()
+        if report.reclaimed:
+            logger.warning("reclaimed %d job(s) in run %s", len(report.reclaimed), run_id)
+        return report
+
+    def _reclaim_step(self, step: _ReclaimStep, limit: int, tally: _ReclaimTally) -> None:
+        while len(tally.reclaimed) < limit:
+            want = min(CLAIM_PAGE_SIZE, limit - len(tally.reclaimed))
+            spec = step.spec(want)
+            try:
+                page, invalid = self._tx.run(self._reclaim_page, spec, step, tally.run_id)
+            except StoreUnavailable:
+                raise
+            except JobsError as exc:
+                logger.warning("reclaim page (%s) failed, going one by one: %s", step.name, exc)
+                if not self._reclaim_each(spec, step, tally):
+                    return
+                continue
+            tally.reclaimed.extend(page)
+            moved = self._quarantine_all(invalid, tally)
+            if len(page) + len(invalid) < want or not (page or moved):
+                return
 
     def _reclaim_page(
         self,
         transaction: firestore.Transaction,
         spec: QuerySpec,
-        step: Callable[[Job, datetime, str], Job],
+        step: _ReclaimStep,
         run_id: str,
-    ) -> list[Reclaimed]:
+    ) -> tuple[list[Reclaimed], list[str]]:
         at = self._clock.now()
         page = []
+        invalid = []
         for snapshot in self._stream(spec, transaction):
-            job = Job.from_document(snapshot.id, snapshot.to_dict() or {})
-            new = step(job, at, run_id)
-            transaction.update(snapshot.reference, _diff(job, new))
-            page.append(Reclaimed(job.job_id, job.state, new.state, job.generation))
-        return page
+            try:
+                job = _decoded(snapshot)
+            except InvalidRecord:
+                invalid.append(snapshot.id)
+                continue
+            new = step.change(job, at, run_id)
+            _write(transaction, snapshot.reference, job, new)
+            page.append(reclaimed(job, new, step.name))
+        return page, invalid
 
-    def _reclaim_claim(self, job: Job, at: datetime, run_id: str) -> Job:
-        claimed_at = job.claim.claimed_at.isoformat() if job.claim else "unknown"
-        reason = f"claim by {_claimant(job)} at {claimed_at} exceeded the claim timeout"
-        return self._apply(job, State.DEFERRED, Role.RECLAIMER, run_id, at, reason)
+    def _reclaim_each(self, spec: QuerySpec, step: _ReclaimStep, tally: _ReclaimTally) -> bool:
+        """The page again, one transaction per record; False when the step should stop."""
+        try:
+            with store_errors():
+                ids = [snapshot.id for snapshot in self._stream(spec)]
+        except StoreUnavailable:
+            raise
+        except JobsError as exc:
+            tally.stopped_by = exc
+            return False
+        progressed = False
+        for job_id in ids:
+            ref = self._jobs.document(job_id)
 
-    def _reclaim_lease(self, job: Job, at: datetime, run_id: str) -> Job:
-        until = job.lease_until.isoformat() if job.lease_until else "unknown"
-        reason = f"lease of {job.lease_owner} expired at {until}"
-        error = ErrorInfo("lease_expired", reason, at)
-        if not _attempt_left(job):
-            return self._apply(
-                job,
-                State.FAILED,
-                Role.RECLAIMER,
-                run_id,
-                at,
-                f"{reason}; attempt {job.attempt} of {job.max_attempts} was the last",
-                last_error=error,
-                expire_at=self._expiry(at),
-                **_NO_LEASE,
-            )
-        return self._apply(
-            job,
-            State.DEFERRED,
-            Role.RECLAIMER,
-            run_id,
-            at,
-            f"{reason}; attempt {job.attempt + 1} of {job.max_attempts} next",
-            attempt=job.attempt + 1,
-            last_error=error,
-            **_NO_LEASE,
-        )
+            def body(transaction: firestore.Transaction, ref: Any = ref) -> Reclaimed | None:
+                job = self._load(transaction, ref, ref.id)
+                if not step.applies(job):
+                    return None  # moved on meanwhile: nothing to do
+                at = self._clock.now()
+                new = step.change(job, at, tally.run_id)
+                _write(transaction, ref, job, new)
+                return reclaimed(job, new, step.name)
+
+            try:
+                done = self._tx.run(body)
+            except InvalidRecord:
+                self._quarantine_all([job_id], tally)
+                progressed = True
+                continue
+            except (JobNotFound, InvalidTransition):
+                continue
+            except StoreUnavailable:
+                raise
+            except JobsError as exc:
+                tally.skipped.append((job_id, f"{step.name}: {type(exc).__name__}: {exc}"))
+                logger.warning(
+                    "reclaim skipped job %s: %s",
+                    job_id,
+                    exc,
+                    extra={"fields": {"job_id": job_id, "reason": f"reclaim_{step.name}"}},
+                )
+                continue
+            if done is not None:
+                tally.reclaimed.append(done)
+                progressed = True
+        # Stop the step when nothing moved: the records left are the skipped ones.
+        return progressed and len(ids) == spec.limit
+
+    def _quarantine_all(self, job_ids: Sequence[str], tally: _ReclaimTally) -> int:
+        moved = [j for j in job_ids if self._quarantine(j, Role.RECLAIMER, tally.run_id)]
+        tally.quarantined.extend(moved)
+        return len(moved)
+
+    def _quarantine_misfiled_due(self, run_id: str, tally: _ReclaimTally) -> None:
+        """The periodic check for a deferred job whose due_at is not a timestamp: Firestore
+        range filters match only values of the operand's type and order types null < bool <
+        number < timestamp < string (https://firebase.google.com/docs/firestore/manage-data/
+        data-types#value_type_ordering), so no due query ever returns it. Two limit queries
+        on the (state, due_at) index find the common mistakes: a null, boolean or number sorts
+        before every timestamp, a string (an ISO date) after. 1 read each when none exist."""
+        specs = misfiled_due_queries(MISFILED_CHECK_LIMIT)
+        misfiled: list[str] = []
+        try:
+            with store_errors():
+                for spec in specs:
+                    for snapshot in self._stream(spec):
+                        if isinstance(snapshot.get("due_at"), datetime):
+                            break  # timestamps from here on
+                        misfiled.append(snapshot.id)
+        except StoreRejected as exc:
+            tally.stopped_by = tally.stopped_by or exc
+        self._quarantine_all(misfiled, tally)
 
     # -- worker ----------------------------------------------------------------------------
-    # cancel_running, release, complete, retry_later and fail need the caller's running lease
-    # of this generation; without it they raise LeaseLost and change nothing.
+    # cancel_running, extend_lease, release, complete, retry_later and fail take the `Lease`
+    # that `start` returned (job.lease). Its token is new on every start, so any delivery
+    # but the one holding the running lease (a stale one in the same process included) is
+    # refused with LeaseLost and changes nothing.
 
     def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job:
-        """Take the lease: enqueued or claimed (push before enqueue) → running.
+        """Take the lease: enqueued or claimed (push before enqueue) → running, with a new
+        lease token (per delivery) that every later worker transition must present.
 
-        `attempt` is unchanged: a start (or a redelivery's restart) is part of the current retry
-        cycle, so a job in a valid state can always be started. Refuses: terminal →
-        AlreadyTerminal; another generation → StaleGeneration; a live lease → LeaseHeld;
-        deferred → InvalidTransition. An expired lease of the same generation is taken over.
-        The returned job shows `cancel_requested`, which the worker must honour with
-        `cancel_running`.
+        Refuses: terminal → AlreadyTerminal; another generation → StaleGeneration; a live
+        lease → LeaseHeld (also when another job holds the job's shared idempotency key);
+        deferred → InvalidTransition; an undecodable document → InvalidRecord (quarantined
+        first). An expired lease of the same generation is taken over, and that costs the
+        crashed cycle an attempt exactly as when the reclaimer finds it: attempt + 1, or
+        `failed` when it was the last (the returned job is then failed, with no lease).
+        `attempt` is otherwise unchanged. The returned job shows `cancel_requested`, which the
+        worker must honour with `cancel_running`.
         """
         _require_text(worker_id=worker_id)
         if lease <= timedelta(0):
             raise ValidationError("lease must be positive")
-
-        def change(job: Job, now: datetime) -> Job:
-            if job.state.terminal:
-                raise AlreadyTerminal(job.job_id, job.state, State.RUNNING)
-            _require_generation(job, generation)
-            reason = f"attempt {job.attempt} of {job.max_attempts}"
-            if job.state is State.RUNNING:
-                if job.lease_live(now):
-                    raise LeaseHeld(job.job_id, job.lease_owner, job.lease_until)
-                reason += f"; took over the expired lease of {job.lease_owner}"
-            return self._apply(
-                job,
-                State.RUNNING,
-                Role.WORKER,
-                worker_id,
-                now,
-                reason,
-                lease_until=now + lease,
-                lease_owner=worker_id,
-            )
-
-        return self._transition(job_id, change)
-
-    def cancel_running(self, job_id: str, generation: int, *, worker_id: str) -> Job:
-        """Running → cancelled, when the operator asked (cancel_requested) and the worker
-        honours it before acting."""
-
-        def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, generation, worker_id)
-            if job.cancel_requested is None:
-                raise InvalidTransition(
-                    job.job_id, job.state, State.CANCELLED, "no cancel was requested"
-                )
-            reason = job.cancel_requested.reason if job.cancel_requested else ""
-            return self._apply(
-                job,
-                State.CANCELLED,
-                Role.WORKER,
-                worker_id,
-                now,
-                f"cancel honoured: {reason}",
-                expire_at=self._expiry(now),
-                **_NO_LEASE,
-            )
-
-        return self._transition(job_id, change)
-
-    def release(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job:
-        """Running → enqueued after a transient error, so Pub/Sub's redelivery starts it
-        again. `attempt` is unchanged: Pub/Sub's deliveryAttempt counts these quick retries,
-        and the worker turns them into `retry_later` at its threshold."""
-
-        def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, generation, worker_id)
-            return self._apply(
-                job,
-                State.ENQUEUED,
-                Role.WORKER,
-                worker_id,
-                now,
-                f"released after {error.code}",
-                last_error=_stamped(error, now),
-                **_NO_LEASE,
-            )
-
-        return self._transition(job_id, change)
-
-    def complete(self, job_id: str, generation: int, result: Result, *, worker_id: str) -> Job:
-        """Running → completed with the result, and the idempotency document written in the
-        same transaction. Sets expire_at = now + terminal retention on both."""
+        ref = self._jobs.document(job_id)
 
         def body(transaction: firestore.Transaction) -> Job:
-            ref = self._jobs.document(job_id)
             job = self._load(transaction, ref, job_id)
             now = self._clock.now()
-            self._require_lease(job, generation, worker_id)
-            stamped = dataclasses.replace(result, completed_at=now)
-            new = self._apply(
-                job,
-                State.COMPLETED,
-                Role.WORKER,
-                worker_id,
-                now,
-                f"outcome {result.outcome}",
-                result=stamped,
-                expire_at=self._expiry(now),
-                **_NO_LEASE,
+            token = uuid.uuid4().hex
+            new = self._rules.start(job, generation, now, lease, worker_id, token)
+            if new.state is State.RUNNING and job.explicit_key:
+                self._hold_key(transaction, job, token, now + lease, now)
+            _write(transaction, ref, job, new)
+            return new
+
+        try:
+            return self._tx.run(body)
+        except InvalidRecord:
+            self._quarantine(job_id, Role.WORKER, worker_id)
+            raise
+
+    def extend_lease(self, lease: Lease, duration: timedelta) -> Job:
+        """The heartbeat: move the holder's lease_until to now + `duration` (a compare-and-set
+        on the lease token; LeaseLost when it is no longer the holder's). The returned job
+        shows a `cancel_requested` that arrived meanwhile."""
+        if duration <= timedelta(0):
+            raise ValidationError("duration must be positive")
+        ref = self._jobs.document(lease.job_id)
+
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self._load(transaction, ref, lease.job_id)
+            now = self._clock.now()
+            new = self._rules.extend(job, lease, now, duration)
+            if job.explicit_key:
+                assert new.lease_until is not None
+                self._hold_key(transaction, job, lease.token, new.lease_until, now)
+            _write(transaction, ref, job, new)
+            return new
+
+        return self._tx.run(body)
+
+    def cancel_running(self, lease: Lease, *, progress: Mapping[str, Any] | None = None) -> Job:
+        """Running → cancelled, when the operator asked (cancel_requested) and the worker
+        honours it: before acting, or at a deadline check between units of work (`progress`
+        says what was already done)."""
+
+        def change(job: Job, now: datetime) -> Job:
+            return self._rules.cancel_running(job, lease, now, progress)
+
+        return self._worker_transition(lease, change)
+
+    def release(
+        self,
+        lease: Lease,
+        error: ErrorInfo,
+        *,
+        progress: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+    ) -> Job:
+        """Running → enqueued after a transient error or an interrupted action, so Pub/Sub's
+        redelivery (`message_id`) starts it again; `progress` is kept for that delivery.
+        `enqueued_at` is set now, so the stale-enqueued gauge and the rescuer measure from
+        this release. `attempt` is unchanged: Pub/Sub's deliveryAttempt counts these quick
+        retries. With a cancel request the job is cancelled instead."""
+
+        def change(job: Job, now: datetime) -> Job:
+            return self._rules.release(
+                job, lease, error, now, progress=progress, message_id=message_id
             )
+
+        return self._worker_transition(lease, change)
+
+    def complete(self, lease: Lease, result: Result, *, basis: Job | None = None) -> Job:
+        """Running → completed with the result (details bounded). For a supplied (explicit,
+        possibly shared) idempotency key, the key's document gets the result in the same
+        transaction, and the key must still be held by this lease. Sets expire_at = now +
+        terminal retention on both.
+
+        `basis`: the job as the caller's delivery last wrote it (what `start` or its latest
+        heartbeat returned). For a derived key, when its update_time is the lease's, the
+        completion is one write conditioned on that update_time (a compare-and-set, no read);
+        if the document changed since (a cancel request, a take-over, a reclaim), Firestore
+        refuses it and the completion is decided in a transaction as without `basis`.
+        """
+        if basis is not None:
+            done = self._complete_unread(lease, result, basis)
+            if done is not None:
+                return done
+        ref = self._jobs.document(lease.job_id)
+
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self._load(transaction, ref, lease.job_id)
+            now = self._clock.now()
+            new = self._rules.complete(job, lease, result, now)
+            key_ref = self._idempotency.document(job.idempotency_key)
+            # A derived key belongs to this job alone, and the job's own result (same
+            # expire_at) already records the side effect: no second document for it.
+            record_key = job.explicit_key and self._require_key(transaction, job, lease)
+            stamped = new.result
+            assert stamped is not None
             record = IdempotencyRecord(
                 key=job.idempotency_key,
                 job_id=job.job_id,
                 action=job.action,
                 subject=job.subject,
-                outcome=result.outcome,
-                details=dict(result.details),
+                outcome=stamped.outcome,
+                details=dict(stamped.details),
                 completed_at=now,
                 expire_at=new.expire_at,
             )
-            transaction.update(ref, _diff(job, new))
-            transaction.set(self._idempotency.document(record.key), record.to_document())
+            _write(transaction, ref, job, new)
+            if record_key:
+                transaction.set(key_ref, record.to_document())
             return new
 
-        return self._run(body)
+        return self._tx.run(body)
 
     complete_if_running = complete
 
+    def _complete_unread(self, lease: Lease, result: Result, basis: Job) -> Job | None:
+        """The compare-and-set completion, or None when it does not apply or was refused."""
+        if basis.explicit_key or basis.update_time is None:
+            return None
+        if lease.update_time is None or basis.update_time != lease.update_time:
+            return None
+        new = self._rules.complete(basis, lease, result, self._clock.now())
+        # https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition
+        condition = self._client.write_option(last_update_time=basis.update_time)
+        with store_errors():
+            try:
+                written = self._jobs.document(lease.job_id).update(
+                    _diff(basis, new), option=condition, **self._bounds.write_kwargs
+                )
+            except api_exceptions.FailedPrecondition:
+                return None  # changed since: the transaction decides
+        stamp = getattr(written, "update_time", None)
+        return dataclasses.replace(new, update_time=as_datetime(stamp)) if stamp else new
+
     def retry_later(
-        self, job_id: str, generation: int, due_at: datetime, error: ErrorInfo, *, worker_id: str
+        self,
+        lease: Lease,
+        due_at: datetime,
+        error: ErrorInfo,
+        *,
+        progress: Mapping[str, Any] | None = None,
     ) -> Job:
         """Running → deferred with a new due_at, last_error and attempt + 1 (the next retry
         cycle); the next claim publishes it again. When the current attempt is the last
         (attempt == max_attempts) it raises AttemptsExhausted and changes nothing: the worker
-        calls `fail` instead."""
+        calls `fail` instead. With a cancel request the job is cancelled instead."""
         new_due = _require_aware(due_at, "due_at")
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, generation, worker_id)
-            if not _attempt_left(job):
-                raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
-            return self._apply(
-                job,
-                State.DEFERRED,
-                Role.WORKER,
-                worker_id,
-                now,
-                f"retry at {new_due.isoformat()} after {error.code}; "
-                f"attempt {job.attempt + 1} of {job.max_attempts} next",
-                attempt=job.attempt + 1,
-                due_at=new_due,
-                last_error=_stamped(error, now),
-                **_NO_LEASE,
-            )
+            return self._rules.retry_later(job, lease, new_due, error, now, progress=progress)
 
-        return self._transition(job_id, change)
+        return self._worker_transition(lease, change)
 
-    def fail(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job:
-        """Running → failed (terminal) with last_error and expire_at."""
+    def fail(self, lease: Lease, error: ErrorInfo) -> Job:
+        """Running → failed (terminal) with last_error and expire_at; with a cancel request,
+        → cancelled (the operator's decision stands), last_error kept."""
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, generation, worker_id)
-            return self._apply(
-                job,
-                State.FAILED,
-                Role.WORKER,
-                worker_id,
-                now,
-                f"failed: {error.code}",
-                last_error=_stamped(error, now),
-                expire_at=self._expiry(now),
-                **_NO_LEASE,
-            )
+            return self._rules.fail(job, lease, error, now)
 
-        return self._transition(job_id, change)
+        return self._worker_transition(lease, change)
 
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         """The recorded result of the side effect with this key, or None. One read."""
-        with _store_errors():
+        with store_errors():
             snapshot = self._idempotency.document(key).get(**self._bounds.kwargs)
         if not snapshot.exists:
             return None
@@ -1120,48 +1020,131 @@ class FirestoreJobStore:
     def _control_ref(self) -> Any:
         return self._client.collection(schema.CONTROL).document(schema.CONTROL_DOCUMENT)
 
-    def _expiry(self, now: datetime) -> datetime:
-        return now + self._retention
+    def _worker_transition(self, lease: Lease, change: Callable[[Job, datetime], Job]) -> Job:
+        """A lease holder's transition out of running: re-read, check the lease, apply; a
+        shared idempotency key this lease held is freed in the same transaction."""
+        ref = self._jobs.document(lease.job_id)
 
-    def _apply(
-        self, job: Job, to: State, role: Role, by: str, at: datetime, reason: str, **changes: Any
-    ) -> Job:
-        return apply_transition(
-            job,
-            to,
-            role=role,
-            by=by,
-            at=at,
-            reason=reason,
-            history_limit=self._history_limit,
-            **changes,
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self._load(transaction, ref, lease.job_id)
+            new = change(job, self._clock.now())
+            key_ref = self._idempotency.document(job.idempotency_key)
+            held = None
+            if job.explicit_key and new.state is not State.RUNNING:
+                held = self._get_in(transaction, key_ref)
+            diff = _diff(job, new)
+            if diff:
+                transaction.update(ref, diff)
+            if held is not None and held.exists:
+                holder = (held.to_dict() or {}).get("holder") or {}
+                if "outcome" not in (held.to_dict() or {}) and holder.get("token") == lease.token:
+                    transaction.delete(key_ref)
+            return new
+
+        return self._tx.run(body)
+
+    def _hold_key(
+        self,
+        transaction: firestore.Transaction,
+        job: Job,
+        token: str,
+        until: datetime,
+        now: datetime,
+    ) -> None:
+        """Take (or renew) a shared idempotency key for this lease inside its transaction:
+        a live hold by another lease is refused like a held lease; a completed record is left
+        alone (the worker reuses its result)."""
+        key_ref = self._idempotency.document(job.idempotency_key)
+        snapshot = self._get_in(transaction, key_ref)
+        data = (snapshot.to_dict() or {}) if snapshot.exists else {}
+        if "outcome" in data:
+            return
+        holder = data.get("holder") or {}
+        held_until = holder.get("until")
+        if (
+            holder.get("token") not in (None, token)
+            and isinstance(held_until, datetime)
+            and held_until > now
+        ):
+            raise LeaseHeld(
+                job.job_id, f"job {holder.get('job_id')!r} (shared idempotency key)", held_until
+            )
+        transaction.set(
+            key_ref,
+            {
+                "holder": {"job_id": job.job_id, "token": token, "until": until},
+                schema.EXPIRE_AT: until + self._rules.retention,
+            },
         )
 
-    def _require_lease(self, job: Job, generation: int, worker_id: str) -> None:
-        """LeaseLost unless `worker_id` holds the running lease of this generation.
+    def _require_key(self, transaction: firestore.Transaction, job: Job, lease: Lease) -> bool:
+        """Whether to record the result under the job's shared key: yes while this lease
+        holds it, no when a result is already recorded (the worker is completing with that
+        result, which is never overwritten); LeaseLost when another lease took it over."""
+        snapshot = self._get_in(transaction, self._idempotency.document(job.idempotency_key))
+        data = (snapshot.to_dict() or {}) if snapshot.exists else {}
+        if "outcome" in data:
+            return False
+        holder = data.get("holder") or {}
+        if snapshot.exists and holder.get("token") != lease.token:
+            detail = f"job {holder.get('job_id')!r} took the shared idempotency key over"
+            raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
+        return True
 
-        Whatever happened meanwhile (the lease lapsed and was reclaimed to deferred or failed,
-        taken over, the job re-claimed under a newer generation, or finished by another
-        delivery), the caller's result is no longer wanted: one error for all of it.
-        """
-        if job.state is not State.RUNNING:
-            detail = f"the job is {job.state.value}"
-        elif job.generation != generation:
-            detail = f"generation {generation} is stale; the job is at {job.generation}"
-        elif job.lease_owner != worker_id:
-            detail = "another delivery took the lease over"
-        else:
-            return
-        raise LeaseLost(job.job_id, worker_id, job.lease_owner, detail)
+    def _quarantine(self, job_id: str, role: Role, by: str) -> bool:
+        """Move an undecodable job document aside: one conditional raw update (in a
+        transaction that re-reads it) to state failed, last_error.code invalid_record, the
+        decode error and an audit entry. False when it decodes after all or is gone. Logged
+        with its own event; never raises for the document's content."""
+        ref = self._jobs.document(job_id)
+
+        def body(transaction: firestore.Transaction) -> str | None:
+            snapshot = self._get_in(transaction, ref)
+            if not snapshot.exists:
+                return None
+            raw = snapshot.to_dict() or {}
+            try:
+                decode_job(job_id, raw)
+            except InvalidRecord as exc:
+                problem = exc.problem
+            else:
+                return None
+            now = self._clock.now()
+            transaction.update(
+                ref, self._rules.quarantine_fields(raw, problem, now, f"{role}:{by}")
+            )
+            return problem
+
+        try:
+            problem = self._tx.run(body)
+        except JobsError as exc:
+            logger.error("could not quarantine job %s: %s", job_id, exc)
+            return False
+        if problem is None:
+            return False
+        logger.error(
+            "job %s quarantined: %s",
+            job_id,
+            problem,
+            extra={
+                "fields": {
+                    metrics.LOG_EVENT: metrics.EVENT_JOB_QUARANTINED,
+                    "job_id": job_id,
+                    "problem": problem,
+                    "by": f"{role}:{by}",
+                }
+            },
+        )
+        return True
 
     def _get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
-        return next(iter(transaction.get(ref, **self._bounds.kwargs)))
+        return self._tx.get_in(transaction, ref)
 
     def _load(self, transaction: firestore.Transaction, ref: Any, job_id: str) -> Job:
         snapshot = self._get_in(transaction, ref)
         if not snapshot.exists:
             raise JobNotFound(job_id)
-        return Job.from_document(job_id, snapshot.to_dict() or {})
+        return _decoded(snapshot)
 
     def _transition(self, job_id: str, change: Callable[[Job, datetime], Job]) -> Job:
         """Re-read the job in a transaction, compute its new value, write only what changed."""
@@ -1175,19 +1158,7 @@ class FirestoreJobStore:
                 transaction.update(ref, diff)
             return new
 
-        return self._run(body)
-
-    def _run(self, body: Callable[..., T], *args: Any) -> T:
-        """Run `body(transaction, *args)` transactionally, retrying contention with jittered
-        backoff; persistent contention raises LostRace, Firestore errors StoreUnavailable."""
-        for round_ in range(_CONTENTION_ROUNDS):
-            transaction = BoundedTransaction(self._client, self._bounds, _TRANSACTION_ATTEMPTS)
-            try:
-                with _store_errors():
-                    return firestore.transactional(body)(transaction, *args)
-            except _Contention:
-                time.sleep(random.uniform(0, min(0.5, 0.01 * 2**round_)))
-        raise LostRace("gave up after repeated transaction contention; retry later")
+        return self._tx.run(body)
 
     def _stream(
         self, spec: QuerySpec, transaction: Any = None, read_time: datetime | None = None
@@ -1218,29 +1189,43 @@ class FirestoreJobStore:
         return query
 
 
-_NO_LEASE: Mapping[str, Any] = {"lease_until": None, "lease_owner": None}
+@dataclass(frozen=True)
+class _ReclaimStep:
+    """One kind of abandoned work: its query, the condition re-checked per record, the
+    change, and the reason name logged and reported for it."""
+
+    name: str
+    spec: Callable[[int], QuerySpec]
+    applies: Callable[[Job], bool]
+    change: Callable[[Job, datetime, str], Job]
 
 
-class _Contention(Exception):
-    """A transaction lost to concurrent writers more often than the client retries."""
+@dataclass
+class _ReclaimTally:
+    run_id: str
+    reclaimed: list[Reclaimed] = dataclasses.field(default_factory=list)
+    quarantined: list[str] = dataclasses.field(default_factory=list)
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    stopped_by: JobsError | None = None
+
+    def report(self) -> ReclaimReport:
+        return ReclaimReport(
+            tuple(self.reclaimed), tuple(self.quarantined), tuple(self.skipped), self.stopped_by
+        )
 
 
-@contextmanager
-def _store_errors() -> Iterator[None]:
-    """Translate the client's errors: contention to _Contention, the rest to
-    StoreUnavailable; our own JobsError passes through."""
-    try:
-        yield
-    except JobsError:
-        raise
-    except api_exceptions.Aborted as exc:
-        raise _Contention() from exc
-    except ValueError as exc:
-        if isinstance(exc.__cause__, api_exceptions.Aborted):
-            raise _Contention() from exc
-        raise
-    except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
-        raise StoreUnavailable(f"Firestore: {exc}") from exc
+def _decoded(snapshot: Any) -> Job:
+    """The job in `snapshot` with its update_time; InvalidRecord when it cannot be decoded."""
+    job = decode_job(snapshot.id, snapshot.to_dict())
+    stamp = getattr(snapshot, "update_time", None)
+    return dataclasses.replace(job, update_time=as_datetime(stamp)) if stamp else job
+
+
+def _write(transaction: firestore.Transaction, ref: Any, old: Job, new: Job) -> None:
+    """Write the fields `new` changed, if any (Firestore refuses an empty update)."""
+    diff = _diff(old, new)
+    if diff:
+        transaction.update(ref, diff)
 
 
 def _diff(old: Job, new: Job) -> dict[str, Any]:
@@ -1262,28 +1247,20 @@ def _text_ok(*values: object) -> bool:
     return all(isinstance(value, str) and value for value in values)
 
 
-def _claimant(job: Job) -> str:
-    return job.claim.run_id if job.claim else "unknown"
-
-
-def _stamped(error: ErrorInfo, now: datetime) -> ErrorInfo:
-    return dataclasses.replace(error, at=error.at or now)
-
-
-def _require_generation(job: Job, generation: int) -> None:
-    if job.generation != generation:
-        raise StaleGeneration(job.job_id, generation, job.generation)
-
-
-def _attempt_left(job: Job) -> bool:
-    """Whether another retry cycle may follow the current one."""
-    return job.attempt < job.max_attempts
-
-
 def _require_aware(value: datetime, name: str) -> datetime:
     if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError(f"{name} must be a timezone-aware datetime")
     return value.astimezone(UTC)
+
+
+def _require_short(**values: str) -> None:
+    long = [
+        f"{name} is longer than {MAX_REASON_BYTES} bytes"
+        for name, value in values.items()
+        if len(value.encode("utf-8", "replace")) > MAX_REASON_BYTES
+    ]
+    if long:
+        raise ValidationError(long)
 
 
 def _require_text(**values: str) -> None:

@@ -11,7 +11,14 @@ from datetime import UTC, datetime, timedelta
 
 from services.jobs import errors
 from services.jobs.control import Control
-from services.jobs.model import Backlog, ClaimedJob, EnqueueMark, ErrorInfo, Reclaimed
+from services.jobs.model import (
+    Backlog,
+    ClaimedJob,
+    EnqueueMark,
+    ErrorInfo,
+    Reclaimed,
+    ReclaimReport,
+)
 from services.jobs.state import State
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
@@ -39,6 +46,11 @@ class FakeStore:
     stale_enqueued: int = 0
     oldest_enqueued_age_s: float | None = None
     backlog_calls: list[timedelta] = field(default_factory=list)
+    enqueued_timeouts: list[timedelta | None] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)  # quarantined by the reclaimer
+    # The reclaimer committed its failures, then Firestore stopped it (its report says so).
+    reclaim_stopped: errors.JobsError | None = None
+    contend_marks: bool = False  # every mark chunk loses to contention
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _check(self, op: str) -> None:
@@ -50,20 +62,39 @@ class FakeStore:
         return self.control
 
     def reclaim_expired(
-        self, now: datetime, claim_timeout: timedelta, limit: int, run_id: str
-    ) -> Sequence[Reclaimed]:
+        self,
+        now: datetime,
+        claim_timeout: timedelta,
+        limit: int,
+        run_id: str,
+        *,
+        enqueued_timeout: timedelta | None = None,
+    ) -> ReclaimReport:
         self._check("reclaim_expired")
+        self.enqueued_timeouts.append(enqueued_timeout)
         if self.reclaim_race:
-            raise errors.LostRace("another run is reclaiming the same records")
+            race = errors.LostRace("another run is reclaiming the same records")
+            return ReclaimReport(stopped_by=race)
         taken, self.expired = self.expired[:limit], self.expired[limit:]
         self.due.extend(taken)
         failed, self.expired_last_attempt = self.expired_last_attempt, []
-        return [Reclaimed(i, State.CLAIMED, State.DEFERRED, 1) for i in taken] + [
-            Reclaimed(i, State.RUNNING, State.FAILED, 3) for i in failed
-        ]
+        return ReclaimReport(
+            tuple(
+                [Reclaimed(i, State.CLAIMED, State.DEFERRED, 1, "claim_timeout") for i in taken]
+                + [Reclaimed(i, State.RUNNING, State.FAILED, 3, "lease_expired") for i in failed]
+            ),
+            quarantined=tuple(self.invalid),
+            stopped_by=self.reclaim_stopped,
+        )
 
     def claim_due(
-        self, now: datetime, run_id: str, limit: int, *, page_size: int = 100
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        *,
+        page_size: int = 100,
+        on_quarantine: Callable[[str], None] | None = None,
     ) -> Sequence[ClaimedJob]:
         self._check("claim_due")
         assert page_size == limit  # the scanner claims each of its pages in one transaction
@@ -88,6 +119,11 @@ class FakeStore:
         marks = []
         with self._lock:
             self.mark_calls.append(len(items))
+            if self.contend_marks:
+                race = errors.LostRace("gave up after repeated transaction contention")
+                return [
+                    EnqueueMark(job_id, generation, error=race) for job_id, generation, _ in items
+                ]
             for job_id, generation, message_id in items:
                 if job_id in self.lose_marks:
                     error = errors.StaleGeneration(job_id, generation, generation + 1)
