@@ -127,10 +127,9 @@ def test_a_job_goes_through_its_whole_life_through_random_read_aborts(
     store.schedule(new)
     (claimed,) = store.claim_due(T0, "run-1", 10)
     store.mark_enqueued(claimed.job_id, claimed.generation, "message-1")
-    store.start(claimed.job_id, claimed.generation, timedelta(minutes=5), "worker-1")
-    done = store.complete(
-        claimed.job_id, claimed.generation, Result("deleted"), worker_id="worker-1"
-    )
+    started = store.start(claimed.job_id, claimed.generation, timedelta(minutes=5), "worker-1")
+    assert started.lease is not None
+    done = store.complete(started.lease, Result("deleted"))
     assert done.state is State.COMPLETED
     assert store.get("job-life").state is State.COMPLETED  # type: ignore[union-attr]
     assert emulator.engine.random_read_aborts > 0

@@ -56,6 +56,7 @@ MAX_EXAMPLES = 40
 STEPS = 30
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+PARAMS = {"object": "media-1/source.mp4"}  # fits the media action's params schema
 LEASE = timedelta(seconds=60)
 MARGIN = timedelta(seconds=5)
 CLAIM_TIMEOUT = timedelta(minutes=10)
@@ -116,7 +117,9 @@ class StoreModel(RuleBasedStateMachine):
     def schedule_the_jobs(self) -> None:
         for job_id in JOBS:
             key = SHARED_KEY if job_id != "j2" else None
-            new = NewJob(job_id, "media.delete_source", "media-1", T0, {}, 3, idempotency_key=key)
+            new = NewJob(
+                job_id, "media.delete_source", "media-1", T0, PARAMS, 3, idempotency_key=key
+            )
             self.store.schedule(new)
 
     @rule(job_id=st.sampled_from(JOBS), what=st.sampled_from(["cancel", "reschedule"]))

@@ -22,7 +22,9 @@ MARGIN = timedelta(seconds=5)
 
 
 def running_job(clock: FakeClock) -> Job:
-    job = Job.create(NewJob("j", "media.delete_source", "m", T0).validated(), T0)
+    job = Job.create(
+        NewJob("j", "media.delete_source", "m", T0, {"object": "m/source.mp4"}).validated(), T0
+    )
     return dataclasses.replace(
         job,
         state=State.RUNNING,
