@@ -125,4 +125,26 @@ class LeaseLost(LostRace):
 
 
 class StoreUnavailable(JobsError):
-    """Firestore could not be reached or refused the request; retry later."""
+    """Firestore could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED with no lock held, or
+    another transient error); retry later."""
+
+
+class StoreRejected(JobsError):
+    """Firestore refused the request for a reason retrying cannot fix (INVALID_ARGUMENT, e.g.
+    a document over 1 MiB); nothing was written."""
+
+
+class StoreMisconfigured(StoreRejected):
+    """Firestore refused the request because of the deployment, not the data: a missing
+    permission (PERMISSION_DENIED), a missing index (FAILED_PRECONDITION) or a missing
+    database (NOT_FOUND). A configuration error to fix, not an outage to wait out."""
+
+
+class InvalidRecord(JobsError):
+    """A job document cannot be decoded (a field missing or of the wrong type): it is
+    quarantined as failed with last_error.code invalid_record, never a reason to stop."""
+
+    def __init__(self, job_id: str, problem: str) -> None:
+        self.job_id = job_id
+        self.problem = problem
+        super().__init__(f"job {job_id!r} is not a valid job record: {problem}")

@@ -60,6 +60,12 @@ STALE_ENQUEUED = GaugeMetric(
 OLDEST_ENQUEUED_AGE = GaugeMetric(
     "oldest_enqueued_age", "DOUBLE", "s", "Age of the oldest job waiting in the enqueued state."
 )
+RUN_QUARANTINED = GaugeMetric(
+    "run_quarantined",
+    "INT64",
+    "1",
+    "Undecodable job documents one scan run moved aside (failed, invalid_record).",
+)
 
 SCAN_GAUGES: tuple[GaugeMetric, ...] = (
     OLDEST_OVERDUE_AGE,
@@ -72,6 +78,7 @@ SCAN_GAUGES: tuple[GaugeMetric, ...] = (
     CLAIM_TO_ENQUEUE_LATENCY,
     STALE_ENQUEUED,
     OLDEST_ENQUEUED_AGE,
+    RUN_QUARANTINED,
 )
 
 # Structured log fields the worker writes on its one line per outcome; log-based metrics
@@ -86,6 +93,8 @@ EVENT_WORKER_OUTCOME = "worker_outcome"
 EVENT_REJECTED = "push_rejected"
 EVENT_JOB_FAILED = "job_failed"
 EVENT_SCAN_RUN = "scan_run"
+EVENT_JOB_QUARANTINED = "job_quarantined"  # an undecodable job document moved aside
+EVENT_STORE_REJECTED = "store_rejected"  # Firestore refused a request retrying cannot fix
 
 
 @dataclass(frozen=True)
@@ -153,6 +162,7 @@ class ScanReport:
     claim_to_enqueue_latency_s: float
     stale_enqueued: int = 0
     oldest_enqueued_age_s: float = 0.0
+    quarantined: int = 0
 
     def gauge_values(self) -> dict[GaugeMetric, int | float]:
         """Each scan gauge with this run's value, in SCAN_GAUGES order."""
@@ -167,6 +177,7 @@ class ScanReport:
             CLAIM_TO_ENQUEUE_LATENCY: float(self.claim_to_enqueue_latency_s),
             STALE_ENQUEUED: int(self.stale_enqueued),
             OLDEST_ENQUEUED_AGE: float(self.oldest_enqueued_age_s),
+            RUN_QUARANTINED: int(self.quarantined),
         }
         return {gauge: values[gauge] for gauge in SCAN_GAUGES}
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
-from services.jobs.errors import JobsError, ValidationError
+from services.jobs.errors import InvalidRecord, JobsError, ValidationError
 from services.jobs.state import HistoryEntry, State
 
 SCHEMA_VERSION = 1
@@ -32,7 +32,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _INT64 = (-(2**63), 2**63 - 1)
 
 
-def _as_utc(value: datetime) -> datetime:
+def _as_utc(value: datetime, name: str = "a time") -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} is a {type(value).__name__}, not a timestamp")
     return value.astimezone(UTC)
 
 
@@ -205,6 +207,21 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """One delivery's hold on a running job: what every worker transition after `start`
+    presents. `token` is new on every `start` (per delivery, never per process), so a stale
+    delivery in the same instance is refused like any other; `update_time` is the commit
+    time of the write that last set the lease (`start` or a heartbeat)."""
+
+    job_id: str
+    generation: int
+    token: str
+    owner: str
+    until: datetime
+    update_time: datetime | None = None
+
+
+@dataclass(frozen=True)
 class CancelRequest:
     """An operator's request to cancel a running job; the worker honours it."""
 
@@ -264,6 +281,32 @@ class Job:
     last_error: ErrorInfo | None = None
     history: tuple[HistoryEntry, ...] = ()
     expire_at: datetime | None = None
+    lease_token: str | None = None
+    # What an interrupted action finished (media: the objects already handled), so the next
+    # delivery resumes with what is left; cleared on completion.
+    progress: Mapping[str, Any] | None = None
+    # The document's update_time when it was read or last written (not a stored field).
+    update_time: datetime | None = field(default=None, compare=False)
+
+    @property
+    def lease(self) -> Lease | None:
+        """The running lease, when there is one."""
+        if self.lease_token is None or self.lease_owner is None or self.lease_until is None:
+            return None
+        return Lease(
+            self.job_id,
+            self.generation,
+            self.lease_token,
+            self.lease_owner,
+            self.lease_until,
+            self.update_time,
+        )
+
+    @property
+    def explicit_key(self) -> bool:
+        """Whether the idempotency key was supplied (may be shared by several jobs) rather
+        than derived from this job's ID (belongs to this job alone)."""
+        return self.idempotency_key != derive_idempotency_key(self.action, self.job_id)
 
     @property
     def generation(self) -> int:
@@ -318,6 +361,8 @@ class Job:
             "message_id": self.message_id,
             "lease_until": self.lease_until,
             "lease_owner": self.lease_owner,
+            "lease_token": self.lease_token,
+            "progress": dict(self.progress) if self.progress is not None else None,
             "cancel_requested": (
                 {
                     "reason": self.cancel_requested.reason,
@@ -359,15 +404,15 @@ class Job:
         result = _opt(data, "result")
         error = _opt(data, "last_error")
         action = str(data["action"])
-        due_at = _as_utc(data["due_at"])
-        created_at = _as_utc(data["created_at"])
+        due_at = _as_utc(data["due_at"], "due_at")
+        created_at = _as_utc(data["created_at"], "created_at")
         return cls(
             job_id=job_id,
             action=action,
             subject=str(data["subject"]),
-            params=dict(_opt(data, "params") or {}),
+            params=_map(_opt(data, "params") or {}, "params"),
             due_at=due_at,
-            scheduled_due_at=_as_utc(_opt(data, "scheduled_due_at") or due_at),
+            scheduled_due_at=_as_utc(_opt(data, "scheduled_due_at") or due_at, "scheduled_due_at"),
             state=State(data["state"]),
             # Records written with the earlier layout's 0 are in their first cycle too.
             attempt=max(int(_opt(data, "attempt") or FIRST_ATTEMPT), FIRST_ATTEMPT),
@@ -376,25 +421,27 @@ class Job:
                 _opt(data, "idempotency_key") or derive_idempotency_key(action, job_id)
             ),
             created_at=created_at,
-            updated_at=_as_utc(_opt(data, "updated_at") or created_at),
+            updated_at=_as_utc(_opt(data, "updated_at") or created_at, "updated_at"),
             claim=(
                 Claim(
                     run_id=str(claim.get("run_id", "")),
-                    claimed_at=_as_utc(claim["claimed_at"]),
+                    claimed_at=_as_utc(claim["claimed_at"], "claim.claimed_at"),
                     generation=int(claim.get("generation", 0)),
                 )
                 if claim
                 else None
             ),
-            enqueued_at=_maybe_utc(_opt(data, "enqueued_at")),
-            message_id=_opt(data, "message_id"),
-            lease_until=_maybe_utc(_opt(data, "lease_until")),
-            lease_owner=_opt(data, "lease_owner"),
+            enqueued_at=_maybe_utc(_opt(data, "enqueued_at"), "enqueued_at"),
+            message_id=_opt_str(data, "message_id"),
+            lease_until=_maybe_utc(_opt(data, "lease_until"), "lease_until"),
+            lease_owner=_opt_str(data, "lease_owner"),
+            lease_token=_opt_str(data, "lease_token"),
+            progress=_opt_map(data, "progress"),
             cancel_requested=(
                 CancelRequest(
                     reason=str(cancel.get("reason", "")),
                     by=str(cancel.get("by", "")),
-                    at=_as_utc(cancel["at"]),
+                    at=_as_utc(cancel["at"], "cancel_requested.at"),
                 )
                 if cancel
                 else None
@@ -402,8 +449,8 @@ class Job:
             result=(
                 Result(
                     outcome=str(result["outcome"]),
-                    details=dict(result.get("details") or {}),
-                    completed_at=_maybe_utc(result.get("completed_at")),
+                    details=_map(result.get("details") or {}, "result.details"),
+                    completed_at=_maybe_utc(result.get("completed_at"), "result.completed_at"),
                 )
                 if result
                 else None
@@ -412,18 +459,66 @@ class Job:
                 ErrorInfo(
                     code=str(error.get("code", "")),
                     message=str(error.get("message", "")),
-                    at=_maybe_utc(error.get("at")),
+                    at=_maybe_utc(error.get("at"), "last_error.at"),
                 )
                 if error
                 else None
             ),
-            history=tuple(HistoryEntry.from_document(e) for e in _opt(data, "history") or ()),
-            expire_at=_maybe_utc(_opt(data, "expire_at")),
+            history=tuple(HistoryEntry.from_document(e) for e in _list(data, "history")),
+            expire_at=_maybe_utc(_opt(data, "expire_at"), "expire_at"),
         )
 
 
-def _maybe_utc(value: datetime | None) -> datetime | None:
-    return _as_utc(value) if value is not None else None
+def _maybe_utc(value: datetime | None, name: str = "a time") -> datetime | None:
+    return _as_utc(value, name) if value is not None else None
+
+
+def _map(value: object, name: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} is a {type(value).__name__}, not a map")
+    return dict(value)
+
+
+def _opt_map(data: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    value = data.get(key)
+    return None if value is None else _map(value, key)
+
+
+def _opt_str(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{key} is a {type(value).__name__}, not a string")
+    return value
+
+
+def _list(data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise TypeError(f"{key} is a {type(value).__name__}, not an array")
+    return value
+
+
+def decode_job(job_id: str, data: Mapping[str, Any] | None) -> Job:
+    """`Job.from_document`, with every way a document can be malformed (a field missing or
+    of the wrong type, an unknown state) raised as one InvalidRecord naming the problem."""
+    try:
+        if not isinstance(data, Mapping):
+            raise TypeError("the document is empty")
+        job = Job.from_document(job_id, data)
+        if isinstance(data.get("attempt"), bool) or not isinstance(
+            data.get("attempt", 1), int | float
+        ):
+            raise TypeError("attempt is not a number")
+        if isinstance(data.get("max_attempts"), bool) or not isinstance(
+            data.get("max_attempts", 1), int | float
+        ):
+            raise TypeError("max_attempts is not a number")
+        return job
+    except InvalidRecord:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise InvalidRecord(job_id, what or type(exc).__name__) from exc
 
 
 # --- values the store returns -------------------------------------------------------------
@@ -454,12 +549,54 @@ class Reclaimed:
     from_state: State
     to_state: State
     generation: int
+    # Why: claim_timeout, lease_expired, enqueued_timeout (a rescue), or cancel_requested.
+    reason: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class ReclaimReport(Sequence[Reclaimed]):
+    """What one `reclaim_expired` call did: every committed change, even when a later page
+    failed, plus the records it could not handle (each with its own reason), and the error
+    that stopped it early, if one did."""
+
+    reclaimed: tuple[Reclaimed, ...] = ()
+    quarantined: tuple[str, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()  # (job_id, why) left for a later run
+    stopped_by: JobsError | None = None
+
+    # A sequence of what was reclaimed, so callers that only count or iterate need not care.
+    def __len__(self) -> int:
+        return len(self.reclaimed)
+
+    @overload
+    def __getitem__(self, index: int) -> Reclaimed: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Reclaimed]: ...
+
+    def __getitem__(self, index: int | slice) -> Reclaimed | Sequence[Reclaimed]:
+        return self.reclaimed[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ReclaimReport):
+            return (self.reclaimed, self.quarantined, self.skipped) == (
+                other.reclaimed,
+                other.quarantined,
+                other.skipped,
+            )
+        if isinstance(other, list | tuple):
+            return list(self.reclaimed) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.reclaimed)
 
 
 @dataclass(frozen=True)
 class Page:
     jobs: tuple[Job, ...]
     next_cursor: str | None  # pass back as `cursor` for the next page; None: no more
+    invalid: tuple[str, ...] = ()  # IDs on this page whose documents cannot be decoded
 
 
 @dataclass(frozen=True)
@@ -522,7 +659,11 @@ class IdempotencyRecord:
         }
 
     @classmethod
-    def from_document(cls, key: str, data: Mapping[str, Any]) -> IdempotencyRecord:
+    def from_document(cls, key: str, data: Mapping[str, Any]) -> IdempotencyRecord | None:
+        """The completed record, or None for a document that only holds an in-progress
+        marker (`holder`) of a shared key."""
+        if "outcome" not in data:
+            return None
         return cls(
             key=key,
             job_id=str(data["job_id"]),

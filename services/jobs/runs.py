@@ -50,6 +50,7 @@ class ScanRun:
     failed_ids: tuple[str, ...] = field(default=())
     stale_enqueued: int = 0
     oldest_enqueued_age_s: float = 0.0
+    quarantined: int = 0  # undecodable job documents moved aside (failed, invalid_record)
 
     @property
     def duration_s(self) -> float:
@@ -83,6 +84,7 @@ class ScanRun:
             "claim_to_enqueue_latency_s": self.claim_to_enqueue_latency_s,
             "stale_enqueued": self.stale_enqueued,
             "oldest_enqueued_age_s": self.oldest_enqueued_age_s,
+            "quarantined": self.quarantined,
             "drain_rate_per_s": self.drain_rate_per_s,
             "failed_ids": list(self.failed_ids[:MAX_FAILED_IDS]),
             "failed_ids_truncated": len(self.failed_ids) > MAX_FAILED_IDS,
@@ -111,6 +113,7 @@ class ScanRun:
             failed_ids=tuple(str(i) for i in data.get("failed_ids", ())),
             stale_enqueued=int(data.get("stale_enqueued", 0)),
             oldest_enqueued_age_s=float(data.get("oldest_enqueued_age_s", 0.0)),
+            quarantined=int(data.get("quarantined", 0)),
         )
 
 

@@ -14,11 +14,15 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from services.jobs.errors import AlreadyTerminal, InvalidTransition
+from services.jobs.limits import MAX_REASON_BYTES, bounded_text
 
 if TYPE_CHECKING:
     from services.jobs.model import Job
 
 DEFAULT_HISTORY_LIMIT = 20
+# The history's byte bound (its entries as stored, reasons already bounded): with the count,
+# it keeps the document far below Firestore's 1 MiB whatever the reasons say.
+DEFAULT_HISTORY_MAX_BYTES = 16 * 1024
 
 
 class State(StrEnum):
@@ -28,10 +32,12 @@ class State(StrEnum):
     # deferred on publish failure); reclaimer after the claim timeout; worker if the push
     # arrived first; operator cancels.
     CLAIMED = "claimed"
-    # Its ID is on the queue. Out: worker starts it; operator cancels.
+    # Its ID is on the queue. Out: worker starts it; operator cancels; reclaimer (rescue)
+    # when it stayed enqueued past the enqueued timeout with no start (the message is lost).
     ENQUEUED = "enqueued"
     # A worker holds a lease and is doing the side effect. Out: worker (completed, deferred,
-    # enqueued, failed, cancelled); reclaimer when the lease expired.
+    # enqueued, failed, cancelled); reclaimer when the lease expired (cancelled when a cancel
+    # was requested).
     RUNNING = "running"
     # Terminal: the side effect is done. Nobody moves it out.
     COMPLETED = "completed"
@@ -88,6 +94,12 @@ TRANSITIONS: dict[tuple[State, State], Transition] = {
     (_CL, State.CANCELLED): _t("cancel", _OPERATOR, why="operator cancels a claimed job"),
     (_E, _R): _t("start", _WORKER, why="a worker takes the lease"),
     (_E, State.CANCELLED): _t("cancel", _OPERATOR, why="operator cancels a queued job"),
+    (_E, _D): _t(
+        "rescue",
+        _RECLAIMER,
+        why="enqueued longer than the enqueued timeout with no start: its message is lost; "
+        "the next claim publishes it again under generation + 1",
+    ),
     (_R, State.COMPLETED): _t("complete", _WORKER, why="done; result and idempotency recorded"),
     (_R, _D): _t(
         "retry_later",
@@ -105,9 +117,18 @@ TRANSITIONS: dict[tuple[State, State], Transition] = {
         _RECLAIMER,
         why="permanent error or no retry cycle left (worker); lease expired in the last cycle",
     ),
-    (_R, State.CANCELLED): _t("cancel_running", _WORKER, why="worker honours a cancel request"),
+    (_R, State.CANCELLED): _t(
+        "cancel_running",
+        _WORKER,
+        _RECLAIMER,
+        why="a cancel was requested: the worker honours it (before acting, at a deadline "
+        "check, or instead of a retry), or the reclaimer finds the lease expired",
+    ),
     (_R, _R): _t(
-        "take_over", _WORKER, why="the previous delivery's lease expired; same generation"
+        "take_over",
+        _WORKER,
+        why="the previous delivery's lease expired (same generation; attempt + 1, as when "
+        "the reclaimer finds it), or the lease holder heartbeats (extend_lease)",
     ),
 }
 
@@ -136,6 +157,8 @@ class HistoryEntry:
     @classmethod
     def from_document(cls, data: dict[str, Any]) -> HistoryEntry:
         raw_from = data.get("from")
+        if not isinstance(data["at"], datetime):
+            raise TypeError("a history entry's at is not a timestamp")
         return cls(
             at=data["at"],
             from_state=State(raw_from) if raw_from else None,
@@ -169,6 +192,7 @@ def apply_transition(
     at: datetime,
     reason: str,
     history_limit: int = DEFAULT_HISTORY_LIMIT,
+    history_max_bytes: int = DEFAULT_HISTORY_MAX_BYTES,
     **changes: Any,
 ) -> Job:
     """Return `job` moved to `to` with `changes`, a history entry and updated_at = `at`.
@@ -177,6 +201,35 @@ def apply_transition(
     current state and the requested one. Pure: nothing is written.
     """
     check_transition(job.job_id, job.state, to, role)
-    entry = HistoryEntry(at, job.state, to, f"{role.value}:{by}", reason)
-    history = (*job.history, entry)[-history_limit:] if history_limit > 0 else ()
+    entry = HistoryEntry(at, job.state, to, f"{role.value}:{by}", _bounded(reason))
+    history = bounded_history((*job.history, entry), history_limit, history_max_bytes)
     return dataclasses.replace(job, **changes, state=to, updated_at=at, history=history)
+
+
+def bounded_history(
+    entries: tuple[HistoryEntry, ...], limit: int, max_bytes: int = DEFAULT_HISTORY_MAX_BYTES
+) -> tuple[HistoryEntry, ...]:
+    """The newest entries within `limit` entries and `max_bytes`, the creation entry (the
+    first, from = null) always kept: how the job began is the one fact no count may drop."""
+    if limit <= 0 or not entries:
+        return ()
+    first, rest = (entries[0], entries[1:]) if entries[0].from_state is None else (None, entries)
+    kept: list[HistoryEntry] = []
+    budget = max_bytes - (_entry_bytes(first) if first else 0)
+    room = limit - (1 if first else 0)
+    for entry in reversed(rest):
+        size = _entry_bytes(entry)
+        if len(kept) >= room or (kept and size > budget):
+            break
+        kept.append(entry)
+        budget -= size
+    kept.reverse()
+    return (first, *kept) if first else tuple(kept)
+
+
+def _entry_bytes(entry: HistoryEntry) -> int:
+    return len(entry.by.encode()) + len(entry.reason.encode()) + 64  # + at, from, to, keys
+
+
+def _bounded(reason: str) -> str:
+    return bounded_text(reason, MAX_REASON_BYTES)

@@ -15,6 +15,7 @@ import json
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,12 +27,13 @@ from google.api_core import retry as api_retry
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from services.jobs import schema
+from services.jobs import metrics, schema
 from services.jobs.clock import Clock
 from services.jobs.control import Control
 from services.jobs.errors import (
     AlreadyTerminal,
     AttemptsExhausted,
+    InvalidRecord,
     InvalidTransition,
     JobNotFound,
     JobsError,
@@ -40,8 +42,17 @@ from services.jobs.errors import (
     LostRace,
     ScheduleConflict,
     StaleGeneration,
+    StoreMisconfigured,
+    StoreRejected,
     StoreUnavailable,
     ValidationError,
+)
+from services.jobs.limits import (
+    MAX_CODE_BYTES,
+    MAX_ERROR_MESSAGE_BYTES,
+    MAX_REASON_BYTES,
+    bounded_details,
+    bounded_text,
 )
 from services.jobs.model import (
     DEFAULT_ACTIONS,
@@ -53,12 +64,15 @@ from services.jobs.model import (
     ErrorInfo,
     IdempotencyRecord,
     Job,
+    Lease,
     NewJob,
     Page,
     Reclaimed,
+    ReclaimReport,
     Result,
     ScheduleResult,
     Stats,
+    decode_job,
 )
 from services.jobs.state import (
     DEFAULT_HISTORY_LIMIT,
@@ -81,6 +95,8 @@ DEFAULT_CALL_TIMEOUT_S = 10.0
 _TRANSACTION_ATTEMPTS = 5  # the client's own retries of an ABORTED commit
 _CONTENTION_ROUNDS = 8  # our retries, with jittered backoff, once the client gives up
 _MAX_LIST_LIMIT = 500
+# Deferred records per run the due_at type check inspects (each query bills >= 1 read).
+MISFILED_CHECK_LIMIT = 20
 _SCHEDULE_COMPARED = ("action", "subject", "params", "scheduled_due_at", "max_attempts")
 
 
@@ -272,6 +288,10 @@ class BoundedTransaction(firestore.Transaction):
     def __init__(self, client: firestore.Client, bounds: CallBounds, max_attempts: int) -> None:
         super().__init__(client, max_attempts=max_attempts)
         self._bounds = bounds
+        # Set once begin succeeded: from then on the transaction may hold document locks, so
+        # a DEADLINE_EXCEEDED is a wait on another transaction's lock (contention), not an
+        # outage.
+        self.began = False
 
     def _begin(self, retry_id: bytes | None = None) -> None:
         if self.in_progress:
@@ -285,6 +305,7 @@ class BoundedTransaction(firestore.Transaction):
             **self._bounds.kwargs,
         )
         self._id = response.transaction
+        self.began = True
 
     def _rollback(self) -> None:
         # Called on any error in the body or commit. When begin itself failed there is
@@ -393,8 +414,10 @@ class FirestoreJobStore:
     def cancel(self, job_id: str, reason: str, by: str) -> Job:
         """Cancel a job. Deferred, claimed or enqueued → cancelled. Running → records
         cancel_requested (the worker honours it; state stays running). Terminal →
-        AlreadyTerminal, unchanged. Missing → JobNotFound."""
+        AlreadyTerminal, unchanged. Missing → JobNotFound. A reason over MAX_REASON_BYTES
+        → ValidationError."""
         _require_text(reason=reason, by=by)
+        _require_short(reason=reason, by=by)
 
         def change(job: Job, now: datetime) -> Job:
             if job.state is State.RUNNING:
@@ -412,6 +435,7 @@ class FirestoreJobStore:
         """Move a deferred job's due_at (and so its claim time). Any other state →
         InvalidTransition. A failed job is re-scheduled as a new job ID instead."""
         _require_text(reason=reason, by=by)
+        _require_short(reason=reason, by=by)
         new_due = _require_aware(due_at, "due_at")
 
         def change(job: Job, now: datetime) -> Job:
@@ -421,10 +445,17 @@ class FirestoreJobStore:
         return self._transition(job_id, change)
 
     def get(self, job_id: str) -> Job | None:
-        """The job, or None. One read."""
+        """The job, or None. One read. InvalidRecord when the document cannot be decoded
+        (`raw` shows it as stored)."""
         with _store_errors():
             snapshot = self._jobs.document(job_id).get(**self._bounds.kwargs)
-        return Job.from_document(job_id, snapshot.to_dict() or {}) if snapshot.exists else None
+        return _decoded(snapshot) if snapshot.exists else None
+
+    def raw(self, job_id: str) -> dict[str, Any] | None:
+        """The job document exactly as stored (for records `get` cannot decode), or None."""
+        with _store_errors():
+            snapshot = self._jobs.document(job_id).get(**self._bounds.kwargs)
+        return snapshot.to_dict() if snapshot.exists else None
 
     def list_jobs(
         self,
@@ -459,15 +490,22 @@ class FirestoreJobStore:
             after=after,
         )
         with _store_errors():
-            jobs = [Job.from_document(s.id, s.to_dict() or {}) for s in self._stream(spec)]
-        more = len(jobs) > limit
-        jobs = jobs[:limit]
+            snapshots = list(self._stream(spec))
+        more = len(snapshots) > limit
+        snapshots = snapshots[:limit]
+        jobs: list[Job] = []
+        invalid: list[str] = []
+        for snapshot in snapshots:
+            try:
+                jobs.append(_decoded(snapshot))
+            except InvalidRecord:
+                invalid.append(snapshot.id)  # listed by ID; `raw` shows it, a scan moves it
         next_cursor = None
         if more:
-            last = jobs[-1]
-            order_value = last.claim.claimed_at if claimed_before and last.claim else last.due_at
-            next_cursor = _encode_cursor(order_value, last.job_id)
-        return Page(tuple(jobs), next_cursor)
+            last = snapshots[-1]
+            field_path = "claim.claimed_at" if claimed_before else "due_at"
+            next_cursor = _encode_cursor(last.get(field_path), last.id)
+        return Page(tuple(jobs), next_cursor, tuple(invalid))
 
     def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
         """Backlog figures from count aggregations and one limit-1 query; never reads every
@@ -478,12 +516,8 @@ class FirestoreJobStore:
             stuck = self._count(expired_claims_query(now - claim_timeout, None))
             expired = self._count(expired_leases_query(now, None))
             per_state = {state: self._count(state_query(state)) for state in State}
-        age = None
-        if oldest:
-            due_at = Job.from_document(oldest[0].id, oldest[0].to_dict() or {}).due_at
-            age = max((now - due_at).total_seconds(), 0.0)
         return Stats(
-            oldest_overdue_age_s=age,
+            oldest_overdue_age_s=_age(now, oldest, "due_at"),
             due_count=due_count,
             stuck_claims=stuck,
             expired_leases=expired,
@@ -540,14 +574,22 @@ class FirestoreJobStore:
     # -- scan --------------------------------------------------------------------------------
 
     def claim_due(
-        self, now: datetime, run_id: str, limit: int, *, page_size: int = CLAIM_PAGE_SIZE
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        *,
+        page_size: int = CLAIM_PAGE_SIZE,
+        on_quarantine: Callable[[str], None] | None = None,
     ) -> list[ClaimedJob]:
         """Claim up to `limit` deferred jobs due at or before `now`, oldest due first.
 
         Each page is one transaction that queries and claims (generation + 1), so overlapping
         callers never claim the same job: 1 read + 1 write per claimed job, 1 read when nothing
-        is due. If contention persists after some pages were claimed, returns those (they are
-        committed and must be published); with none claimed it raises LostRace.
+        is due. Each document is decoded on its own: one that cannot be is left out of the
+        page, quarantined after it (`on_quarantine(job_id)`), and claiming goes on. If
+        contention persists after some pages were claimed, returns those (they are committed
+        and must be published); with none claimed it raises LostRace.
         """
         _require_text(run_id=run_id)
         if limit < 0 or page_size < 1:
@@ -556,24 +598,34 @@ class FirestoreJobStore:
         while len(claimed) < limit:
             want = min(page_size, limit - len(claimed))
             try:
-                page = self._run(self._claim_page, now, run_id, want)
+                page, invalid = self._run(self._claim_page, now, run_id, want)
             except LostRace:
                 if not claimed:
                     raise
                 logger.warning("claim_due %s stopped by contention after %d", run_id, len(claimed))
                 break
             claimed.extend(page)
-            if len(page) < want:
+            moved = [job_id for job_id in invalid if self._quarantine(job_id, Role.SCAN, run_id)]
+            for job_id in moved:
+                if on_quarantine is not None:
+                    on_quarantine(job_id)
+            # A page that only met records it could not move aside would come back the same.
+            if len(page) + len(invalid) < want or not (page or moved):
                 break
         return claimed
 
     def _claim_page(
         self, transaction: firestore.Transaction, now: datetime, run_id: str, want: int
-    ) -> list[ClaimedJob]:
+    ) -> tuple[list[ClaimedJob], list[str]]:
         at = self._clock.now()
         claimed = []
+        invalid = []
         for snapshot in self._stream(due_query(now, want), transaction):
-            job = Job.from_document(snapshot.id, snapshot.to_dict() or {})
+            try:
+                job = _decoded(snapshot)
+            except InvalidRecord:
+                invalid.append(snapshot.id)
+                continue
             claim = Claim(run_id=run_id, claimed_at=at, generation=job.generation + 1)
             new = self._apply(
                 job,
@@ -584,9 +636,9 @@ class FirestoreJobStore:
                 f"due at {job.due_at.isoformat()}",
                 claim=claim,
             )
-            transaction.update(snapshot.reference, _diff(job, new))
+            _write(transaction, snapshot.reference, job, new)
             claimed.append(ClaimedJob(job.job_id, claim.generation, job.due_at, at, job.action))
-        return claimed
+        return claimed, invalid
 
     def mark_enqueued(
         self, job_id: str, generation: int, message_id: str, at: datetime | None = None
@@ -624,11 +676,16 @@ class FirestoreJobStore:
         for start in range(0, len(items), page_size):
             page = list(items[start : start + page_size])
             try:
-                marks.extend(self._run(self._mark_page, page, at))
-            except (LostRace, StoreUnavailable) as exc:
+                done = self._run(self._mark_page, page, at)
+            except (LostRace, StoreUnavailable, StoreRejected) as exc:
                 marks.extend(
                     EnqueueMark(job_id, generation, error=exc) for job_id, generation, _ in page
                 )
+                continue
+            marks.extend(done)
+            for mark in done:
+                if isinstance(mark.error, InvalidRecord):
+                    self._quarantine(mark.job_id, Role.SCAN, "mark_enqueued")
         return marks
 
     def _mark_page(
@@ -641,10 +698,14 @@ class FirestoreJobStore:
         valid = {job_id for job_id, _, message_id in page if _text_ok(job_id, message_id)}
         refs = [self._jobs.document(job_id) for job_id in sorted(valid)]
         before: dict[str, Job] = {}
+        broken: dict[str, InvalidRecord] = {}
         if refs:
             for snapshot in transaction.get_all(refs, **self._bounds.kwargs):
                 if snapshot.exists:
-                    before[snapshot.id] = Job.from_document(snapshot.id, snapshot.to_dict() or {})
+                    try:
+                        before[snapshot.id] = _decoded(snapshot)
+                    except InvalidRecord as exc:
+                        broken[snapshot.id] = exc
         current = dict(before)
         marks = []
         for job_id, generation, message_id in page:
@@ -653,6 +714,8 @@ class FirestoreJobStore:
                     "job_id and message_id must be non-empty strings"
                 )
                 marks.append(EnqueueMark(job_id, generation, error=error))
+            elif job_id in broken:
+                marks.append(EnqueueMark(job_id, generation, error=broken[job_id]))
             elif job_id not in current:
                 marks.append(EnqueueMark(job_id, generation, error=JobNotFound(job_id)))
             else:
@@ -715,50 +778,210 @@ class FirestoreJobStore:
         return self._transition(job_id, change)
 
     def reclaim_expired(
-        self, now: datetime, claim_timeout: timedelta, limit: int, run_id: str
-    ) -> list[Reclaimed]:
-        """Take back abandoned work, at most `limit` jobs, each audited by `reclaimer:<run_id>`.
+        self,
+        now: datetime,
+        claim_timeout: timedelta,
+        limit: int,
+        run_id: str,
+        *,
+        enqueued_timeout: timedelta | None = None,
+    ) -> ReclaimReport:
+        """The rescuer: take back abandoned work, at most `limit` jobs, each audited by
+        `reclaimer:<run_id>`, and quarantine records nothing else could move.
 
-        Claimed with claim.claimed_at older than now - claim_timeout → deferred (same
-        generation; the next claim bumps it). Running whose lease_until < now (the worker
-        crashed mid-action): that retry cycle is spent, so → deferred with attempt + 1 (due at
-        once, as before), or failed when it was the last; a crash loop therefore ends. The query
-        runs inside each transaction, so a fresh claim or a renewed lease is never touched.
+        - Claimed with claim.claimed_at older than now - claim_timeout → deferred (same
+          generation; the next claim bumps it).
+        - Running whose lease_until < now (the worker crashed or stopped heartbeating): the
+          rule of `_lapse_end`, the same `start` applies — cancelled when a cancel was
+          requested, failed in the last attempt, else deferred with attempt + 1, due at once.
+        - With `enqueued_timeout`: enqueued with enqueued_at older than now - it (no start
+          since the publish or release: the message is lost) → deferred; the next claim
+          publishes it under generation + 1, which fences the old message.
+        - Deferred jobs whose due_at is not a timestamp (no due query can see them) and any
+          undecodable document met on the way are quarantined (`quarantined`).
+
+        Each page is one transaction that queries and changes; a page that fails (a locked
+        record, contention, an error) is retried one record at a time, and a record that
+        still fails is `skipped` with its reason: one record never stops the rest. Results of
+        committed pages are always returned; `stopped_by` says what ended a step early.
         """
         _require_text(run_id=run_id)
         if claim_timeout <= timedelta(0):
             raise ValidationError("claim_timeout must be positive")
-        reclaimed: list[Reclaimed] = []
+        if enqueued_timeout is not None and enqueued_timeout <= timedelta(0):
+            raise ValidationError("enqueued_timeout must be positive")
         cutoff = now - claim_timeout
-        for spec_for, step in (
-            (lambda n: expired_claims_query(cutoff, n), self._reclaim_claim),
-            (lambda n: expired_leases_query(now, n), self._reclaim_lease),
-        ):
-            while len(reclaimed) < limit:
-                want = min(CLAIM_PAGE_SIZE, limit - len(reclaimed))
-                page = self._run(self._reclaim_page, spec_for(want), step, run_id)
-                reclaimed.extend(page)
-                if len(page) < want:
-                    break
-        if reclaimed:
-            logger.warning("reclaimed %d job(s) in run %s", len(reclaimed), run_id)
-        return reclaimed
+        steps: list[_ReclaimStep] = [
+            _ReclaimStep(
+                "claim_timeout",
+                lambda n: expired_claims_query(cutoff, n),
+                lambda j: (
+                    j.state is State.CLAIMED and j.claim is not None and j.claim.claimed_at < cutoff
+                ),
+                self._reclaim_claim,
+            ),
+            _ReclaimStep(
+                "lease_expired",
+                lambda n: expired_leases_query(now, n),
+                lambda j: j.state is State.RUNNING and not j.lease_live(now),
+                self._reclaim_lease,
+            ),
+        ]
+        if enqueued_timeout is not None:
+            before = now - enqueued_timeout
+            steps.append(
+                _ReclaimStep(
+                    "enqueued_timeout",
+                    lambda n: enqueued_query(before, n),
+                    lambda j: (
+                        j.state is State.ENQUEUED
+                        and j.enqueued_at is not None
+                        and j.enqueued_at < before
+                    ),
+                    self._rescue_enqueued,
+                )
+            )
+        tally = _ReclaimTally(run_id)
+        try:
+            for step in steps:
+                self._reclaim_step(step, limit, tally)
+            self._quarantine_misfiled_due(run_id, tally)
+        except StoreUnavailable as exc:
+            # Firestore itself is out of reach: nothing more can be done this run. With
+            # nothing committed that is the caller's error; otherwise keep what was done.
+            if not (tally.reclaimed or tally.quarantined):
+                raise
+            tally.stopped_by = exc
+        report = tally.report()
+        if report.reclaimed:
+            logger.warning("reclaimed %d job(s) in run %s", len(report.reclaimed), run_id)
+        return report
+
+    def _reclaim_step(self, step: _ReclaimStep, limit: int, tally: _ReclaimTally) -> None:
+        while len(tally.reclaimed) < limit:
+            want = min(CLAIM_PAGE_SIZE, limit - len(tally.reclaimed))
+            spec = step.spec(want)
+            try:
+                page, invalid = self._run(self._reclaim_page, spec, step, tally.run_id)
+            except StoreUnavailable:
+                raise
+            except JobsError as exc:
+                logger.warning("reclaim page (%s) failed, going one by one: %s", step.name, exc)
+                if not self._reclaim_each(spec, step, tally):
+                    return
+                continue
+            tally.reclaimed.extend(page)
+            moved = self._quarantine_all(invalid, tally)
+            if len(page) + len(invalid) < want or not (page or moved):
+                return
 
     def _reclaim_page(
         self,
         transaction: firestore.Transaction,
         spec: QuerySpec,
-        step: Callable[[Job, datetime, str], Job],
+        step: _ReclaimStep,
         run_id: str,
-    ) -> list[Reclaimed]:
+    ) -> tuple[list[Reclaimed], list[str]]:
         at = self._clock.now()
         page = []
+        invalid = []
         for snapshot in self._stream(spec, transaction):
-            job = Job.from_document(snapshot.id, snapshot.to_dict() or {})
-            new = step(job, at, run_id)
-            transaction.update(snapshot.reference, _diff(job, new))
-            page.append(Reclaimed(job.job_id, job.state, new.state, job.generation))
-        return page
+            try:
+                job = _decoded(snapshot)
+            except InvalidRecord:
+                invalid.append(snapshot.id)
+                continue
+            new = step.change(job, at, run_id)
+            _write(transaction, snapshot.reference, job, new)
+            page.append(_reclaimed(job, new, step.name))
+        return page, invalid
+
+    def _reclaim_each(self, spec: QuerySpec, step: _ReclaimStep, tally: _ReclaimTally) -> bool:
+        """The page again, one transaction per record; False when the step should stop."""
+        try:
+            with _store_errors():
+                ids = [snapshot.id for snapshot in self._stream(spec)]
+        except StoreUnavailable:
+            raise
+        except JobsError as exc:
+            tally.stopped_by = exc
+            return False
+        progressed = False
+        for job_id in ids:
+            ref = self._jobs.document(job_id)
+
+            def body(transaction: firestore.Transaction, ref: Any = ref) -> Reclaimed | None:
+                job = self._load(transaction, ref, ref.id)
+                if not step.applies(job):
+                    return None  # moved on meanwhile: nothing to do
+                at = self._clock.now()
+                new = step.change(job, at, tally.run_id)
+                _write(transaction, ref, job, new)
+                return _reclaimed(job, new, step.name)
+
+            try:
+                done = self._run(body)
+            except InvalidRecord:
+                self._quarantine_all([job_id], tally)
+                progressed = True
+                continue
+            except (JobNotFound, InvalidTransition):
+                continue
+            except StoreUnavailable:
+                raise
+            except JobsError as exc:
+                tally.skipped.append((job_id, f"{step.name}: {type(exc).__name__}: {exc}"))
+                logger.warning(
+                    "reclaim skipped job %s: %s",
+                    job_id,
+                    exc,
+                    extra={"fields": {"job_id": job_id, "reason": f"reclaim_{step.name}"}},
+                )
+                continue
+            if done is not None:
+                tally.reclaimed.append(done)
+                progressed = True
+        # Stop the step when nothing moved: the records left are the skipped ones.
+        return progressed and len(ids) == spec.limit
+
+    def _quarantine_all(self, job_ids: Sequence[str], tally: _ReclaimTally) -> int:
+        moved = [j for j in job_ids if self._quarantine(j, Role.RECLAIMER, tally.run_id)]
+        tally.quarantined.extend(moved)
+        return len(moved)
+
+    def _quarantine_misfiled_due(self, run_id: str, tally: _ReclaimTally) -> None:
+        """The periodic check for a deferred job whose due_at is not a timestamp: Firestore
+        range filters match only values of the operand's type and order types null < bool <
+        number < timestamp < string (https://firebase.google.com/docs/firestore/manage-data/
+        data-types#value_type_ordering), so no due query ever returns it. Two limit queries
+        on the (state, due_at) index find the common mistakes: a null, boolean or number sorts
+        before every timestamp, a string (an ISO date) after. 1 read each when none exist."""
+        specs = (
+            QuerySpec(
+                schema.JOBS,
+                equals=(("state", State.DEFERRED.value),),
+                order_by=("due_at",),
+                limit=MISFILED_CHECK_LIMIT,
+            ),
+            QuerySpec(
+                schema.JOBS,
+                equals=(("state", State.DEFERRED.value),),
+                ranges=(("due_at", ">=", ""),),
+                order_by=("due_at",),
+                limit=MISFILED_CHECK_LIMIT,
+            ),
+        )
+        misfiled: list[str] = []
+        try:
+            with _store_errors():
+                for spec in specs:
+                    for snapshot in self._stream(spec):
+                        if isinstance(snapshot.get("due_at"), datetime):
+                            break  # timestamps from here on
+                        misfiled.append(snapshot.id)
+        except StoreRejected as exc:
+            tally.stopped_by = tally.stopped_by or exc
+        self._quarantine_all(misfiled, tally)
 
     def _reclaim_claim(self, job: Job, at: datetime, run_id: str) -> Job:
         claimed_at = job.claim.claimed_at.isoformat() if job.claim else "unknown"
@@ -766,21 +989,11 @@ class FirestoreJobStore:
         return self._apply(job, State.DEFERRED, Role.RECLAIMER, run_id, at, reason)
 
     def _reclaim_lease(self, job: Job, at: datetime, run_id: str) -> Job:
+        ended = self._lapse_end(job, at, Role.RECLAIMER, run_id)
+        if ended is not None:
+            return ended
         until = job.lease_until.isoformat() if job.lease_until else "unknown"
         reason = f"lease of {job.lease_owner} expired at {until}"
-        error = ErrorInfo("lease_expired", reason, at)
-        if not _attempt_left(job):
-            return self._apply(
-                job,
-                State.FAILED,
-                Role.RECLAIMER,
-                run_id,
-                at,
-                f"{reason}; attempt {job.attempt} of {job.max_attempts} was the last",
-                last_error=error,
-                expire_at=self._expiry(at),
-                **_NO_LEASE,
-            )
         return self._apply(
             job,
             State.DEFERRED,
@@ -789,113 +1002,186 @@ class FirestoreJobStore:
             at,
             f"{reason}; attempt {job.attempt + 1} of {job.max_attempts} next",
             attempt=job.attempt + 1,
-            last_error=error,
+            last_error=ErrorInfo("lease_expired", reason, at),
             **_NO_LEASE,
         )
 
+    def _rescue_enqueued(self, job: Job, at: datetime, run_id: str) -> Job:
+        since = job.enqueued_at.isoformat() if job.enqueued_at else "unknown"
+        reason = (
+            f"enqueued at {since} as message {job.message_id} and never started within the "
+            "enqueued timeout: the message is lost; the next claim publishes it again"
+        )
+        return self._apply(job, State.DEFERRED, Role.RECLAIMER, run_id, at, reason)
+
     # -- worker ----------------------------------------------------------------------------
-    # cancel_running, release, complete, retry_later and fail need the caller's running lease
-    # of this generation; without it they raise LeaseLost and change nothing.
+    # cancel_running, extend_lease, release, complete, retry_later and fail take the `Lease`
+    # that `start` returned (job.lease). Its token is new on every start, so any delivery
+    # but the one holding the running lease (a stale one in the same process included) is
+    # refused with LeaseLost and changes nothing.
 
     def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job:
-        """Take the lease: enqueued or claimed (push before enqueue) → running.
+        """Take the lease: enqueued or claimed (push before enqueue) → running, with a new
+        lease token (per delivery) that every later worker transition must present.
 
-        `attempt` is unchanged: a start (or a redelivery's restart) is part of the current retry
-        cycle, so a job in a valid state can always be started. Refuses: terminal →
-        AlreadyTerminal; another generation → StaleGeneration; a live lease → LeaseHeld;
-        deferred → InvalidTransition. An expired lease of the same generation is taken over.
-        The returned job shows `cancel_requested`, which the worker must honour with
-        `cancel_running`.
+        Refuses: terminal → AlreadyTerminal; another generation → StaleGeneration; a live
+        lease → LeaseHeld (also when another job holds the job's shared idempotency key);
+        deferred → InvalidTransition; an undecodable document → InvalidRecord (quarantined
+        first). An expired lease of the same generation is taken over, and that costs the
+        crashed cycle an attempt exactly as when the reclaimer finds it: attempt + 1, or
+        `failed` when it was the last (the returned job is then failed, with no lease).
+        `attempt` is otherwise unchanged. The returned job shows `cancel_requested`, which the
+        worker must honour with `cancel_running`.
         """
         _require_text(worker_id=worker_id)
         if lease <= timedelta(0):
             raise ValidationError("lease must be positive")
+        ref = self._jobs.document(job_id)
 
-        def change(job: Job, now: datetime) -> Job:
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self._load(transaction, ref, job_id)
+            now = self._clock.now()
             if job.state.terminal:
                 raise AlreadyTerminal(job.job_id, job.state, State.RUNNING)
             _require_generation(job, generation)
             reason = f"attempt {job.attempt} of {job.max_attempts}"
+            attempt = job.attempt
             if job.state is State.RUNNING:
                 if job.lease_live(now):
                     raise LeaseHeld(job.job_id, job.lease_owner, job.lease_until)
-                reason += f"; took over the expired lease of {job.lease_owner}"
-            return self._apply(
+                ended = self._lapse_end(job, now, Role.WORKER, worker_id)
+                if ended is not None:
+                    _write(transaction, ref, job, ended)
+                    return ended
+                attempt = job.attempt + 1
+                reason = (
+                    f"attempt {attempt} of {job.max_attempts}; took over the expired lease "
+                    f"of {job.lease_owner}"
+                )
+            until = now + lease
+            token = uuid.uuid4().hex
+            if job.explicit_key:
+                self._hold_key(transaction, job, token, until, now)
+            new = self._apply(
                 job,
                 State.RUNNING,
                 Role.WORKER,
                 worker_id,
                 now,
                 reason,
-                lease_until=now + lease,
+                attempt=attempt,
+                lease_until=until,
                 lease_owner=worker_id,
+                lease_token=token,
             )
+            _write(transaction, ref, job, new)
+            return new
 
-        return self._transition(job_id, change)
+        try:
+            return self._run(body)
+        except InvalidRecord:
+            self._quarantine(job_id, Role.WORKER, worker_id)
+            raise
 
-    def cancel_running(self, job_id: str, generation: int, *, worker_id: str) -> Job:
+    def extend_lease(self, lease: Lease, duration: timedelta) -> Job:
+        """The heartbeat: move the holder's lease_until to now + `duration` (a compare-and-set
+        on the lease token; LeaseLost when it is no longer the holder's). The returned job
+        shows a `cancel_requested` that arrived meanwhile."""
+        if duration <= timedelta(0):
+            raise ValidationError("duration must be positive")
+        ref = self._jobs.document(lease.job_id)
+
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self._load(transaction, ref, lease.job_id)
+            now = self._clock.now()
+            self._require_lease(job, lease)
+            until = now + duration
+            if job.explicit_key:
+                self._hold_key(transaction, job, lease.token, until, now)
+            new = dataclasses.replace(job, lease_until=until, updated_at=now)
+            _write(transaction, ref, job, new)
+            return new
+
+        return self._run(body)
+
+    def cancel_running(self, lease: Lease, *, progress: Mapping[str, Any] | None = None) -> Job:
         """Running → cancelled, when the operator asked (cancel_requested) and the worker
-        honours it before acting."""
+        honours it: before acting, or at a deadline check between units of work (`progress`
+        says what was already done)."""
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, generation, worker_id)
+            self._require_lease(job, lease)
             if job.cancel_requested is None:
                 raise InvalidTransition(
                     job.job_id, job.state, State.CANCELLED, "no cancel was requested"
                 )
-            reason = job.cancel_requested.reason if job.cancel_requested else ""
-            return self._apply(
-                job,
-                State.CANCELLED,
-                Role.WORKER,
-                worker_id,
-                now,
-                f"cancel honoured: {reason}",
-                expire_at=self._expiry(now),
-                **_NO_LEASE,
-            )
+            return self._cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
 
-        return self._transition(job_id, change)
+        return self._worker_transition(lease, change)
 
-    def release(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job:
-        """Running → enqueued after a transient error, so Pub/Sub's redelivery starts it
-        again. `attempt` is unchanged: Pub/Sub's deliveryAttempt counts these quick retries,
-        and the worker turns them into `retry_later` at its threshold."""
+    def release(
+        self,
+        lease: Lease,
+        error: ErrorInfo,
+        *,
+        progress: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+    ) -> Job:
+        """Running → enqueued after a transient error or an interrupted action, so Pub/Sub's
+        redelivery (`message_id`) starts it again; `progress` is kept for that delivery.
+        `enqueued_at` is set now, so the stale-enqueued gauge and the rescuer measure from
+        this release. `attempt` is unchanged: Pub/Sub's deliveryAttempt counts these quick
+        retries. With a cancel request the job is cancelled instead."""
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, generation, worker_id)
+            self._require_lease(job, lease)
+            if job.cancel_requested is not None:
+                return self._cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
             return self._apply(
                 job,
                 State.ENQUEUED,
                 Role.WORKER,
-                worker_id,
+                lease.owner,
                 now,
                 f"released after {error.code}",
                 last_error=_stamped(error, now),
+                enqueued_at=now,
+                message_id=message_id or job.message_id,
+                progress=_progress(job, progress),
                 **_NO_LEASE,
             )
 
-        return self._transition(job_id, change)
+        return self._worker_transition(lease, change)
 
-    def complete(self, job_id: str, generation: int, result: Result, *, worker_id: str) -> Job:
-        """Running → completed with the result, and the idempotency document written in the
-        same transaction. Sets expire_at = now + terminal retention on both."""
+    def complete(self, lease: Lease, result: Result) -> Job:
+        """Running → completed with the result (details bounded). For a supplied (explicit,
+        possibly shared) idempotency key, the key's document gets the result in the same
+        transaction, and the key must still be held by this lease. Sets expire_at = now +
+        terminal retention on both."""
+        ref = self._jobs.document(lease.job_id)
 
         def body(transaction: firestore.Transaction) -> Job:
-            ref = self._jobs.document(job_id)
-            job = self._load(transaction, ref, job_id)
+            job = self._load(transaction, ref, lease.job_id)
             now = self._clock.now()
-            self._require_lease(job, generation, worker_id)
-            stamped = dataclasses.replace(result, completed_at=now)
+            self._require_lease(job, lease)
+            key_ref = self._idempotency.document(job.idempotency_key)
+            if job.explicit_key:
+                self._require_key(transaction, job, lease)
+            stamped = Result(
+                outcome=bounded_text(result.outcome, MAX_CODE_BYTES),
+                details=bounded_details(result.details),
+                completed_at=now,
+            )
             new = self._apply(
                 job,
                 State.COMPLETED,
                 Role.WORKER,
-                worker_id,
+                lease.owner,
                 now,
-                f"outcome {result.outcome}",
+                f"outcome {stamped.outcome}",
                 result=stamped,
                 expire_at=self._expiry(now),
+                progress=None,
                 **_NO_LEASE,
             )
             record = IdempotencyRecord(
@@ -903,13 +1189,16 @@ class FirestoreJobStore:
                 job_id=job.job_id,
                 action=job.action,
                 subject=job.subject,
-                outcome=result.outcome,
-                details=dict(result.details),
+                outcome=stamped.outcome,
+                details=dict(stamped.details),
                 completed_at=now,
                 expire_at=new.expire_at,
             )
-            transaction.update(ref, _diff(job, new))
-            transaction.set(self._idempotency.document(record.key), record.to_document())
+            _write(transaction, ref, job, new)
+            if job.explicit_key:
+                # A derived key belongs to this job alone, and the job's own result (same
+                # expire_at) already records the side effect: no second document for it.
+                transaction.set(key_ref, record.to_document())
             return new
 
         return self._run(body)
@@ -917,52 +1206,64 @@ class FirestoreJobStore:
     complete_if_running = complete
 
     def retry_later(
-        self, job_id: str, generation: int, due_at: datetime, error: ErrorInfo, *, worker_id: str
+        self,
+        lease: Lease,
+        due_at: datetime,
+        error: ErrorInfo,
+        *,
+        progress: Mapping[str, Any] | None = None,
     ) -> Job:
         """Running → deferred with a new due_at, last_error and attempt + 1 (the next retry
         cycle); the next claim publishes it again. When the current attempt is the last
         (attempt == max_attempts) it raises AttemptsExhausted and changes nothing: the worker
-        calls `fail` instead."""
+        calls `fail` instead. With a cancel request the job is cancelled instead."""
         new_due = _require_aware(due_at, "due_at")
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, generation, worker_id)
+            self._require_lease(job, lease)
+            if job.cancel_requested is not None:
+                return self._cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
             if not _attempt_left(job):
                 raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
             return self._apply(
                 job,
                 State.DEFERRED,
                 Role.WORKER,
-                worker_id,
+                lease.owner,
                 now,
                 f"retry at {new_due.isoformat()} after {error.code}; "
                 f"attempt {job.attempt + 1} of {job.max_attempts} next",
                 attempt=job.attempt + 1,
                 due_at=new_due,
                 last_error=_stamped(error, now),
+                progress=_progress(job, progress),
                 **_NO_LEASE,
             )
 
-        return self._transition(job_id, change)
+        return self._worker_transition(lease, change)
 
-    def fail(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job:
-        """Running → failed (terminal) with last_error and expire_at."""
+    def fail(self, lease: Lease, error: ErrorInfo) -> Job:
+        """Running → failed (terminal) with last_error and expire_at; with a cancel request,
+        → cancelled (the operator's decision stands), last_error kept."""
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, generation, worker_id)
+            self._require_lease(job, lease)
+            stamped = _stamped(error, now)
+            if job.cancel_requested is not None:
+                return self._cancelled(job, Role.WORKER, lease.owner, now, last_error=stamped)
             return self._apply(
                 job,
                 State.FAILED,
                 Role.WORKER,
-                worker_id,
+                lease.owner,
                 now,
-                f"failed: {error.code}",
-                last_error=_stamped(error, now),
+                f"failed: {stamped.code}",
+                last_error=stamped,
                 expire_at=self._expiry(now),
                 **_NO_LEASE,
             )
 
-        return self._transition(job_id, change)
+        return self._worker_transition(lease, change)
 
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         """The recorded result of the side effect with this key, or None. One read."""
@@ -1006,22 +1307,185 @@ class FirestoreJobStore:
             **changes,
         )
 
-    def _require_lease(self, job: Job, generation: int, worker_id: str) -> None:
-        """LeaseLost unless `worker_id` holds the running lease of this generation.
+    def _require_lease(self, job: Job, lease: Lease) -> None:
+        """LeaseLost unless `lease` is the job's running lease (same generation and token).
 
         Whatever happened meanwhile (the lease lapsed and was reclaimed to deferred or failed,
         taken over, the job re-claimed under a newer generation, or finished by another
-        delivery), the caller's result is no longer wanted: one error for all of it.
+        delivery, even one in this same process), the caller's result is no longer wanted:
+        one error for all of it.
         """
         if job.state is not State.RUNNING:
             detail = f"the job is {job.state.value}"
-        elif job.generation != generation:
-            detail = f"generation {generation} is stale; the job is at {job.generation}"
-        elif job.lease_owner != worker_id:
+        elif job.generation != lease.generation:
+            detail = f"generation {lease.generation} is stale; the job is at {job.generation}"
+        elif job.lease_token != lease.token:
             detail = "another delivery took the lease over"
         else:
             return
-        raise LeaseLost(job.job_id, worker_id, job.lease_owner, detail)
+        raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
+
+    def _lapse_end(self, job: Job, now: datetime, role: Role, by: str) -> Job | None:
+        """The one rule for a running lease that lapsed (the worker crashed or stopped
+        heartbeating), whoever finds it — the reclaimer or a redelivery's `start`: the cycle
+        is spent. Returns the terminal job it ends in (cancelled when a cancel was requested,
+        failed when that was the last attempt), or None when attempt + 1 follows."""
+        until = job.lease_until.isoformat() if job.lease_until else "unknown"
+        reason = f"lease of {job.lease_owner} expired at {until}"
+        if job.cancel_requested is not None:
+            return self._cancelled(job, role, by, now, why=f"{reason}; ")
+        if _attempt_left(job):
+            return None
+        return self._apply(
+            job,
+            State.FAILED,
+            role,
+            by,
+            now,
+            f"{reason}; attempt {job.attempt} of {job.max_attempts} was the last",
+            last_error=ErrorInfo("lease_expired", reason, now),
+            expire_at=self._expiry(now),
+            **_NO_LEASE,
+        )
+
+    def _cancelled(
+        self,
+        job: Job,
+        role: Role,
+        by: str,
+        now: datetime,
+        *,
+        why: str = "",
+        progress: Mapping[str, Any] | None = None,
+        last_error: ErrorInfo | None = None,
+    ) -> Job:
+        request = job.cancel_requested
+        return self._apply(
+            job,
+            State.CANCELLED,
+            role,
+            by,
+            now,
+            f"{why}cancel honoured: {request.reason if request else ''}",
+            expire_at=self._expiry(now),
+            progress=_progress(job, progress),
+            last_error=last_error or job.last_error,
+            **_NO_LEASE,
+        )
+
+    def _worker_transition(self, lease: Lease, change: Callable[[Job, datetime], Job]) -> Job:
+        """A lease holder's transition out of running: re-read, check the lease, apply; a
+        shared idempotency key this lease held is freed in the same transaction."""
+        ref = self._jobs.document(lease.job_id)
+
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self._load(transaction, ref, lease.job_id)
+            new = change(job, self._clock.now())
+            key_ref = self._idempotency.document(job.idempotency_key)
+            held = None
+            if job.explicit_key and new.state is not State.RUNNING:
+                held = self._get_in(transaction, key_ref)
+            diff = _diff(job, new)
+            if diff:
+                transaction.update(ref, diff)
+            if held is not None and held.exists:
+                holder = (held.to_dict() or {}).get("holder") or {}
+                if "outcome" not in (held.to_dict() or {}) and holder.get("token") == lease.token:
+                    transaction.delete(key_ref)
+            return new
+
+        return self._run(body)
+
+    def _hold_key(
+        self,
+        transaction: firestore.Transaction,
+        job: Job,
+        token: str,
+        until: datetime,
+        now: datetime,
+    ) -> None:
+        """Take (or renew) a shared idempotency key for this lease inside its transaction:
+        a live hold by another lease is refused like a held lease; a completed record is left
+        alone (the worker reuses its result)."""
+        key_ref = self._idempotency.document(job.idempotency_key)
+        snapshot = self._get_in(transaction, key_ref)
+        data = (snapshot.to_dict() or {}) if snapshot.exists else {}
+        if "outcome" in data:
+            return
+        holder = data.get("holder") or {}
+        held_until = holder.get("until")
+        if (
+            holder.get("token") not in (None, token)
+            and isinstance(held_until, datetime)
+            and held_until > now
+        ):
+            raise LeaseHeld(
+                job.job_id, f"job {holder.get('job_id')!r} (shared idempotency key)", held_until
+            )
+        transaction.set(
+            key_ref,
+            {
+                "holder": {"job_id": job.job_id, "token": token, "until": until},
+                schema.EXPIRE_AT: until + self._retention,
+            },
+        )
+
+    def _require_key(self, transaction: firestore.Transaction, job: Job, lease: Lease) -> None:
+        """LeaseLost unless this lease still holds the job's shared idempotency key."""
+        snapshot = self._get_in(transaction, self._idempotency.document(job.idempotency_key))
+        data = (snapshot.to_dict() or {}) if snapshot.exists else {}
+        holder = data.get("holder") or {}
+        if "outcome" in data:
+            detail = f"job {data.get('job_id')!r} already recorded the shared key's result"
+        elif snapshot.exists and holder.get("token") != lease.token:
+            detail = f"job {holder.get('job_id')!r} took the shared idempotency key over"
+        else:
+            return
+        raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
+
+    def _quarantine(self, job_id: str, role: Role, by: str) -> bool:
+        """Move an undecodable job document aside: one conditional raw update (in a
+        transaction that re-reads it) to state failed, last_error.code invalid_record, the
+        decode error and an audit entry. False when it decodes after all or is gone. Logged
+        with its own event; never raises for the document's content."""
+        ref = self._jobs.document(job_id)
+
+        def body(transaction: firestore.Transaction) -> str | None:
+            snapshot = self._get_in(transaction, ref)
+            if not snapshot.exists:
+                return None
+            raw = snapshot.to_dict() or {}
+            try:
+                decode_job(job_id, raw)
+            except InvalidRecord as exc:
+                problem = exc.problem
+            else:
+                return None
+            now = self._clock.now()
+            transaction.update(ref, _quarantine_fields(raw, problem, now, f"{role}:{by}", self))
+            return problem
+
+        try:
+            problem = self._run(body)
+        except JobsError as exc:
+            logger.error("could not quarantine job %s: %s", job_id, exc)
+            return False
+        if problem is None:
+            return False
+        logger.error(
+            "job %s quarantined: %s",
+            job_id,
+            problem,
+            extra={
+                "fields": {
+                    metrics.LOG_EVENT: metrics.EVENT_JOB_QUARANTINED,
+                    "job_id": job_id,
+                    "problem": problem,
+                    "by": f"{role}:{by}",
+                }
+            },
+        )
+        return True
 
     def _get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
         return next(iter(transaction.get(ref, **self._bounds.kwargs)))
@@ -1030,7 +1494,7 @@ class FirestoreJobStore:
         snapshot = self._get_in(transaction, ref)
         if not snapshot.exists:
             raise JobNotFound(job_id)
-        return Job.from_document(job_id, snapshot.to_dict() or {})
+        return _decoded(snapshot)
 
     def _transition(self, job_id: str, change: Callable[[Job, datetime], Job]) -> Job:
         """Re-read the job in a transaction, compute its new value, write only what changed."""
@@ -1048,15 +1512,35 @@ class FirestoreJobStore:
 
     def _run(self, body: Callable[..., T], *args: Any) -> T:
         """Run `body(transaction, *args)` transactionally, retrying contention with jittered
-        backoff; persistent contention raises LostRace, Firestore errors StoreUnavailable."""
+        backoff. Persistent contention, or a lock wait that outlasts the call timeout, raises
+        LostRace; UNAVAILABLE (or a deadline with nothing held) StoreUnavailable; a refusal
+        retrying cannot fix StoreRejected."""
         for round_ in range(_CONTENTION_ROUNDS):
             transaction = BoundedTransaction(self._client, self._bounds, _TRANSACTION_ATTEMPTS)
             try:
                 with _store_errors():
-                    return firestore.transactional(body)(transaction, *args)
+                    return self._commit_run(transaction, body, *args)
             except _Contention:
                 time.sleep(random.uniform(0, min(0.5, 0.01 * 2**round_)))
+            except StoreUnavailable as exc:
+                if transaction.began and _is_deadline(exc.__cause__):
+                    # Each such wait already cost a whole call timeout: give up at once.
+                    raise LostRace(
+                        "waited longer than the call timeout on a document another "
+                        "transaction holds; retry later"
+                    ) from exc
+                raise
         raise LostRace("gave up after repeated transaction contention; retry later")
+
+    def _commit_run(self, transaction: BoundedTransaction, body: Callable[..., T], *args: Any) -> T:
+        result = firestore.transactional(body)(transaction, *args)
+        written = getattr(transaction, "write_results", None)
+        if isinstance(result, Job) and written:
+            # The commit time of the job's write: what a later compare-and-set conditions on.
+            stamp = written[0].update_time
+            if stamp is not None:
+                result = dataclasses.replace(result, update_time=_as_datetime(stamp))
+        return result
 
     def _stream(self, spec: QuerySpec, transaction: Any = None) -> Iterator[Any]:
         return self._query(spec).stream(transaction=transaction, **self._bounds.kwargs)
@@ -1083,7 +1567,40 @@ class FirestoreJobStore:
         return query
 
 
-_NO_LEASE: Mapping[str, Any] = {"lease_until": None, "lease_owner": None}
+_NO_LEASE: Mapping[str, Any] = {"lease_until": None, "lease_owner": None, "lease_token": None}
+# last_error.code of a quarantined record.
+INVALID_RECORD = "invalid_record"
+
+
+@dataclass(frozen=True)
+class _ReclaimStep:
+    """One kind of abandoned work: its query, the condition re-checked per record, the
+    change, and the reason name logged and reported for it."""
+
+    name: str
+    spec: Callable[[int], QuerySpec]
+    applies: Callable[[Job], bool]
+    change: Callable[[Job, datetime, str], Job]
+
+
+@dataclass
+class _ReclaimTally:
+    run_id: str
+    reclaimed: list[Reclaimed] = dataclasses.field(default_factory=list)
+    quarantined: list[str] = dataclasses.field(default_factory=list)
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    stopped_by: JobsError | None = None
+
+    def report(self) -> ReclaimReport:
+        return ReclaimReport(
+            tuple(self.reclaimed), tuple(self.quarantined), tuple(self.skipped), self.stopped_by
+        )
+
+
+def _reclaimed(job: Job, new: Job, reason: str) -> Reclaimed:
+    if new.state is State.CANCELLED:
+        reason = "cancel_requested"
+    return Reclaimed(job.job_id, job.state, new.state, job.generation, reason)
 
 
 class _Contention(Exception):
@@ -1092,8 +1609,12 @@ class _Contention(Exception):
 
 @contextmanager
 def _store_errors() -> Iterator[None]:
-    """Translate the client's errors: contention to _Contention, the rest to
-    StoreUnavailable; our own JobsError passes through."""
+    """Translate the client's errors: contention to _Contention; refusals retrying cannot fix
+    to StoreRejected (INVALID_ARGUMENT) or StoreMisconfigured (PERMISSION_DENIED, a missing
+    index, a missing database); the rest to StoreUnavailable. Our own JobsError passes.
+
+    Status meanings: https://cloud.google.com/firestore/docs/understand-error-codes
+    """
     try:
         yield
     except JobsError:
@@ -1105,7 +1626,87 @@ def _store_errors() -> Iterator[None]:
             raise _Contention() from exc
         raise
     except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
-        raise StoreUnavailable(f"Firestore: {exc}") from exc
+        raise _translated(exc) from exc
+
+
+def _translated(exc: Exception) -> JobsError:
+    cause = exc.cause if isinstance(exc, api_exceptions.RetryError) else exc
+    if isinstance(cause, api_exceptions.InvalidArgument):
+        return StoreRejected(f"Firestore refused the request as invalid: {cause}")
+    if isinstance(
+        cause,
+        api_exceptions.PermissionDenied
+        | api_exceptions.FailedPrecondition
+        | api_exceptions.NotFound
+        | api_exceptions.Unauthenticated,
+    ):
+        return StoreMisconfigured(
+            f"Firestore refused the request ({type(cause).__name__}): {cause}; check the "
+            "service account's roles, the declared indexes and the database name"
+        )
+    return StoreUnavailable(f"Firestore: {exc}")
+
+
+def _is_deadline(exc: BaseException | None) -> bool:
+    if isinstance(exc, api_exceptions.RetryError):
+        exc = exc.cause
+    return isinstance(exc, api_exceptions.DeadlineExceeded)
+
+
+def _as_datetime(stamp: Any) -> datetime:
+    if isinstance(stamp, datetime):
+        return stamp.astimezone(UTC)
+    return stamp.ToDatetime(tzinfo=UTC)
+
+
+def _decoded(snapshot: Any) -> Job:
+    """The job in `snapshot` with its update_time; InvalidRecord when it cannot be decoded."""
+    job = decode_job(snapshot.id, snapshot.to_dict())
+    stamp = getattr(snapshot, "update_time", None)
+    return dataclasses.replace(job, update_time=_as_datetime(stamp)) if stamp else job
+
+
+def _quarantine_fields(
+    raw: Mapping[str, Any], problem: str, now: datetime, by: str, store: FirestoreJobStore
+) -> dict[str, Any]:
+    """The raw update that moves an undecodable document to failed/invalid_record. Only
+    fields with a fixed shape are written; the rest of the document stays as found, for the
+    operator to inspect."""
+    message = bounded_text(problem, MAX_ERROR_MESSAGE_BYTES)
+    from_state = raw.get("state") if isinstance(raw.get("state"), str) else None
+    entry = {
+        "at": now,
+        "from": from_state,
+        "to": State.FAILED.value,
+        "by": by,
+        "reason": bounded_text(f"quarantined: {message}", MAX_REASON_BYTES),
+    }
+    history = raw.get("history")
+    return {
+        "state": State.FAILED.value,
+        "last_error": {"code": INVALID_RECORD, "message": message, "at": now},
+        "quarantine": {"at": now, "by": by, "from_state": from_state, "problem": message},
+        # Appended to a history that is an array (kept as found); otherwise replaced.
+        "history": firestore.ArrayUnion([entry]) if isinstance(history, list) else [entry],
+        "lease_until": None,
+        "lease_owner": None,
+        "lease_token": None,
+        "updated_at": now,
+        schema.EXPIRE_AT: store._expiry(now),
+    }
+
+
+def _progress(job: Job, progress: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if progress is None:
+        return dict(job.progress) if job.progress is not None else None
+    return bounded_details(progress)
+
+
+def _write(transaction: firestore.Transaction, ref: Any, old: Job, new: Job) -> None:
+    """Write the fields `new` changed, if any (Firestore refuses an empty update)."""
+    diff = _diff(old, new)
+    if diff:
+        transaction.update(ref, diff)
 
 
 def _diff(old: Job, new: Job) -> dict[str, Any]:
@@ -1132,7 +1733,12 @@ def _claimant(job: Job) -> str:
 
 
 def _stamped(error: ErrorInfo, now: datetime) -> ErrorInfo:
-    return dataclasses.replace(error, at=error.at or now)
+    """The error as recorded: its time filled in, its code and message bounded."""
+    return ErrorInfo(
+        code=bounded_text(error.code, MAX_CODE_BYTES),
+        message=bounded_text(error.message, MAX_ERROR_MESSAGE_BYTES),
+        at=error.at or now,
+    )
 
 
 def _require_generation(job: Job, generation: int) -> None:
@@ -1149,6 +1755,16 @@ def _require_aware(value: datetime, name: str) -> datetime:
     if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError(f"{name} must be a timezone-aware datetime")
     return value.astimezone(UTC)
+
+
+def _require_short(**values: str) -> None:
+    long = [
+        f"{name} is longer than {MAX_REASON_BYTES} bytes"
+        for name, value in values.items()
+        if len(value.encode("utf-8", "replace")) > MAX_REASON_BYTES
+    ]
+    if long:
+        raise ValidationError(long)
 
 
 def _require_text(**values: str) -> None:

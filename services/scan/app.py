@@ -7,8 +7,10 @@ functions-framework target in `main.py` hands its request to the same handler.
 Status codes: 200 with the run summary; 400 for a body that is not empty or a small JSON
 object of known options; 401 / 403 for a missing or invalid / disallowed token; 405 for a
 method other than POST; 503 when Firestore, Pub/Sub or the token certs cannot be reached
-(Cloud Scheduler retries per its retry config); 500, after one ERROR line with event
-`scan_crashed`, for anything unexpected. The token never appears in a log line.
+(Cloud Scheduler retries per its retry config); 500 with event `store_rejected` when Firestore
+refuses for a reason retrying cannot fix (permissions, index, database: a configuration error,
+not an outage); 500, after one ERROR line with event `scan_crashed`, for anything unexpected.
+The token never appears in a log line.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from services.jobs.auth import (
     allowed_emails,
 )
 from services.jobs.clock import Clock, SystemClock
-from services.jobs.metrics import LOG_EVENT, MetricsSink, build_sink
+from services.jobs.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink, build_sink
 from services.jobs.publisher import Publisher
 from services.jobs.runs import ScanRunLog
 from services.scan.scanner import (
@@ -41,10 +43,11 @@ from services.scan.scanner import (
     RunRecorder,
     Scanner,
     ScanStore,
+    StoreRefused,
     StoreUnreachable,
 )
 from services.scan.settings import ScanSettings
-from services.scan.summary import response_body
+from services.scan.summary import log_fields, response_body
 from services.scan.trigger import MAX_BODY_BYTES, TriggerError, parse_trigger
 
 logger = logging.getLogger(__name__)
@@ -108,6 +111,17 @@ class ScanHandler:
             run = self.scanner.run(dry_run=trigger.dry_run, run_id=run_id)
         except StoreUnreachable as exc:
             return _unavailable("firestore unavailable", exc)
+        except StoreRefused as exc:
+            # A configuration error: 500, so Cloud Scheduler records a failure, with its own
+            # ERROR event, never read as an outage.
+            fields = {LOG_EVENT: EVENT_STORE_REJECTED, "error_type": type(exc.__cause__).__name__}
+            if exc.run is not None:
+                fields.update(log_fields(exc.run), **{LOG_EVENT: EVENT_STORE_REJECTED})
+            logger.error("scan run stopped: Firestore refused: %s", exc, extra={"fields": fields})
+            refused: dict[str, Any] = {"error": "firestore refused", "detail": str(exc)}
+            if exc.run is not None:
+                refused.update(response_body(exc.run))
+            return _json(HTTPStatus.INTERNAL_SERVER_ERROR, refused)
         except QueueUnreachable as exc:
             return _unavailable("pubsub unavailable", exc)
         return _json(HTTPStatus.OK, response_body(run))

@@ -28,7 +28,7 @@ from services.jobs.clock import Clock
 from services.jobs.control import Control
 from services.jobs.metrics import EVENT_JOB_FAILED, LOG_EVENT, MetricsSink, NullSink
 from services.jobs.model import Backlog as StoreBacklog
-from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, Reclaimed
+from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, Reclaimed, ReclaimReport
 from services.jobs.publisher import PublishError
 from services.jobs.runs import RunLogError, ScanRun
 from services.jobs.state import State
@@ -62,6 +62,11 @@ class StoreUnreachable(ScanError):
     """Firestore could not be reached; the run stopped. Records it claimed stay claimed."""
 
 
+class StoreRefused(ScanError):
+    """Firestore refused the run's requests for a reason retrying cannot fix (permissions, a
+    missing index or database, an invalid request): a configuration error, not an outage."""
+
+
 class QueueUnreachable(ScanError):
     """Pub/Sub could not be reached: every publish of the run failed and was recorded."""
 
@@ -72,11 +77,23 @@ class ScanStore(Protocol):
     def get_control(self) -> Control: ...
 
     def reclaim_expired(
-        self, now: datetime, claim_timeout: timedelta, limit: int, run_id: str
-    ) -> Sequence[Any]: ...
+        self,
+        now: datetime,
+        claim_timeout: timedelta,
+        limit: int,
+        run_id: str,
+        *,
+        enqueued_timeout: timedelta | None = None,
+    ) -> ReclaimReport: ...
 
     def claim_due(
-        self, now: datetime, run_id: str, limit: int, *, page_size: int
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        *,
+        page_size: int,
+        on_quarantine: Callable[[str], None] | None = None,
     ) -> Sequence[ClaimedJob]: ...
 
     def mark_enqueued_many(
@@ -173,6 +190,9 @@ class Scanner:
             control = self._store.get_control()
         except errors.StoreUnavailable as exc:
             raise StoreUnreachable(f"cannot read the control document: {exc}") from exc
+        except errors.StoreRejected as exc:
+            raise StoreRefused(f"cannot read the control document: {exc}") from exc
+        # (The handler logs a StoreRefused once, with event store_rejected.)
         budget = self.budget_for(control)
         claim_timeout = self.claim_timeout_for(control)
 
@@ -196,6 +216,9 @@ class Scanner:
             else:
                 stopped = self._work(run_id, started_at, budget, claim_timeout, tally)
             backlog = self._measure(claim_timeout)
+        except StoreRefused as exc:
+            exc.run = finish(Backlog(), "unavailable")
+            raise
         except StoreUnreachable as exc:
             # What the run did before Firestore went away (its published messages are real)
             # goes in the 503 body and an ERROR line. No gauges: the backlog is unknown, and
@@ -266,13 +289,24 @@ class Scanner:
             want = min(self._limits.page_size, remaining)
             try:
                 # One claim transaction per page: JOBS_SCAN_PAGE_SIZE sets its size.
-                claims = list(self._store.claim_due(now, run_id, want, page_size=want))
+                claims = list(
+                    self._store.claim_due(
+                        now, run_id, want, page_size=want, on_quarantine=tally.add_quarantined
+                    )
+                )
             except errors.StoreUnavailable as exc:
                 raise StoreUnreachable(f"cannot claim due jobs: {exc}") from exc
+            except errors.StoreRejected as exc:
+                raise StoreRefused(f"cannot claim due jobs: {exc}") from exc
             except errors.LostRace as exc:
-                # The store already retried: another run is claiming the same records right
-                # now. Leave them to it; the next run picks up whatever remains.
-                logger.warning("claiming stopped by contention: %s", exc)
+                # The store already retried (or waited on a lock longer than the call
+                # timeout): another run is claiming the same records right now. Leave them
+                # to it; the next run picks up whatever remains. Not an outage: 200.
+                logger.warning(
+                    "claiming stopped by contention: %s",
+                    exc,
+                    extra={"fields": {"reason": "claim_contention"}},
+                )
                 return "contention"
             tally.add_claimed(len(claims))
             remaining -= len(claims)
@@ -289,32 +323,53 @@ class Scanner:
                 return "drained"
 
     def _reclaim(self, run_id: str, claim_timeout: timedelta, tally: RunTally) -> None:
+        """The rescuer's step. Nothing it meets stops the run: the store handles each record on
+        its own and reports what it skipped; claiming follows whatever happened here."""
         try:
-            reclaimed = self._store.reclaim_expired(
-                self._clock.now(), claim_timeout, self._limits.reclaim_limit, run_id
+            report = self._store.reclaim_expired(
+                self._clock.now(),
+                claim_timeout,
+                self._limits.reclaim_limit,
+                run_id,
+                enqueued_timeout=timedelta(seconds=self._limits.enqueued_timeout_s),
             )
-        except errors.StoreUnavailable as exc:
-            raise StoreUnreachable(f"cannot reclaim expired claims: {exc}") from exc
-        except errors.LostRace as exc:
-            # As with claiming: the store already retried, another run is reclaiming the same
-            # records. They are in good hands; this run goes on to claim, and says so.
-            tally.reclaim_contended = True
+        except errors.JobsError as exc:
+            tally.reclaim_contended = isinstance(exc, errors.LostRace)
             logger.warning(
-                "reclaiming stopped by contention: %s",
+                "reclaiming stopped: %s",
                 exc,
-                extra={"fields": {"reclaim_contended": True}},
+                extra={"fields": {"reason": "reclaim_failed", "error_type": type(exc).__name__}},
             )
             return
-        tally.reclaimed = len(reclaimed)
-        if reclaimed:
-            ids = [getattr(r, "job_id", str(r)) for r in reclaimed]
+        tally.reclaimed = len(report.reclaimed)
+        for job_id in report.quarantined:
+            tally.add_quarantined(job_id)
+        if report.reclaimed:
+            ids = [r.job_id for r in report.reclaimed]
+            reasons: dict[str, int] = {}
+            for item in report.reclaimed:
+                reasons[item.reason] = reasons.get(item.reason, 0) + 1
             logger.warning(
-                "reclaimed %d expired claims or leases",
+                "reclaimed %d expired claims, leases or lost messages",
                 len(ids),
-                extra={"fields": {"reclaimed_ids": ids[:100], "reclaimed": len(ids)}},
+                extra={"fields": {"reclaimed_ids": ids[:100], "reclaimed": len(ids), **reasons}},
             )
-        for item in reclaimed:
-            if getattr(item, "to_state", None) == State.FAILED:
+        for job_id, why in report.skipped:
+            logger.warning(
+                "reclaim skipped job %s: %s",
+                job_id,
+                why,
+                extra={"fields": {"job_id": job_id, "reason": "reclaim_skipped"}},
+            )
+        if report.stopped_by is not None:
+            tally.reclaim_contended = isinstance(report.stopped_by, errors.LostRace)
+            logger.warning(
+                "reclaiming stopped early: %s",
+                report.stopped_by,
+                extra={"fields": {"reason": "reclaim_stopped"}},
+            )
+        for item in report.reclaimed:
+            if item.to_state == State.FAILED:
                 _log_job_failed(item)
 
     def _publish_page(
@@ -381,14 +436,31 @@ class Scanner:
                 "generation": mark.generation,
                 "message_id": message_ids.get(mark.job_id),
             }
-            if isinstance(mark.error, errors.LostRace):
-                # Published, but a newer claim owns the record: the worker drops this message
-                # as stale and the newer claim's message does the work.
+            if isinstance(mark.error, errors.StaleGeneration | errors.InvalidTransition):
+                # Published, but a newer claim owns the record (or it was reclaimed): the
+                # worker drops this message as stale and the newer claim's message does the
+                # work.
                 tally.add_mark_lost()
                 logger.warning(
                     "published job moved on before marking: %s",
                     mark.error,
-                    extra={"fields": fields},
+                    extra={"fields": {**fields, "reason": "mark_stale_generation"}},
+                )
+            elif isinstance(mark.error, errors.LostRace):
+                # The whole chunk lost to contention: the records stay claimed (their
+                # messages are out); the worker starts them from claimed, and the reclaimer
+                # returns any it does not.
+                logger.warning(
+                    "could not mark published job enqueued (chunk contended): %s",
+                    mark.error,
+                    extra={"fields": {**fields, "reason": "mark_contention"}},
+                )
+            elif isinstance(mark.error, errors.InvalidRecord):
+                tally.add_quarantined(mark.job_id)
+                logger.warning(
+                    "published job's record is invalid: %s",
+                    mark.error,
+                    extra={"fields": {**fields, "reason": "mark_invalid_record"}},
                 )
             else:
                 # The message is out but the record stays claimed: the reclaimer returns it
@@ -397,7 +469,7 @@ class Scanner:
                 logger.error(
                     "could not mark published job enqueued: %s",
                     mark.error,
-                    extra={"fields": fields},
+                    extra={"fields": {**fields, "reason": "mark_failed"}},
                 )
 
     def _mark_failed(self, claim: ClaimedJob, error: Exception | None) -> None:
@@ -420,6 +492,8 @@ class Scanner:
             found = self._store.backlog(self._clock.now(), claim_timeout, enqueued_timeout)
         except errors.StoreUnavailable as exc:
             raise StoreUnreachable(f"cannot measure the backlog: {exc}") from exc
+        except errors.StoreRejected as exc:
+            raise StoreRefused(f"cannot measure the backlog: {exc}") from exc
         return Backlog(
             due_count=found.due_count,
             oldest_overdue_age_s=found.oldest_overdue_age_s or 0.0,

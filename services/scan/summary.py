@@ -55,6 +55,8 @@ class RunTally:
     reclaim_contended: bool = False
     claim_to_enqueue_latency_s: float = 0.0
     failed_ids: list[str] = field(default_factory=list)
+    # Undecodable job documents this run moved aside (claim, mark, reclaim or due_at check).
+    quarantined_ids: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_claimed(self, count: int) -> None:
@@ -71,6 +73,10 @@ class RunTally:
             self.publish_failed += 1
             if len(self.failed_ids) < MAX_FAILED_IDS:
                 self.failed_ids.append(job_id)
+
+    def add_quarantined(self, job_id: str) -> None:
+        with self._lock:
+            self.quarantined_ids.add(job_id)
 
     def add_mark_lost(self) -> None:
         with self._lock:
@@ -109,6 +115,7 @@ class RunTally:
                 oldest_enqueued_age_s=backlog.oldest_enqueued_age_s,
                 claim_to_enqueue_latency_s=self.claim_to_enqueue_latency_s,
                 failed_ids=tuple(self.failed_ids),
+                quarantined=len(self.quarantined_ids),
             )
 
 
@@ -126,6 +133,7 @@ SUMMARY_KEYS = (
     "stuck_claims",
     "stale_enqueued",
     "oldest_enqueued_age_s",
+    "quarantined",
     "budget",
     "duration_s",
     "drain_rate_per_s",
@@ -148,6 +156,7 @@ def response_body(run: ScanRun) -> dict[str, Any]:
         "stuck_claims": run.stuck_claims,
         "stale_enqueued": run.stale_enqueued,
         "oldest_enqueued_age_s": round(run.oldest_enqueued_age_s, 3),
+        "quarantined": run.quarantined,
         "budget": run.budget,
         "duration_s": round(run.duration_s, 3),
         # The ask: every summary shows how fast this run drained the backlog.
@@ -183,4 +192,5 @@ def scan_report(run: ScanRun) -> metrics.ScanReport:
         claim_to_enqueue_latency_s=run.claim_to_enqueue_latency_s,
         stale_enqueued=run.stale_enqueued,
         oldest_enqueued_age_s=run.oldest_enqueued_age_s,
+        quarantined=run.quarantined,
     )

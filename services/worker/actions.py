@@ -9,7 +9,9 @@ long retry; the quick redeliveries inside a cycle do not count.
 
 An action receives an `ActionRequest` (never the raw job record) and returns an `ActionResult`,
 or raises `TransientError` / `DependencyDown` / `PermanentError`. It must be safe to run again
-after a crash: the worker records its result only after it returns.
+after a crash: the worker records its result only after it returns. An action made of several
+units of work checks `request.deadline.reached()` between them and, when reached, raises
+`Interrupted` with what it finished; the next delivery gets that back as `request.progress`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from services.worker.deadline import Deadline
 
 DEFAULT_LONG_RETRY_DELAY = datetime.timedelta(days=30)
 # Pub/Sub's smallest dead-letter limit is 5 deliveries: decide on the 4th, before it is lost.
@@ -52,6 +57,14 @@ class ActionRequest:
     params: Mapping[str, Any]
     attempt: int  # the job's retry cycle, from 1 (the same in every redelivery of a cycle)
     idempotency_key: str
+    # What an earlier, interrupted delivery finished (None: nothing yet).
+    progress: Mapping[str, Any] | None = None
+    # When to stop between units of work; None: no deadline (the action runs to the end).
+    deadline: Deadline | None = None
+
+    def should_stop(self) -> bool:
+        """Whether the action must stop before its next unit of work."""
+        return self.deadline is not None and self.deadline.reached()
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,9 @@ _STATUS: dict[OutcomeKind, HTTPStatus] = {
     OutcomeKind.LEASE_HELD: HTTPStatus.TOO_MANY_REQUESTS,
     OutcomeKind.RETRY: HTTPStatus.SERVICE_UNAVAILABLE,
     OutcomeKind.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+    # A configuration error, not an outage: 500 (still redelivered, so nothing is lost while
+    # it is fixed), with its own ERROR event (store_rejected).
+    OutcomeKind.STORE_REJECTED: HTTPStatus.INTERNAL_SERVER_ERROR,
 }
 
 
@@ -119,9 +122,10 @@ class PushHandler:
         seen.job_id, seen.generation = delivery.job_id, delivery.generation
         with log.bound(job_id=delivery.job_id, run_id=delivery.run_id):
             outcome = self._processor.process(delivery)
-            if outcome.kind is OutcomeKind.UNKNOWN_JOB:
+            if outcome.kind in (OutcomeKind.UNKNOWN_JOB, OutcomeKind.INVALID_RECORD):
+                # Nothing a redelivery could change: acknowledged, kept for an operator.
                 return self._reject(
-                    "unknown_job",
+                    outcome.kind.value,
                     outcome.detail,
                     body,
                     headers,
@@ -252,7 +256,8 @@ def _json(status: HTTPStatus, body: dict[str, Any]) -> flask.Response:
 
 
 def default_worker_id() -> str:
-    """Who holds a lease: the Cloud Run revision and instance, or host and pid locally."""
+    """This instance, for the lease owner's name: the Cloud Run revision and instance, or host
+    and pid locally. The processor adds the delivery; the fence is the lease token."""
     revision = os.environ.get("K_REVISION", "local")
     return f"{revision}/{socket.gethostname()}/{os.getpid()}"
 
@@ -299,6 +304,8 @@ def create_app(
         clock,
         lease=settings.lease,
         worker_id=worker_id or default_worker_id(),
+        deadline_margin=settings.deadline_margin,
+        max_delivery=settings.max_delivery,
     )
     handler = PushHandler(
         verifier=verifier,

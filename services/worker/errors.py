@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class WorkerError(Exception):
     """The worker could not process a delivery."""
@@ -30,6 +33,15 @@ class TransientError(ActionError):
 
 class DependencyDown(TransientError):
     """A dependency of the action is down for long; retry the job much later, not soon."""
+
+
+class Interrupted(ActionError):
+    """The action stopped between units of work at its deadline; `progress` says what it
+    finished, so the next delivery resumes with what is left."""
+
+    def __init__(self, progress: Mapping[str, Any], message: str | None = None) -> None:
+        super().__init__(message or "stopped at the deadline between units of work")
+        self.progress = dict(progress)
 
 
 class PermanentError(ActionError):

@@ -6,6 +6,11 @@ equal it when it has one. Deleting an object that is already gone is success (`a
 — that is what makes a second run after a crash harmless. Failures are sorted by whether time
 can fix them: 429, 5xx, timeouts and connection errors are transient; 400, 403, a missing bucket
 and bad params are permanent.
+
+Between objects it checks the delivery's deadline; when it is reached it stops and raises
+`Interrupted` with the objects handled so far (`progress`: `deleted`, `already_absent`), and the
+next delivery starts from there, so a long list is worked off across deliveries instead of
+being redone from the start by overlapping ones.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from google.api_core import exceptions as api_exceptions
 from google.api_core.retry import Retry
 
 from services.worker.actions import Action, ActionRequest, ActionResult, RetryPolicy
-from services.worker.errors import PermanentError, TransientError
+from services.worker.errors import Interrupted, PermanentError, TransientError
 
 logger = logging.getLogger(__name__)
 
@@ -110,13 +115,21 @@ class SourceDeleter:
     def __call__(self, request: ActionRequest) -> ActionResult:
         target = source_objects(request.params, self._default_bucket)
         bucket = self._client.bucket(target.bucket)
-        deleted: list[str] = []
-        absent: list[str] = []
+        deleted, absent = _progress_of(request.progress, target.names)
+        done = set(deleted) | set(absent)
         for name in target.names:
+            if name in done:
+                continue
+            if request.should_stop():
+                raise Interrupted(
+                    {"deleted": deleted, "already_absent": absent},
+                    f"stopped after {len(done)} of {len(target.names)} objects",
+                )
             if self._delete(bucket, name):
                 deleted.append(name)
             else:
                 absent.append(name)
+            done.add(name)
         if absent and not deleted:
             self._require_bucket(bucket)
         outcome = DELETED if deleted else ALREADY_ABSENT
@@ -154,6 +167,23 @@ class SourceDeleter:
             raise classify(exc) from exc
         if not exists:
             raise PermanentError(f"bucket {bucket.name!r} does not exist")
+
+
+def _progress_of(
+    progress: Mapping[str, Any] | None, names: tuple[str, ...]
+) -> tuple[list[str], list[str]]:
+    """The objects an earlier delivery already handled (only names of this job count)."""
+    if not progress:
+        return [], []
+    wanted = set(names)
+
+    def listed(key: str) -> list[str]:
+        value = progress.get(key)
+        items = value if isinstance(value, list) else []
+        return [name for name in dict.fromkeys(items) if isinstance(name, str) and name in wanted]
+
+    deleted = listed("deleted")
+    return deleted, [name for name in listed("already_absent") if name not in deleted]
 
 
 def classify(exc: Exception) -> TransientError | PermanentError:

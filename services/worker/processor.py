@@ -27,6 +27,8 @@ metrics extract (`services.jobs.metrics`).
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -37,19 +39,27 @@ from services.jobs.clock import Clock
 from services.jobs.errors import (
     AlreadyTerminal,
     AttemptsExhausted,
+    InvalidRecord,
     InvalidTransition,
     JobNotFound,
     LeaseHeld,
     LeaseLost,
     LostRace,
     StaleGeneration,
+    StoreRejected,
     StoreUnavailable,
 )
-from services.jobs.model import ErrorInfo, IdempotencyRecord, Job, Result
+from services.jobs.model import ErrorInfo, IdempotencyRecord, Job, Lease, Result
 from services.jobs.state import State
 from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.deadline import (
+    HEARTBEATS_PER_LEASE,
+    STOP_CANCEL,
+    STOP_LEASE_LOST,
+    Heartbeat,
+)
 from services.worker.envelope import Delivery
-from services.worker.errors import DependencyDown, PermanentError, TransientError
+from services.worker.errors import DependencyDown, Interrupted, PermanentError, TransientError
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +85,21 @@ class OutcomeKind(StrEnum):
     RETRY = "retry"
     # Firestore is unreachable or contended: redeliver (503).
     UNAVAILABLE = "store_unavailable"
+    # Firestore refused for a reason retrying cannot fix (permissions, index, database, an
+    # invalid write): a configuration error; redelivered (500) so nothing is lost meanwhile.
+    STORE_REJECTED = "store_rejected"
+    # The job's document cannot be decoded: quarantined, acknowledged, recorded as rejected.
+    INVALID_RECORD = "invalid_record"
 
 
-_REDELIVER = frozenset({OutcomeKind.LEASE_HELD, OutcomeKind.RETRY, OutcomeKind.UNAVAILABLE})
+_REDELIVER = frozenset(
+    {
+        OutcomeKind.LEASE_HELD,
+        OutcomeKind.RETRY,
+        OutcomeKind.UNAVAILABLE,
+        OutcomeKind.STORE_REJECTED,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -102,19 +124,41 @@ class WorkerStore(Protocol):
 
     def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job: ...
 
-    def cancel_running(self, job_id: str, generation: int, *, worker_id: str) -> Job: ...
+    def extend_lease(self, lease: Lease, duration: timedelta) -> Job: ...
 
-    def release(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job: ...
+    def cancel_running(self, lease: Lease, *, progress: Mapping[str, Any] | None = None) -> Job: ...
 
-    def complete(self, job_id: str, generation: int, result: Result, *, worker_id: str) -> Job: ...
-
-    def retry_later(
-        self, job_id: str, generation: int, due_at: datetime, error: ErrorInfo, *, worker_id: str
+    def release(
+        self,
+        lease: Lease,
+        error: ErrorInfo,
+        *,
+        progress: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
     ) -> Job: ...
 
-    def fail(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job: ...
+    def complete(self, lease: Lease, result: Result) -> Job: ...
+
+    def retry_later(
+        self,
+        lease: Lease,
+        due_at: datetime,
+        error: ErrorInfo,
+        *,
+        progress: Mapping[str, Any] | None = None,
+    ) -> Job: ...
+
+    def fail(self, lease: Lease, error: ErrorInfo) -> Job: ...
 
     def get_idempotency(self, key: str) -> IdempotencyRecord | None: ...
+
+
+# How long before the lease ends an action stops between units of work (the deadline margin).
+DEFAULT_DEADLINE_MARGIN = timedelta(seconds=5)
+# The longest one delivery acts before it stops and hands what is left to the next delivery:
+# below Cloud Run's request timeout (infra: 240 s), which answers the caller but leaves the
+# thread running (https://cloud.google.com/run/docs/configuring/request-timeout).
+DEFAULT_MAX_DELIVERY = timedelta(seconds=180)
 
 
 class Processor:
@@ -128,14 +172,25 @@ class Processor:
         *,
         lease: timedelta,
         worker_id: str,
+        deadline_margin: timedelta = DEFAULT_DEADLINE_MARGIN,
+        max_delivery: timedelta = DEFAULT_MAX_DELIVERY,
+        heartbeat_poll_s: float | None = None,
     ) -> None:
         if lease <= timedelta(0):
             raise ValueError("lease must be positive")
+        if not timedelta(0) <= deadline_margin < lease / HEARTBEATS_PER_LEASE:
+            raise ValueError("deadline_margin must be below a third of the lease")
+        if max_delivery <= timedelta(0):
+            raise ValueError("max_delivery must be positive")
         self._store = store
         self._actions = actions
         self._clock = clock
         self._lease = lease
         self._worker_id = worker_id
+        self._margin = deadline_margin
+        self._max_delivery = max_delivery
+        # Real seconds between the background thread's checks: half a beat interval.
+        self._poll_s = heartbeat_poll_s or lease.total_seconds() / (2 * HEARTBEATS_PER_LEASE)
 
     def process(self, delivery: Delivery) -> Outcome:
         """Process one delivery; never raises for a store or action failure."""
@@ -144,20 +199,30 @@ class Processor:
             outcome, job = self._process(delivery)
         except StoreUnavailable as exc:
             outcome = Outcome(OutcomeKind.UNAVAILABLE, delivery.job_id, str(exc))
+        except StoreRejected as exc:
+            outcome = Outcome(OutcomeKind.STORE_REJECTED, delivery.job_id, str(exc))
+            _log_store_rejected(delivery, exc)
         except LostRace as exc:
             # Contention the store could not resolve: ask Pub/Sub to try again shortly.
             outcome = Outcome(OutcomeKind.UNAVAILABLE, delivery.job_id, str(exc))
         self._log(delivery, outcome, job)
         return outcome
 
+    def _owner(self, delivery: Delivery) -> str:
+        """Who holds the lease, for people: this instance and this delivery. (The fence is
+        the lease token `start` makes, never this name.)"""
+        return f"{self._worker_id}/{delivery.message_id or uuid.uuid4().hex[:12]}"
+
     def _process(self, delivery: Delivery) -> tuple[Outcome, Job | None]:
         # No plain read first: `start` reads the record in its transaction and refuses with
         # the reason, so the common case costs one read less.
         job_id = delivery.job_id
         try:
-            job = self._store.start(job_id, delivery.generation, self._lease, self._worker_id)
+            job = self._store.start(job_id, delivery.generation, self._lease, self._owner(delivery))
         except JobNotFound:
             return Outcome(OutcomeKind.UNKNOWN_JOB, job_id, "no job has this ID"), None
+        except InvalidRecord as exc:
+            return Outcome(OutcomeKind.INVALID_RECORD, job_id, exc.problem), None
         except AlreadyTerminal as exc:
             kind = (
                 OutcomeKind.CANCELLED if exc.current is State.CANCELLED else OutcomeKind.DUPLICATE
@@ -170,24 +235,40 @@ class Processor:
         except InvalidTransition as exc:
             # Deferred again (retried later or reclaimed): a newer claim will publish it.
             return Outcome(OutcomeKind.STALE, job_id, str(exc)), None
+        if job.state is not State.RUNNING:
+            # start found the previous delivery's lease lapsed in the last attempt (failed)
+            # or with a cancel request (cancelled): the same rule as the reclaimer's.
+            return self._ended(job), job
         return self._run_started(delivery, job)
+
+    def _ended(self, job: Job) -> Outcome:
+        if job.state is State.CANCELLED:
+            reason = job.cancel_requested.reason if job.cancel_requested else ""
+            return Outcome(OutcomeKind.CANCELLED, job.job_id, reason)
+        error = job.last_error or ErrorInfo("lease_expired", "the lease expired")
+        _log_failed(job, error)
+        return Outcome(OutcomeKind.FAILED, job.job_id, f"{error.code}: {error.message}")
 
     def _run_started(self, delivery: Delivery, job: Job) -> tuple[Outcome, Job]:
         """The lease is ours: honour a cancel, reuse a recorded result, or act."""
-        generation = delivery.generation
+        lease = _lease_of(job)
         try:
             if job.cancel_requested is not None:
-                job = self._store.cancel_running(job.job_id, generation, worker_id=self._worker_id)
+                job = self._store.cancel_running(lease)
                 reason = job.cancel_requested.reason if job.cancel_requested else ""
                 return Outcome(OutcomeKind.CANCELLED, job.job_id, reason), job
-            record = self._store.get_idempotency(job.idempotency_key)
-            if record is not None:
-                result = Result(outcome=record.outcome, details=dict(record.details))
-                return self._complete(job, generation, result, "result reused from " + record.key)
+            if job.explicit_key:
+                # A shared key: another job may have done the side effect already. A derived
+                # key belongs to this job alone, so its state (start refused a completed
+                # job) already says everything the document would: no read.
+                record = self._store.get_idempotency(job.idempotency_key)
+                if record is not None:
+                    result = Result(outcome=record.outcome, details=dict(record.details))
+                    return self._complete(job, lease, result, "result reused from " + record.key)
             action = self._actions.get(job.action)
             if action is None:
                 error = ErrorInfo("unknown_action", f"this worker has no action {job.action!r}")
-                return self._fail(job, generation, error)
+                return self._fail(job, lease, error)
             return self._act(delivery, job, action)
         except (LeaseLost, StaleGeneration) as exc:
             # Our lease lapsed while we worked: the reclaimer moved the job on (deferred or
@@ -196,6 +277,14 @@ class Processor:
             return Outcome(OutcomeKind.STALE, job.job_id, str(exc)), job
 
     def _act(self, delivery: Delivery, job: Job, action: Action) -> tuple[Outcome, Job]:
+        heartbeat = Heartbeat(
+            self._store,
+            self._clock,
+            job,
+            lease=self._lease,
+            margin=self._margin,
+            delivery_until=self._clock.now() + self._max_delivery,
+        )
         request = ActionRequest(
             job_id=job.job_id,
             action=job.action,
@@ -203,65 +292,88 @@ class Processor:
             params=dict(job.params),
             attempt=job.attempt,
             idempotency_key=job.idempotency_key,
+            progress=dict(job.progress) if job.progress is not None else None,
+            deadline=heartbeat.deadline,
         )
+        heartbeat.start(self._poll_s)
         try:
             result = action.run(request)
+        except Interrupted as exc:
+            heartbeat.stop()
+            return self._interrupted(delivery, job, heartbeat, exc)
         except PermanentError as exc:
-            return self._fail(job, delivery.generation, ErrorInfo("permanent", str(exc)))
+            heartbeat.stop()
+            return self._fail(job, heartbeat.lease, ErrorInfo("permanent", str(exc)))
         except TransientError as exc:
-            return self._transient(delivery, job, action, exc)
+            heartbeat.stop()
+            return self._transient(delivery, job, heartbeat.lease, action, exc)
         except Exception as exc:
+            heartbeat.stop()
             # An action bug: keep the traceback, and treat it as transient so a fix deployed
             # within the retry window still gets the job done.
             logger.exception("action %s raised unexpectedly", job.action)
-            return self._transient(delivery, job, action, TransientError(repr(exc)))
-        return self._complete(job, delivery.generation, _as_result(result), "")
+            return self._transient(
+                delivery, job, heartbeat.lease, action, TransientError(repr(exc))
+            )
+        heartbeat.stop()
+        return self._complete(job, heartbeat.lease, _as_result(result), "")
+
+    def _interrupted(
+        self, delivery: Delivery, job: Job, heartbeat: Heartbeat, exc: Interrupted
+    ) -> tuple[Outcome, Job]:
+        """The action stopped at its deadline: why decides what becomes of the job."""
+        why = heartbeat.deadline.why
+        lease = heartbeat.lease
+        if why == STOP_LEASE_LOST:
+            return Outcome(OutcomeKind.STALE, job.job_id, "the lease was lost mid-action"), job
+        if why == STOP_CANCEL:
+            job = self._store.cancel_running(lease, progress=exc.progress)
+            return Outcome(OutcomeKind.CANCELLED, job.job_id, str(exc)), job
+        # The delivery's time is up: hand what is left to the next delivery (same attempt).
+        error = ErrorInfo("interrupted", str(exc))
+        job = self._store.release(
+            lease, error, progress=exc.progress, message_id=delivery.message_id
+        )
+        if job.state is State.CANCELLED:
+            return Outcome(OutcomeKind.CANCELLED, job.job_id, str(exc)), job
+        return Outcome(OutcomeKind.RETRY, job.job_id, str(exc)), job
 
     def _transient(
-        self, delivery: Delivery, job: Job, action: Action, exc: TransientError
+        self, delivery: Delivery, job: Job, lease: Lease, action: Action, exc: TransientError
     ) -> tuple[Outcome, Job]:
-        generation = delivery.generation
         code = "dependency_down" if isinstance(exc, DependencyDown) else "transient"
         error = ErrorInfo(code, str(exc))
         if not (isinstance(exc, DependencyDown) or _quick_retries_spent(delivery, action)):
-            job = self._store.release(job.job_id, generation, error, worker_id=self._worker_id)
-            return Outcome(OutcomeKind.RETRY, job.job_id, str(exc)), job
+            job = self._store.release(lease, error, message_id=delivery.message_id)
+            return self._moved(job, OutcomeKind.RETRY, str(exc)), job
         # This retry cycle is over: wait the long delay, in the next attempt, if one is left.
         # The store refuses past the job's max_attempts; an action may cap it lower.
         cap = action.policy.max_attempts
         if cap is not None and job.attempt >= cap:
-            return self._fail(job, generation, error)
+            return self._fail(job, lease, error)
         due_at = self._clock.now() + action.policy.long_retry_delay
         try:
-            job = self._store.retry_later(
-                job.job_id, generation, due_at, error, worker_id=self._worker_id
-            )
+            job = self._store.retry_later(lease, due_at, error)
         except AttemptsExhausted:
-            return self._fail(job, generation, error)
-        return Outcome(OutcomeKind.DEFERRED, job.job_id, f"due again {due_at}"), job
+            return self._fail(job, lease, error)
+        return self._moved(job, OutcomeKind.DEFERRED, f"due again {due_at}"), job
 
-    def _complete(
-        self, job: Job, generation: int, result: Result, detail: str
-    ) -> tuple[Outcome, Job]:
-        job = self._store.complete(job.job_id, generation, result, worker_id=self._worker_id)
+    def _moved(self, job: Job, kind: OutcomeKind, detail: str) -> Outcome:
+        """`kind`, unless a cancel request turned the move into a cancel."""
+        if job.state is State.CANCELLED:
+            reason = job.cancel_requested.reason if job.cancel_requested else ""
+            return Outcome(OutcomeKind.CANCELLED, job.job_id, reason)
+        return Outcome(kind, job.job_id, detail)
+
+    def _complete(self, job: Job, lease: Lease, result: Result, detail: str) -> tuple[Outcome, Job]:
+        job = self._store.complete(lease, result)
         return Outcome(OutcomeKind.COMPLETED, job.job_id, detail, job.result or result), job
 
-    def _fail(self, job: Job, generation: int, error: ErrorInfo) -> tuple[Outcome, Job]:
-        job = self._store.fail(job.job_id, generation, error, worker_id=self._worker_id)
-        logger.error(
-            "job %s failed: %s",
-            job.job_id,
-            error.message,
-            extra={
-                "fields": {
-                    metrics.LOG_EVENT: metrics.EVENT_JOB_FAILED,
-                    "job_id": job.job_id,
-                    "action": job.action,
-                    metrics.LOG_ATTEMPT: job.attempt,
-                    "error_code": error.code,
-                }
-            },
-        )
+    def _fail(self, job: Job, lease: Lease, error: ErrorInfo) -> tuple[Outcome, Job]:
+        job = self._store.fail(lease, error)
+        if job.state is State.CANCELLED:
+            return self._moved(job, OutcomeKind.CANCELLED, ""), job
+        _log_failed(job, error)
         return Outcome(OutcomeKind.FAILED, job.job_id, f"{error.code}: {error.message}"), job
 
     def _log(self, delivery: Delivery, outcome: Outcome, job: Job | None) -> None:
@@ -291,6 +403,47 @@ class Processor:
             outcome.detail,
             extra={"fields": fields},
         )
+
+
+def _lease_of(job: Job) -> Lease:
+    lease = job.lease
+    if lease is None:  # start always sets one; a store that did not is a bug
+        raise LeaseLost(job.job_id, "", job.lease_owner, "start returned no lease")
+    return lease
+
+
+def _log_failed(job: Job, error: ErrorInfo) -> None:
+    logger.error(
+        "job %s failed: %s",
+        job.job_id,
+        error.message,
+        extra={
+            "fields": {
+                metrics.LOG_EVENT: metrics.EVENT_JOB_FAILED,
+                "job_id": job.job_id,
+                "action": job.action,
+                metrics.LOG_ATTEMPT: job.attempt,
+                "error_code": error.code,
+            }
+        },
+    )
+
+
+def _log_store_rejected(delivery: Delivery, exc: StoreRejected) -> None:
+    """Firestore refused for a reason retrying cannot fix: a configuration error (or a
+    record that cannot be written), never reported as an outage."""
+    logger.error(
+        "job %s: Firestore refused the request: %s",
+        delivery.job_id,
+        exc,
+        extra={
+            "fields": {
+                metrics.LOG_EVENT: metrics.EVENT_STORE_REJECTED,
+                "job_id": delivery.job_id,
+                "error_type": type(exc).__name__,
+            }
+        },
+    )
 
 
 def _as_result(result: ActionResult) -> Result:

@@ -32,6 +32,7 @@ from services.worker.actions import (
     RetryPolicy,
 )
 from services.worker.media import is_valid_bucket_name
+from services.worker.processor import DEFAULT_DEADLINE_MARGIN, DEFAULT_MAX_DELIVERY
 
 # The worker's own (the shared ones are services.jobs.settings', read through CommonSettings).
 WORKER_AUDIENCE = "JOBS_WORKER_AUDIENCE"
@@ -41,6 +42,11 @@ RETRY_LATER_DELAY_S = "JOBS_RETRY_LATER_DELAY_S"
 WORKER_RETRY_LATER_AFTER_ATTEMPTS = "JOBS_WORKER_RETRY_LATER_AFTER_ATTEMPTS"
 MEDIA_BUCKET = "JOBS_MEDIA_BUCKET"
 MAX_BODY_BYTES = "JOBS_MAX_BODY_BYTES"
+# How long before the lease's end an action stops between units of work.
+WORKER_DEADLINE_MARGIN_S = "JOBS_WORKER_DEADLINE_MARGIN_S"
+# The longest one delivery acts before handing what is left to the next; set it below the
+# Cloud Run request timeout (which does not stop the thread).
+WORKER_MAX_DELIVERY_S = "JOBS_WORKER_MAX_DELIVERY_S"
 
 ALL_KEYS = (
     *COMMON_KEYS,
@@ -51,6 +57,8 @@ ALL_KEYS = (
     WORKER_RETRY_LATER_AFTER_ATTEMPTS,
     MEDIA_BUCKET,
     MAX_BODY_BYTES,
+    WORKER_DEADLINE_MARGIN_S,
+    WORKER_MAX_DELIVERY_S,
 )
 
 # The lease must end before Pub/Sub's push deadline (at most 600 s) hands the message to
@@ -62,6 +70,9 @@ MIN_MAX_BODY_BYTES, MAX_MAX_BODY_BYTES = 1024, 10 * 1024 * 1024
 # Pub/Sub's dead-letter limit is 5 to 100 deliveries; the threshold must sit below it.
 MAX_RETRY_LATER_AFTER_ATTEMPTS = 99
 MIN_RETRY_LATER_DELAY_S = 60
+DEFAULT_DEADLINE_MARGIN_S = int(DEFAULT_DEADLINE_MARGIN.total_seconds())
+DEFAULT_MAX_DELIVERY_S = int(DEFAULT_MAX_DELIVERY.total_seconds())
+MAX_MAX_DELIVERY_S = 3600  # Cloud Run's longest request timeout
 MAX_RETRY_LATER_DELAY_S = 10 * 365 * 86400
 
 __all__ = [
@@ -94,6 +105,16 @@ class WorkerSettings:
     auth_clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
     terminal_retention_s: float = DEFAULT_TERMINAL_RETENTION_S
     firestore_timeout_s: float = DEFAULT_FIRESTORE_TIMEOUT_S
+    deadline_margin_s: int = DEFAULT_DEADLINE_MARGIN_S
+    max_delivery_s: int = DEFAULT_MAX_DELIVERY_S
+
+    @property
+    def deadline_margin(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.deadline_margin_s)
+
+    @property
+    def max_delivery(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.max_delivery_s)
 
     @property
     def terminal_retention(self) -> datetime.timedelta:
@@ -123,13 +144,23 @@ class WorkerSettings:
         bucket = env.str(MEDIA_BUCKET, default="") or None
         if bucket is not None and not is_valid_bucket_name(bucket):
             env.problem(MEDIA_BUCKET, f"not a valid bucket name: {bucket!r}")
+        lease_s = env.int(WORKER_LEASE_S, default=DEFAULT_LEASE_S, min=MIN_LEASE_S, max=MAX_LEASE_S)
+        # Below a third of the lease: a heartbeat (every lease/3) must come before the stop.
+        margin_s = env.int(
+            WORKER_DEADLINE_MARGIN_S,
+            default=min(DEFAULT_DEADLINE_MARGIN_S, lease_s // 3 - 1),
+            min=0,
+            max=max(lease_s // 3 - 1, 0),
+        )
         settings = cls(
             project=common.project,
             audience=env.url(WORKER_AUDIENCE),
             allowed_invokers=frozenset(invokers),
             certs_url=common.oidc_certs_url,
-            lease_s=env.int(
-                WORKER_LEASE_S, default=DEFAULT_LEASE_S, min=MIN_LEASE_S, max=MAX_LEASE_S
+            lease_s=lease_s,
+            deadline_margin_s=margin_s,
+            max_delivery_s=env.int(
+                WORKER_MAX_DELIVERY_S, default=DEFAULT_MAX_DELIVERY_S, min=1, max=MAX_MAX_DELIVERY_S
             ),
             retry_later_delay_s=env.int(
                 RETRY_LATER_DELAY_S,

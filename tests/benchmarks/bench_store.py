@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from emulators.firestore.server import Emulator, start
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.model import Job, NewJob, Result
+from services.jobs.model import ClaimedJob, Job, Lease, NewJob, Result
 from services.jobs.store import FirestoreJobStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -23,13 +24,17 @@ JOBS = 500
 FUTURE = 100_000
 
 
-def _seed(client: Any, count: int, due_at: datetime, prefix: str) -> None:
-    template = Job.create(NewJob("x", "media.delete_source", "m", due_at).validated(), T0)
-    document = template.to_document()
+def _seed(
+    client: Any, count: int, due_at: datetime, prefix: str, *, shared_key: bool = False
+) -> None:
     for first in range(0, count, 500):
         batch = client.batch()
         for n in range(first, min(first + 500, count)):
-            batch.set(client.collection(schema.JOBS).document(f"{prefix}-{n:07d}"), document)
+            job_id = f"{prefix}-{n:07d}"
+            key = f"key-{job_id}" if shared_key else None
+            new = NewJob(job_id, "media.delete_source", "m", due_at, idempotency_key=key)
+            document = Job.create(new.validated(), T0).to_document()
+            batch.set(client.collection(schema.JOBS).document(job_id), document)
         batch.commit()
 
 
@@ -38,25 +43,33 @@ def _per_job(emulator: Emulator, project: str, jobs: int) -> tuple[float, float]
     return stats["document_reads"] / jobs, stats["document_writes"] / jobs
 
 
-def _lifecycle(emulator: Emulator) -> None:
+def _lifecycle(emulator: Emulator, *, shared_key: bool) -> None:
+    """The worker's path as the processor runs it: start, the idempotency read (only for a
+    supplied key: a derived key's state is the job's own), complete."""
     from google.cloud import firestore
 
-    project = "bench-lifecycle"
+    project = f"bench-lifecycle-{'shared' if shared_key else 'derived'}"
     client = firestore.Client(project=project)
     store = FirestoreJobStore(client, FakeClock(T0))
-    _seed(client, JOBS, T0, "due")
+    _seed(client, JOBS, T0, "due", shared_key=shared_key)
     rows = []
     emulator.reset_stats(project)
     started = time.perf_counter()
     claimed = store.claim_due(T0, "run-1", JOBS)
     rows.append(("claim_due (pages of 100)", *_per_job(emulator, project, len(claimed))))
-    steps = (
+    leases: dict[str, Lease] = {}
+
+    def start(c: ClaimedJob) -> None:
+        job = store.start(c.job_id, c.generation, timedelta(minutes=5), "w")
+        assert job.lease is not None
+        leases[c.job_id] = job.lease
+        if job.explicit_key:
+            store.get_idempotency(job.idempotency_key)
+
+    steps: tuple[tuple[str, Callable[[ClaimedJob], object]], ...] = (
         ("mark_enqueued", lambda c: store.mark_enqueued(c.job_id, c.generation, f"m-{c.job_id}")),
-        ("start", lambda c: store.start(c.job_id, c.generation, timedelta(minutes=5), "w")),
-        (
-            "complete (+ idempotency doc)",
-            lambda c: store.complete(c.job_id, c.generation, Result("deleted"), worker_id="w"),
-        ),
+        ("start (+ key check if shared)", start),
+        ("complete", lambda c: store.complete(leases[c.job_id], Result("deleted"))),
     )
     for name, step in steps:
         emulator.reset_stats(project)
@@ -66,7 +79,8 @@ def _lifecycle(emulator: Emulator) -> None:
     elapsed = time.perf_counter() - started
     total_reads = sum(r for _, r, _ in rows)
     total_writes = sum(w for _, _, w in rows)
-    print(f"lifecycle of {len(claimed)} jobs (one thread, {elapsed:.1f} s):")
+    kind = "a supplied (shared) idempotency key" if shared_key else "derived idempotency keys"
+    print(f"lifecycle of {len(claimed)} jobs with {kind} (one thread, {elapsed:.1f} s):")
     for name, reads, writes in rows:
         print(f"  {name:<30} reads/job {reads:5.2f}   writes/job {writes:5.2f}")
     print(f"  {'total':<30} reads/job {total_reads:5.2f}   writes/job {total_writes:5.2f}")
@@ -102,7 +116,8 @@ def main() -> None:
     emulator = start(host="127.0.0.1", port=0, admin_port=0)
     os.environ["FIRESTORE_EMULATOR_HOST"] = emulator.address
     try:
-        _lifecycle(emulator)
+        _lifecycle(emulator, shared_key=False)
+        _lifecycle(emulator, shared_key=True)
         _empty_claim(emulator, 0)
         _empty_claim(emulator, FUTURE)
     finally:

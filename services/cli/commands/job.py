@@ -116,8 +116,9 @@ def cancel(session: Session, args: argparse.Namespace) -> Report:
     job = session.store().cancel(args.job_id, reason=args.reason, by=session.operator)
     if job.state is State.RUNNING:
         text = (
-            f"cancel requested: {job.job_id} is running; the worker will stop it "
-            "before its side effect is recorded"
+            f"cancel requested: {job.job_id} is running; its worker stops at its next check "
+            "between units of work and the job ends cancelled (work already done stays done); "
+            "if the action finishes first, the job ends completed"
         )
     else:
         text = f"cancelled: {job.job_id}"

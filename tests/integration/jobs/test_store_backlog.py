@@ -60,8 +60,9 @@ def test_a_job_that_left_enqueued_is_no_longer_stale(
     store.mark_enqueued("j", claim.generation, "msg-1")
     clock.advance(ENQUEUED_TIMEOUT * 2)
     assert store.backlog(clock.now(), CLAIM_TIMEOUT, ENQUEUED_TIMEOUT).stale_enqueued == 1
-    store.start("j", claim.generation, LEASE, WORKER)
-    store.complete("j", claim.generation, Result("deleted"), worker_id=WORKER)
+    started = store.start("j", claim.generation, LEASE, WORKER)
+    assert started.lease is not None
+    store.complete(started.lease, Result("deleted"))
     backlog = store.backlog(clock.now(), CLAIM_TIMEOUT, ENQUEUED_TIMEOUT)
     assert (backlog.stale_enqueued, backlog.oldest_enqueued_age_s) == (0, None)
 

@@ -77,8 +77,9 @@ def test_a_push_that_beat_the_batch_is_never_moved_back(
     store.schedule(new_job("done"))
     claims = {c.job_id: c.generation for c in store.claim_due(clock.now(), "run-1", 5)}
     store.start("running", claims["running"], LEASE, WORKER)
-    store.start("done", claims["done"], LEASE, WORKER)
-    store.complete("done", claims["done"], Result("deleted"), worker_id=WORKER)
+    done = store.start("done", claims["done"], LEASE, WORKER)
+    assert done.lease is not None
+    store.complete(done.lease, Result("deleted"))
 
     marks = store.mark_enqueued_many(
         [("running", claims["running"], "m1"), ("done", claims["done"], "m2")]

@@ -20,10 +20,12 @@ from services.jobs.errors import (
     LeaseLost,
     ScheduleConflict,
     StaleGeneration,
+    StoreMisconfigured,
+    StoreRejected,
     StoreUnavailable,
     ValidationError,
 )
-from services.jobs.model import ErrorInfo, NewJob, Result
+from services.jobs.model import ErrorInfo, Job, Lease, NewJob, Result
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
 from tests.integration.jobs.conftest import ACTION, LEASE, T0, WORKER, new_job
@@ -39,12 +41,17 @@ def claimed(store: FirestoreJobStore, job_id: str, due_at: datetime = T0) -> int
     return claim.generation
 
 
-def running(store: FirestoreJobStore, job_id: str, **extra: object) -> int:
+def running(store: FirestoreJobStore, job_id: str, **extra: object) -> Job:
+    """Schedule, claim, enqueue and start `job_id`; returns the started job (its lease)."""
     store.schedule(new_job(job_id, **extra))
     (claim,) = store.claim_due(store.clock.now(), "run-1", 1)
     store.mark_enqueued(job_id, claim.generation, "msg-1")
-    store.start(job_id, claim.generation, LEASE, WORKER)
-    return claim.generation
+    return store.start(job_id, claim.generation, LEASE, WORKER)
+
+
+def lease_of(job: Job) -> Lease:
+    assert job.lease is not None
+    return job.lease
 
 
 def stored(store: FirestoreJobStore, job_id: str) -> Any:
@@ -83,12 +90,12 @@ def test_cancel_of_a_terminal_job_is_refused_unchanged_and_of_a_missing_one_not_
 def test_cancel_of_a_running_job_is_requested_and_honoured_by_the_worker(
     store: FirestoreJobStore,
 ) -> None:
-    generation = running(store, "j")
+    started = running(store, "j")
     requested = store.cancel("j", "subject deleted upstream", "ann")
     assert requested.state is State.RUNNING
     assert requested.cancel_requested is not None
     assert requested.cancel_requested.by == "operator:ann"
-    done = store.cancel_running("j", generation, worker_id=WORKER)
+    done = store.cancel_running(lease_of(started))
     assert done.state is State.CANCELLED
     assert done.history[-1].reason == "cancel honoured: subject deleted upstream"
     assert done.lease_owner is None
@@ -133,7 +140,7 @@ def test_a_claim_is_reclaimed_only_after_the_timeout_with_an_audit_entry(
 def test_an_expired_lease_is_reclaimed_and_the_old_workers_result_refused(
     store: FirestoreJobStore, clock: FakeClock
 ) -> None:
-    generation = running(store, "j")
+    started = running(store, "j")
     clock.advance(LEASE)
     assert store.reclaim_expired(clock.now(), TIMEOUT, 10, "run-2") == []  # lease_until == now
     clock.advance(timedelta(seconds=1))
@@ -148,10 +155,10 @@ def test_an_expired_lease_is_reclaimed_and_the_old_workers_result_refused(
     assert job.history[-1].reason.endswith("attempt 2 of 5 next")
 
     with pytest.raises(LeaseLost, match="the job is deferred"):
-        store.complete("j", generation, Result("deleted"), worker_id=WORKER)
+        store.complete(lease_of(started), Result("deleted"))
     store.claim_due(clock.now(), "run-3", 10)
     with pytest.raises(LeaseLost, match="the job is claimed"):
-        store.complete("j", generation, Result("deleted"), worker_id=WORKER)
+        store.complete(lease_of(started), Result("deleted"))
     assert store.get_idempotency(job.idempotency_key) is None
 
 
@@ -188,16 +195,17 @@ def test_a_crash_loop_ends_failed_after_max_attempts_reclaims(
 def test_a_live_lease_is_refused_and_an_expired_one_taken_over(
     store: FirestoreJobStore, clock: FakeClock
 ) -> None:
-    generation = running(store, "j")
+    started = running(store, "j")
+    generation = started.generation
     with pytest.raises(LeaseHeld):
         store.start("j", generation, LEASE, "worker-2")
     clock.advance(LEASE + timedelta(seconds=1))
     taken = store.start("j", generation, LEASE, "worker-2")
-    # A take-over is another delivery within the same retry cycle: attempt unchanged.
-    assert (taken.lease_owner, taken.attempt) == ("worker-2", 1)
+    # The lapsed lease spent its cycle, exactly as when the reclaimer finds it: attempt + 1.
+    assert (taken.lease_owner, taken.attempt) == ("worker-2", 2)
     with pytest.raises(LeaseLost, match="'worker-1' no longer holds the lease"):
-        store.complete("j", generation, Result("deleted"), worker_id=WORKER)
-    store.complete("j", generation, Result("deleted"), worker_id="worker-2")
+        store.complete(lease_of(started), Result("deleted"))
+    store.complete(lease_of(taken), Result("deleted"))
 
 
 def test_reclaim_is_bounded_by_its_limit(store: FirestoreJobStore, clock: FakeClock) -> None:
@@ -224,22 +232,23 @@ def test_a_push_that_beats_the_enqueue_record_starts_and_the_late_enqueue_never_
     assert (job.state, job.message_id, job.lease_owner) == (State.RUNNING, "msg-9", WORKER)
     assert [e.to_state for e in job.history] == [State.DEFERRED, State.CLAIMED, State.RUNNING]
     # and after completion too
-    store.complete("j", generation, Result("deleted"), worker_id=WORKER)
+    store.complete(lease_of(started), Result("deleted"))
     assert store.mark_enqueued("j", generation, "msg-9").state is State.COMPLETED
 
 
 # --- worker outcomes ----------------------------------------------------------------------------
 
 
-def test_complete_writes_the_idempotency_document_in_the_same_transaction(
+def test_complete_writes_a_shared_keys_document_in_the_same_transaction(
     store: FirestoreJobStore, clock: FakeClock, firestore_stats: Any
 ) -> None:
-    generation = running(store, "j")
+    started = running(store, "j", idempotency_key="media-j:retention-1")
     firestore_stats.reset()
-    done = store.complete("j", generation, Result("deleted", {"objects": 2}), worker_id=WORKER)
+    done = store.complete(lease_of(started), Result("deleted", {"objects": 2}))
     counts = firestore_stats.get()
     assert counts["calls"].get("Commit") == 1
-    assert (counts["document_reads"], counts["document_writes"]) == (1, 2)
+    # The job and the key's document (its in-progress hold) are read, both written.
+    assert (counts["document_reads"], counts["document_writes"]) == (2, 2)
     assert done.state is State.COMPLETED
     assert done.expire_at == clock.now() + timedelta(days=30)
     record = store.get_idempotency(done.idempotency_key)
@@ -251,12 +260,12 @@ def test_complete_writes_the_idempotency_document_in_the_same_transaction(
 def test_release_hands_the_job_back_to_the_queue_and_the_redelivery_starts_it_again(
     store: FirestoreJobStore,
 ) -> None:
-    generation = running(store, "j")
-    released = store.release("j", generation, DOWN, worker_id=WORKER)
+    started = running(store, "j")
+    released = store.release(lease_of(started), DOWN)
     assert (released.state, released.lease_owner) == (State.ENQUEUED, None)
     assert released.last_error is not None
     assert released.last_error.code == "unavailable"
-    again = store.start("j", generation, LEASE, "worker-2")
+    again = store.start("j", started.generation, LEASE, "worker-2")
     # Quick redeliveries are counted by Pub/Sub's deliveryAttempt, not by the record.
     assert (again.state, again.attempt) == (State.RUNNING, 1)
 
@@ -264,22 +273,20 @@ def test_release_hands_the_job_back_to_the_queue_and_the_redelivery_starts_it_ag
 def test_release_and_start_never_refuse_or_spend_attempts_even_in_the_last_one(
     store: FirestoreJobStore,
 ) -> None:
-    generation = running(store, "j", max_attempts=1)
-    holder = WORKER
+    started = running(store, "j", max_attempts=1)
     for n in range(3):
-        released = store.release("j", generation, DOWN, worker_id=holder)
+        released = store.release(lease_of(started), DOWN)
         assert (released.state, released.attempt) == (State.ENQUEUED, 1)
-        holder = f"worker-{n + 2}"
-        started = store.start("j", generation, LEASE, holder)
+        started = store.start("j", started.generation, LEASE, f"worker-{n + 2}")
         assert (started.state, started.attempt) == (State.RUNNING, 1)
 
 
 def test_retry_later_defers_to_the_new_due_time_until_attempts_run_out(
     store: FirestoreJobStore, clock: FakeClock
 ) -> None:
-    running(store, "j", max_attempts=2)
+    started = running(store, "j", max_attempts=2)
     month = timedelta(days=30)
-    deferred = store.retry_later("j", 1, clock.now() + month, DOWN, worker_id=WORKER)
+    deferred = store.retry_later(lease_of(started), clock.now() + month, DOWN)
     assert (deferred.state, deferred.due_at, deferred.attempt) == (
         State.DEFERRED,
         T0 + month,
@@ -290,12 +297,13 @@ def test_retry_later_defers_to_the_new_due_time_until_attempts_run_out(
     clock.advance(month)
     (claim,) = store.claim_due(clock.now(), "run-3", 10)
     assert claim.generation == 2
-    assert store.start("j", 2, LEASE, WORKER).attempt == 2
+    second = store.start("j", 2, LEASE, WORKER)
+    assert second.attempt == 2
     with pytest.raises(AttemptsExhausted, match="attempt 2 of 2"):
-        store.retry_later("j", 2, clock.now() + month, DOWN, worker_id=WORKER)
+        store.retry_later(lease_of(second), clock.now() + month, DOWN)
     unchanged = stored(store, "j")
     assert (unchanged.state, unchanged.attempt, unchanged.due_at) == (State.RUNNING, 2, T0 + month)
-    failed = store.fail("j", 2, DOWN, worker_id=WORKER)
+    failed = store.fail(lease_of(second), DOWN)
     assert failed.state is State.FAILED
     assert failed.expire_at == clock.now() + timedelta(days=30)
 
@@ -308,7 +316,8 @@ def test_history_keeps_only_the_newest_entries(
     for day in range(1, 6):
         store.reschedule("j", T0 + timedelta(days=day), f"move {day}", "ann")
     job = stored(store, "j")
-    assert [e.reason.split(" (")[0] for e in job.history] == ["move 3", "move 4", "move 5"]
+    # The creation entry stays whatever the count (finding 9), then the newest.
+    assert [e.reason.split(" (")[0] for e in job.history] == ["scheduled", "move 4", "move 5"]
 
 
 # --- schedule ----------------------------------------------------------------------------------
@@ -461,17 +470,45 @@ def test_control_has_defaults_and_audited_validated_changes(
     assert [c.by for c in control.history] == ["ann", "bob"]
 
 
-def test_firestore_errors_surface_as_store_unavailable(
+def test_firestore_refusals_surface_as_configuration_errors_not_outages(
     store: FirestoreJobStore, firestore_emulator: Any
 ) -> None:
+    # A misconfigured deploy (a missing role) must not read as "firestore unavailable".
     store.schedule(new_job("j"))
     firestore_emulator.inject_fault("BatchGetDocuments", "PERMISSION_DENIED")
     try:
-        with pytest.raises(StoreUnavailable):
+        with pytest.raises(StoreMisconfigured, match="PermissionDenied"):
             store.get("j")
         firestore_emulator.inject_fault("Commit", "PERMISSION_DENIED")
-        with pytest.raises(StoreUnavailable):
+        with pytest.raises(StoreMisconfigured):
             store.cancel("j", "x", "ann")
     finally:
         firestore_emulator.clear_faults()
     assert stored(store, "j").state is State.DEFERRED
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        ("INVALID_ARGUMENT", StoreRejected),
+        ("FAILED_PRECONDITION", StoreMisconfigured),
+        ("NOT_FOUND", StoreMisconfigured),
+        ("UNAVAILABLE", StoreUnavailable),
+    ],
+)
+def test_each_firestore_status_maps_to_its_error(
+    firestore_client: firestore.Client,
+    clock: FakeClock,
+    firestore_emulator: Any,
+    code: str,
+    error: type[Exception],
+) -> None:
+    store = FirestoreJobStore(firestore_client, clock, timeout_s=0.5)
+    store.schedule(new_job("j"))
+    firestore_emulator.inject_fault("BatchGetDocuments", code, count=1000)
+    try:
+        with pytest.raises(error) as raised:
+            store.get("j")
+    finally:
+        firestore_emulator.clear_faults()
+    assert type(raised.value) is error

@@ -12,7 +12,7 @@ from google.cloud import firestore
 from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.errors import InvalidTransition, LeaseHeld, LeaseLost
-from services.jobs.model import ErrorInfo, Job, Result
+from services.jobs.model import ErrorInfo, Job, Lease, Result
 from services.jobs.state import TRANSITIONS, State
 from services.jobs.store import FirestoreJobStore
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
@@ -38,9 +38,15 @@ def put_in(store: FirestoreJobStore, state: State, job_id: str = "j") -> Job:
     if state is State.RUNNING:
         return job
     if state is State.COMPLETED:
-        return store.complete(job_id, 1, Result("deleted"), worker_id=WORKER)
+        return store.complete(_lease(job), Result("deleted"))
     assert state is State.FAILED
-    return store.fail(job_id, 1, ERROR, worker_id=WORKER)
+    return store.fail(_lease(job), ERROR)
+
+
+def _lease(job: Job) -> Lease:
+    """The job's running lease, or (from any other state) the one its last holder had: what
+    a late delivery would present."""
+    return job.lease or Lease(job.job_id, job.generation, "no-such-token", WORKER, T0)
 
 
 def _get(store: FirestoreJobStore, job_id: str) -> Job:
@@ -58,13 +64,13 @@ def _claim(store: FirestoreJobStore, job: Job, clock: FakeClock) -> object:
 
 def _reclaim(store: FirestoreJobStore, job: Job, clock: FakeClock) -> object:
     clock.advance(TIMEOUT + LEASE)
-    return store.reclaim_expired(clock.now(), TIMEOUT, 10, "run-3")
+    return store.reclaim_expired(clock.now(), TIMEOUT, 10, "run-3", enqueued_timeout=TIMEOUT)
 
 
 def _cancel_running(store: FirestoreJobStore, job: Job, clock: FakeClock) -> object:
     if job.state is State.RUNNING:
         store.cancel(job.job_id, "stop", "ann")
-    return store.cancel_running(job.job_id, job.generation, worker_id=WORKER)
+    return store.cancel_running(_lease(job))
 
 
 def _start(store: FirestoreJobStore, job: Job, clock: FakeClock) -> object:
@@ -93,21 +99,19 @@ OPERATIONS: dict[str, tuple[State, Operation]] = {
     "start": (State.RUNNING, _start),
     "release": (
         State.ENQUEUED,
-        lambda s, j, c: s.release(j.job_id, j.generation, ERROR, worker_id=WORKER),
+        lambda s, j, c: s.release(_lease(j), ERROR),
     ),
     "complete": (
         State.COMPLETED,
-        lambda s, j, c: s.complete(j.job_id, j.generation, Result("deleted"), worker_id=WORKER),
+        lambda s, j, c: s.complete(_lease(j), Result("deleted")),
     ),
     "retry_later": (
         State.DEFERRED,
-        lambda s, j, c: s.retry_later(
-            j.job_id, j.generation, T0 + timedelta(days=30), ERROR, worker_id=WORKER
-        ),
+        lambda s, j, c: s.retry_later(_lease(j), T0 + timedelta(days=30), ERROR),
     ),
     "fail": (
         State.FAILED,
-        lambda s, j, c: s.fail(j.job_id, j.generation, ERROR, worker_id=WORKER),
+        lambda s, j, c: s.fail(_lease(j), ERROR),
     ),
     "cancel_running": (State.CANCELLED, _cancel_running),
 }
@@ -132,7 +136,7 @@ PERFORMS = {
     "reschedule": {"reschedule"},
     "mark_enqueued": {"mark_enqueued"},
     "mark_enqueue_failed": {"unclaim"},
-    "reclaim_expired": {"unclaim", "retry_later"},
+    "reclaim_expired": {"unclaim", "retry_later", "rescue"},
     "start": {"start", "take_over"},
     "release": {"release"},
     "complete": {"complete"},

@@ -18,7 +18,7 @@ from google.cloud import firestore
 
 from services.jobs.clock import FakeClock
 from services.jobs.errors import StoreUnavailable
-from services.jobs.model import ErrorInfo, Result
+from services.jobs.model import ErrorInfo, Lease, Result
 from services.jobs.rejections import RejectionStore, rejection_of
 from services.jobs.store import FirestoreJobStore
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
@@ -60,6 +60,7 @@ def dead_store(dead_client: firestore.Client) -> FirestoreJobStore:
 
 
 ERROR = ErrorInfo("transient", "x")
+LOST_LEASE = Lease("j", 1, "token", WORKER, T0)
 CALLS: dict[str, Callable[[FirestoreJobStore], Any]] = {
     "schedule": lambda s: s.schedule(new_job("j")),
     "get": lambda s: s.get("j"),
@@ -72,8 +73,8 @@ CALLS: dict[str, Callable[[FirestoreJobStore], Any]] = {
     "reclaim_expired": lambda s: s.reclaim_expired(T0, timedelta(minutes=10), 10, "run-1"),
     "mark_enqueued": lambda s: s.mark_enqueued("j", 1, "m-1"),
     "start": lambda s: s.start("j", 1, LEASE, WORKER),
-    "complete": lambda s: s.complete("j", 1, Result("deleted"), worker_id=WORKER),
-    "release": lambda s: s.release("j", 1, ERROR, worker_id=WORKER),
+    "complete": lambda s: s.complete(LOST_LEASE, Result("deleted")),
+    "release": lambda s: s.release(LOST_LEASE, ERROR),
     "cancel": lambda s: s.cancel("j", "stop", "ann"),
     "update_control": lambda s: s.update_control("ann", "pause", paused=True),
 }

@@ -118,9 +118,10 @@ def test_unreachable_pubsub_answers_503_and_keeps_the_jobs(
     assert all(j and j.state is State.DEFERRED and j.last_error for j in jobs)
 
 
-def test_refused_firestore_answers_503_with_a_clear_error(
+def test_refused_firestore_is_a_configuration_error_not_an_outage(
     scan_rig: Callable[..., Rig], firestore_emulator: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Issue 11 point 11: a missing role answered 503 "firestore unavailable".
     rig = scan_rig()
     rig.seed(3)
     firestore_emulator.inject_fault("BatchGetDocuments", "PERMISSION_DENIED")
@@ -128,9 +129,12 @@ def test_refused_firestore_answers_503_with_a_clear_error(
         response = rig.post()
     finally:
         firestore_emulator.clear_faults()
-    assert response.status_code == 503
-    assert response.get_json()["error"] == "firestore unavailable"
-    assert "firestore unavailable" in caplog.text
+    assert response.status_code == 500
+    assert response.get_json()["error"] == "firestore refused"
+    assert "PermissionDenied" in response.get_json()["detail"]
+    events = [getattr(r, "fields", {}).get("event") for r in caplog.records]
+    assert "store_rejected" in events
+    assert "firestore unavailable" not in caplog.text
     assert rig.pull() == {}
 
 

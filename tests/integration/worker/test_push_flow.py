@@ -18,6 +18,7 @@ from tests.integration.worker.harness import LEASE, PushTopic, WorkerHarness, en
 from tests.integration.worker.storage_proxy import flaky_storage
 
 PushFactory = Callable[..., PushTopic]
+KEY = "media-job-1:retention-decision-1"
 
 
 def _state_is(worker: WorkerHarness, job_id: str, state: State) -> Callable[[], bool]:
@@ -29,7 +30,8 @@ def test_pushed_job_deletes_its_objects_completes_and_records_idempotency(
 ) -> None:
     topic = push()
     objects = worker.upload("src/1/a.mp4", "src/1/b.mp4", "keep/other.mp4")
-    worker.schedule("job-1", objects[:2])
+    # A supplied key: the idempotency document is written (a derived key needs none).
+    worker.schedule("job-1", objects[:2], idempotency_key=KEY)
     claimed = worker.claim_one("job-1")
     worker.enqueue(claimed, topic.publish(claimed))
 
@@ -57,7 +59,7 @@ def test_unwrapped_push_with_metadata_headers_completes_too(
 
 
 def test_same_id_delivered_three_times_in_a_row_deletes_once(worker: WorkerHarness) -> None:
-    worker.schedule("job-1", worker.upload("src/a.mp4"))
+    worker.schedule("job-1", worker.upload("src/a.mp4"), idempotency_key=KEY)
     claimed = worker.claim_one("job-1")
     worker.enqueue(claimed)
     body = envelope("job-1", claimed.generation)
@@ -211,7 +213,7 @@ class SimulatedCrash(Exception):
 def test_crash_after_deletion_before_completion_redelivery_completes_without_second_effect(
     worker: WorkerHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    worker.schedule("job-1", worker.upload("src/a.mp4"))
+    worker.schedule("job-1", worker.upload("src/a.mp4"), idempotency_key=KEY)
     claimed = worker.claim_one("job-1")
     worker.enqueue(claimed)
     real_complete = worker.store.complete
@@ -301,7 +303,7 @@ def test_same_id_published_three_times_is_deleted_and_completed_once(
     worker: WorkerHarness, push: PushFactory
 ) -> None:
     topic = push()
-    worker.schedule("job-1", worker.upload("src/a.mp4"))
+    worker.schedule("job-1", worker.upload("src/a.mp4"), idempotency_key=KEY)
     claimed = worker.claim_one("job-1")
     message_ids = [topic.publish(claimed) for _ in range(3)]
     worker.enqueue(claimed, message_ids[0])

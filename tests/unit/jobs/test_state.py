@@ -8,7 +8,14 @@ import pytest
 
 from services.jobs.errors import AlreadyTerminal, InvalidTransition
 from services.jobs.model import Job, NewJob
-from services.jobs.state import TERMINAL, TRANSITIONS, Role, State, apply_transition
+from services.jobs.state import (
+    TERMINAL,
+    TRANSITIONS,
+    HistoryEntry,
+    Role,
+    State,
+    apply_transition,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -23,11 +30,12 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("claimed", "cancelled"): {"operator"},
     ("enqueued", "running"): {"worker"},
     ("enqueued", "cancelled"): {"operator"},
+    ("enqueued", "deferred"): {"reclaimer"},
     ("running", "completed"): {"worker"},
     ("running", "deferred"): {"worker", "reclaimer"},
     ("running", "enqueued"): {"worker"},
     ("running", "failed"): {"worker", "reclaimer"},
-    ("running", "cancelled"): {"worker"},
+    ("running", "cancelled"): {"worker", "reclaimer"},
     ("running", "running"): {"worker"},
 }
 
@@ -109,6 +117,46 @@ def test_history_keeps_only_the_newest_entries() -> None:
             history_limit=5,
         )
     assert [e.reason for e in job.history] == [f"move {m}" for m in range(25, 30)]
+
+
+def _created(job: Job) -> Job:
+    entry = HistoryEntry(T0, None, State.DEFERRED, "application:app", "scheduled")
+    return dataclasses.replace(job, history=(entry,))
+
+
+def test_history_keeps_the_creation_entry_however_many_moves_follow() -> None:
+    # Finding 9: the 20-entry history dropped the creation entry within a job's retry life.
+    job = _created(job_in(State.DEFERRED))
+    for minute in range(30):
+        job = apply_transition(
+            job,
+            State.DEFERRED,
+            role=Role.OPERATOR,
+            by="ops",
+            at=T0 + timedelta(minutes=minute),
+            reason=f"move {minute}",
+            history_limit=5,
+        )
+    assert [e.reason for e in job.history] == ["scheduled"] + [f"move {m}" for m in range(26, 30)]
+
+
+def test_history_is_bounded_by_bytes_and_each_reason_is_shortened() -> None:
+    job = _created(job_in(State.DEFERRED))
+    for minute in range(20):
+        job = apply_transition(
+            job,
+            State.DEFERRED,
+            role=Role.OPERATOR,
+            by="ops",
+            at=T0 + timedelta(minutes=minute),
+            reason=f"{minute} " + "x" * 100_000,
+            history_max_bytes=4096,
+        )
+    assert job.history[0].reason == "scheduled"
+    assert all(len(e.reason.encode()) <= 1024 for e in job.history)
+    assert sum(len(e.reason.encode()) for e in job.history) <= 4096
+    assert job.history[-1].reason.startswith("19 ")
+    assert len(job.history) >= 2
 
 
 def test_a_role_that_does_not_own_the_transition_is_named_in_the_refusal() -> None:

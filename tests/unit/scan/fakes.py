@@ -11,7 +11,14 @@ from datetime import UTC, datetime, timedelta
 
 from services.jobs import errors
 from services.jobs.control import Control
-from services.jobs.model import Backlog, ClaimedJob, EnqueueMark, ErrorInfo, Reclaimed
+from services.jobs.model import (
+    Backlog,
+    ClaimedJob,
+    EnqueueMark,
+    ErrorInfo,
+    Reclaimed,
+    ReclaimReport,
+)
 from services.jobs.state import State
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
@@ -39,6 +46,8 @@ class FakeStore:
     stale_enqueued: int = 0
     oldest_enqueued_age_s: float | None = None
     backlog_calls: list[timedelta] = field(default_factory=list)
+    enqueued_timeouts: list[timedelta | None] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)  # quarantined by the reclaimer
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _check(self, op: str) -> None:
@@ -50,20 +59,38 @@ class FakeStore:
         return self.control
 
     def reclaim_expired(
-        self, now: datetime, claim_timeout: timedelta, limit: int, run_id: str
-    ) -> Sequence[Reclaimed]:
+        self,
+        now: datetime,
+        claim_timeout: timedelta,
+        limit: int,
+        run_id: str,
+        *,
+        enqueued_timeout: timedelta | None = None,
+    ) -> ReclaimReport:
         self._check("reclaim_expired")
+        self.enqueued_timeouts.append(enqueued_timeout)
         if self.reclaim_race:
-            raise errors.LostRace("another run is reclaiming the same records")
+            race = errors.LostRace("another run is reclaiming the same records")
+            return ReclaimReport(stopped_by=race)
         taken, self.expired = self.expired[:limit], self.expired[limit:]
         self.due.extend(taken)
         failed, self.expired_last_attempt = self.expired_last_attempt, []
-        return [Reclaimed(i, State.CLAIMED, State.DEFERRED, 1) for i in taken] + [
-            Reclaimed(i, State.RUNNING, State.FAILED, 3) for i in failed
-        ]
+        return ReclaimReport(
+            tuple(
+                [Reclaimed(i, State.CLAIMED, State.DEFERRED, 1, "claim_timeout") for i in taken]
+                + [Reclaimed(i, State.RUNNING, State.FAILED, 3, "lease_expired") for i in failed]
+            ),
+            quarantined=tuple(self.invalid),
+        )
 
     def claim_due(
-        self, now: datetime, run_id: str, limit: int, *, page_size: int = 100
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        *,
+        page_size: int = 100,
+        on_quarantine: Callable[[str], None] | None = None,
     ) -> Sequence[ClaimedJob]:
         self._check("claim_due")
         assert page_size == limit  # the scanner claims each of its pages in one transaction

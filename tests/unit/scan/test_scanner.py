@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
 
-from services.jobs import errors
+from services.jobs import errors, metrics
 from services.jobs.clock import FakeClock
 from services.jobs.control import Control
 from services.jobs.metrics import InMemorySink
@@ -17,6 +18,7 @@ from services.scan.scanner import (
     Scanner,
     StoreUnreachable,
 )
+from services.scan.summary import response_body
 from tests.unit.scan.fakes import T0, Crash, CrashingPublisher, FakePublisher, FakeStore
 
 LIMITS = ScanLimits(
@@ -150,11 +152,35 @@ def test_a_run_whose_every_publish_fails_reports_the_queue_unreachable() -> None
     assert [r.publish_failed for r in sink.reports] == [10]
 
 
-@pytest.mark.parametrize("operation", ["get_control", "reclaim_expired", "claim_due", "backlog"])
+@pytest.mark.parametrize("operation", ["get_control", "claim_due", "backlog"])
 def test_an_unreachable_store_stops_the_run(operation: str) -> None:
     store = FakeStore(due=ids(5), unavailable={operation})
     with pytest.raises(StoreUnreachable, match="firestore down"):
         make(store)[0].run()
+
+
+def test_a_failing_reclaim_step_never_stops_claiming(caplog: pytest.LogCaptureFixture) -> None:
+    # Finding 7: one record's reclaim trouble failed the whole run (0 of 20 due jobs claimed).
+    store = FakeStore(due=ids(5), unavailable={"reclaim_expired"})
+    caplog.set_level(logging.WARNING)
+    run = make(store)[0].run()
+    assert (run.claimed, run.published) == (5, 5)
+    assert any(getattr(r, "fields", {}).get("reason") == "reclaim_failed" for r in caplog.records)
+
+
+def test_quarantined_records_are_counted_in_the_summary_and_the_gauges() -> None:
+    store = FakeStore(due=ids(3), invalid=["bad-1", "bad-2"])
+    scanner, _, sink = make(store)
+    run = scanner.run()
+    assert run.quarantined == 2
+    assert response_body(run)["quarantined"] == 2
+    assert sink.reports[-1].gauge_values()[metrics.RUN_QUARANTINED] == 2
+
+
+def test_the_rescuer_gets_the_enqueued_timeout() -> None:
+    store = FakeStore(due=ids(1))
+    make(store)[0].run()
+    assert store.enqueued_timeouts == [timedelta(seconds=LIMITS.enqueued_timeout_s)]
 
 
 def test_firestore_lost_mid_run_reports_what_was_done_without_gauges(

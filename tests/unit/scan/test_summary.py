@@ -56,6 +56,7 @@ def test_the_response_carries_exactly_the_documented_keys() -> None:
         "stuck_claims": 1,
         "stale_enqueued": 4,
         "oldest_enqueued_age_s": 7300.25,
+        "quarantined": 0,
         "budget": 100,
         "duration_s": 3.25,
         "drain_rate_per_s": 0.923,  # 3 published in 3.25 s

@@ -7,6 +7,7 @@ the same refusals as `FirestoreJobStore` for the calls the worker makes.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,8 +21,10 @@ from services.jobs.errors import (
     LeaseLost,
     StaleGeneration,
 )
-from services.jobs.model import Claim, ErrorInfo, IdempotencyRecord, Job, NewJob, Result
+from services.jobs.model import Claim, ErrorInfo, IdempotencyRecord, Job, Lease, NewJob, Result
 from services.jobs.state import Role, State, apply_transition
+
+_NO_LEASE: dict[str, Any] = {"lease_until": None, "lease_owner": None, "lease_token": None}
 
 
 class MemoryStore:
@@ -31,11 +34,24 @@ class MemoryStore:
         self.idempotency: dict[str, IdempotencyRecord] = {}
         self.calls: list[str] = []
 
-    def add(self, job_id: str, *, max_attempts: int = 5, params: Any = None) -> Job:
+    def add(
+        self,
+        job_id: str,
+        *,
+        max_attempts: int = 5,
+        params: Any = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
         """A job claimed and enqueued at generation 1, as the scan leaves it."""
         now = self.clock.now()
         new = NewJob(
-            job_id, "media.delete_source", "media-1", now, params or {}, max_attempts
+            job_id,
+            "media.delete_source",
+            "media-1",
+            now,
+            params or {},
+            max_attempts,
+            idempotency_key=idempotency_key,
         ).validated()
         job = Job.create(new, now)
         job = dataclasses.replace(
@@ -73,15 +89,17 @@ class MemoryStore:
         self.jobs[job.job_id] = new
         return new
 
-    def _leased(self, job_id: str, generation: int, worker_id: str) -> Job:
-        # As the store: anything but our running lease of this generation is a lost lease.
-        job = self.jobs[job_id]
+    def _leased(self, lease: Lease) -> Job:
+        # As the store: anything but our running lease (generation and token) is a lost lease.
+        job = self.jobs[lease.job_id]
         if (
             job.state is not State.RUNNING
-            or job.generation != generation
-            or job.lease_owner != worker_id
+            or job.generation != lease.generation
+            or job.lease_token != lease.token
         ):
-            raise LeaseLost(job_id, worker_id, job.lease_owner, f"the job is {job.state.value}")
+            raise LeaseLost(
+                lease.job_id, lease.owner, job.lease_owner, f"the job is {job.state.value}"
+            )
         return job
 
     def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job:
@@ -104,28 +122,42 @@ class MemoryStore:
             worker_id,
             lease_until=now + lease,
             lease_owner=worker_id,
+            lease_token=uuid.uuid4().hex,
         )
 
-    def cancel_running(self, job_id: str, generation: int, *, worker_id: str) -> Job:
+    def extend_lease(self, lease: Lease, duration: timedelta) -> Job:
+        self.calls.append("extend_lease")
+        job = self._leased(lease)
+        job = dataclasses.replace(job, lease_until=self.clock.now() + duration)
+        self.jobs[job.job_id] = job
+        return job
+
+    def _ended(self, job: Job, to: State, by: str, **changes: Any) -> Job:
+        if job.cancel_requested is not None and to is not State.COMPLETED:
+            to = State.CANCELLED
+            changes = {k: v for k, v in changes.items() if k in ("last_error", "progress")}
+        return self._move(job, to, by, **_NO_LEASE, **changes)
+
+    def cancel_running(self, lease: Lease, *, progress: Any = None) -> Job:
         self.calls.append("cancel_running")
-        job = self._leased(job_id, generation, worker_id)
-        return self._move(job, State.CANCELLED, worker_id, lease_until=None, lease_owner=None)
+        job = self._leased(lease)
+        return self._move(job, State.CANCELLED, lease.owner, **_NO_LEASE)
 
-    def release(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job:
+    def release(
+        self, lease: Lease, error: ErrorInfo, *, progress: Any = None, message_id: Any = None
+    ) -> Job:
         self.calls.append("release")
-        job = self._leased(job_id, generation, worker_id)
-        return self._move(
-            job, State.ENQUEUED, worker_id, last_error=error, lease_until=None, lease_owner=None
-        )
+        job = self._leased(lease)
+        return self._ended(job, State.ENQUEUED, lease.owner, last_error=error, progress=progress)
 
-    def complete(self, job_id: str, generation: int, result: Result, *, worker_id: str) -> Job:
+    def complete(self, lease: Lease, result: Result) -> Job:
         self.calls.append("complete")
-        job = self._leased(job_id, generation, worker_id)
+        job = self._leased(lease)
         now = self.clock.now()
         stamped = dataclasses.replace(result, completed_at=now)
         self.idempotency[job.idempotency_key] = IdempotencyRecord(
             job.idempotency_key,
-            job_id,
+            job.job_id,
             job.action,
             job.subject,
             result.outcome,
@@ -133,34 +165,28 @@ class MemoryStore:
             now,
             None,
         )
-        return self._move(
-            job, State.COMPLETED, worker_id, result=stamped, lease_until=None, lease_owner=None
-        )
+        return self._move(job, State.COMPLETED, lease.owner, result=stamped, **_NO_LEASE)
 
     def retry_later(
-        self, job_id: str, generation: int, due_at: datetime, error: ErrorInfo, *, worker_id: str
+        self, lease: Lease, due_at: datetime, error: ErrorInfo, *, progress: Any = None
     ) -> Job:
         self.calls.append("retry_later")
-        job = self._leased(job_id, generation, worker_id)
-        if job.attempt >= job.max_attempts:
-            raise AttemptsExhausted(job_id, job.attempt, job.max_attempts)
-        return self._move(
+        job = self._leased(lease)
+        if job.cancel_requested is None and job.attempt >= job.max_attempts:
+            raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
+        return self._ended(
             job,
             State.DEFERRED,
-            worker_id,
+            lease.owner,
             attempt=job.attempt + 1,
             due_at=due_at,
             last_error=error,
-            lease_until=None,
-            lease_owner=None,
         )
 
-    def fail(self, job_id: str, generation: int, error: ErrorInfo, *, worker_id: str) -> Job:
+    def fail(self, lease: Lease, error: ErrorInfo) -> Job:
         self.calls.append("fail")
-        job = self._leased(job_id, generation, worker_id)
-        return self._move(
-            job, State.FAILED, worker_id, last_error=error, lease_until=None, lease_owner=None
-        )
+        job = self._leased(lease)
+        return self._ended(job, State.FAILED, lease.owner, last_error=error)
 
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         self.calls.append("get_idempotency")

@@ -138,7 +138,8 @@ def test_cancel_request_is_honoured_before_acting(store: MemoryStore, clock: Fak
 def test_recorded_side_effect_completes_without_acting_again(
     store: MemoryStore, clock: FakeClock
 ) -> None:
-    job = store.add("job-1")
+    # Another job sharing the explicit key already did the side effect.
+    job = store.add("job-1", idempotency_key="media-1:retention")
     store.idempotency[job.idempotency_key] = IdempotencyRecord(
         job.idempotency_key, "job-0", job.action, job.subject, "deleted", {"n": 1}, START, None
     )
@@ -148,6 +149,14 @@ def test_recorded_side_effect_completes_without_acting_again(
     assert script.runs == 0
     assert store.jobs["job-1"].result is not None
     assert store.jobs["job-1"].result.outcome == "deleted"
+
+
+def test_a_derived_key_costs_no_idempotency_read(store: MemoryStore, clock: FakeClock) -> None:
+    # The derived key belongs to this job alone: start already refused it if it completed.
+    store.add("job-1")
+    outcome = processor_for(store, clock, Script()).process(delivery())
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert "get_idempotency" not in store.calls
 
 
 def test_transient_error_releases_the_lease_and_asks_for_redelivery(

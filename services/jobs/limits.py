@@ -1,0 +1,43 @@
+"""Byte limits on what a job record may hold, and the functions that keep text and maps in them.
+
+Firestore refuses a document over 1 MiB with INVALID_ARGUMENT
+(https://firebase.google.com/docs/firestore/quotas#limits); a transition that grew a document
+past it would fail forever. So every free-text field is bounded: machine-written text (error
+messages, reasons the services compose, result details) is shortened to fit, and operator
+input (cancel and reschedule reasons) is refused when longer, so the operator knows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+MAX_REASON_BYTES = 1024  # a history reason; a cancel or reschedule reason
+MAX_ERROR_MESSAGE_BYTES = 2048  # last_error.message
+MAX_CODE_BYTES = 128  # last_error.code, result.outcome
+MAX_DETAILS_BYTES = 160 * 1024  # result.details and progress, as compact JSON
+TRUNCATED_MARK = "…[truncated]"
+
+
+def bounded_text(value: str, limit: int) -> str:
+    """`value` cut to at most `limit` UTF-8 bytes (never inside a character), marked when cut."""
+    raw = value.encode("utf-8", "replace")
+    if len(raw) <= limit:
+        return value
+    mark = TRUNCATED_MARK.encode("utf-8")
+    return raw[: max(limit - len(mark), 0)].decode("utf-8", "ignore") + TRUNCATED_MARK
+
+
+def json_bytes(value: object) -> int:
+    """The size of `value` as compact JSON (how params, details and progress are measured)."""
+    return len(json.dumps(value, separators=(",", ":"), sort_keys=True, default=str).encode())
+
+
+def bounded_details(details: Mapping[str, Any], limit: int = MAX_DETAILS_BYTES) -> dict[str, Any]:
+    """`details` when it fits in `limit` bytes of JSON; otherwise a small note saying so, so a
+    talkative action can never make its own completion fail."""
+    size = json_bytes(dict(details))
+    if size <= limit:
+        return dict(details)
+    return {"truncated": True, "original_bytes": size, "keys": sorted(map(str, details))[:50]}

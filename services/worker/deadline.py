@@ -1,0 +1,170 @@
+"""The `Deadline` an action works against, and the `Heartbeat` that keeps the lease behind it.
+
+An action checks `request.deadline.reached()` between units of work (the media action: between
+objects) and, when it is reached, stops and reports what it finished (`Interrupted`). The
+deadline is the earliest of: the lease's end minus a margin (moved on by every heartbeat), the
+delivery's own limit (below Cloud Run's request timeout, which answers the caller but does not
+stop the thread: https://cloud.google.com/run/docs/configuring/request-timeout), and at once
+when a heartbeat finds a cancel request or that the lease is no longer this delivery's.
+
+The heartbeat extends the lease by compare-and-set on the lease token every lease/3, from a
+background thread and from every deadline check, so a lease is lost only when the worker
+stops heartbeating (crashed, hung, or cut off from Firestore for two thirds of a lease).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from services.jobs.clock import Clock
+from services.jobs.errors import JobsError, LeaseLost
+from services.jobs.model import Job, Lease
+
+logger = logging.getLogger(__name__)
+
+# The lease is extended every lease / HEARTBEATS_PER_LEASE: two beats can fail before it lapses.
+HEARTBEATS_PER_LEASE = 3
+
+STOP_DEADLINE = "deadline"
+STOP_CANCEL = "cancel_requested"
+STOP_LEASE_LOST = "lease_lost"
+
+
+class Deadline:
+    """When the current action must stop between units of work. Thread-safe."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        stop_at: datetime,
+        *,
+        beat: Callable[[], None] | None = None,
+    ) -> None:
+        self._clock = clock
+        self._stop_at = stop_at
+        self._beat = beat
+        self._why: str | None = None
+        self._lock = threading.Lock()
+
+    def reached(self) -> bool:
+        """Whether the action must stop now; heartbeats first when one is due."""
+        if self._beat is not None:
+            self._beat()
+        with self._lock:
+            if self._why is None and self._clock.now() >= self._stop_at:
+                self._why = STOP_DEADLINE
+            return self._why is not None
+
+    @property
+    def why(self) -> str | None:
+        """deadline, cancel_requested or lease_lost once reached; None before."""
+        with self._lock:
+            return self._why
+
+    @property
+    def stop_at(self) -> datetime:
+        with self._lock:
+            return self._stop_at
+
+    def move(self, stop_at: datetime) -> None:
+        with self._lock:
+            self._stop_at = stop_at
+
+    def stop(self, why: str) -> None:
+        with self._lock:
+            self._why = self._why or why
+
+
+class LeaseStore(Protocol):
+    def extend_lease(self, lease: Lease, duration: timedelta) -> Job: ...
+
+
+class Heartbeat:
+    """Keeps one delivery's lease while its action runs, and moves its deadline along."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        clock: Clock,
+        job: Job,
+        *,
+        lease: timedelta,
+        margin: timedelta,
+        delivery_until: datetime,
+    ) -> None:
+        current = job.lease
+        if current is None:
+            raise ValueError(f"job {job.job_id!r} has no lease to keep")
+        self._store = store
+        self._clock = clock
+        self._lease = current
+        self._duration = lease
+        self._every = lease / HEARTBEATS_PER_LEASE
+        self._margin = margin
+        self._delivery_until = delivery_until
+        self._next_beat = clock.now() + self._every
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.beats = 0
+        self.deadline = Deadline(clock, self._stop_at(current.until), beat=self.beat_if_due)
+        if job.cancel_requested is not None:
+            self.deadline.stop(STOP_CANCEL)
+
+    @property
+    def lease(self) -> Lease:
+        with self._lock:
+            return self._lease
+
+    def _stop_at(self, lease_until: datetime) -> datetime:
+        return min(lease_until - self._margin, self._delivery_until)
+
+    def beat_if_due(self) -> None:
+        """Extend the lease when a beat is due; never raises."""
+        with self._lock:
+            if self._done.is_set() or self._clock.now() < self._next_beat:
+                return
+            self._beat()
+
+    def _beat(self) -> None:
+        try:
+            job = self._store.extend_lease(self._lease, self._duration)
+        except LeaseLost as exc:
+            logger.warning("heartbeat: lease lost: %s", exc)
+            self.deadline.stop(STOP_LEASE_LOST)
+            self._done.set()
+            return
+        except JobsError as exc:
+            # The deadline does not move, so the action stops before the lease lapses.
+            logger.warning("heartbeat failed, will retry: %s", exc)
+            self._next_beat = self._clock.now() + min(self._every, timedelta(seconds=1))
+            return
+        self.beats += 1
+        if job.lease is not None:
+            self._lease = job.lease
+            self.deadline.move(self._stop_at(job.lease.until))
+        if job.cancel_requested is not None:
+            self.deadline.stop(STOP_CANCEL)
+        self._next_beat = self._clock.now() + self._every
+
+    def start(self, poll_s: float) -> Heartbeat:
+        """Beat from a background thread too, checking every `poll_s` real seconds."""
+
+        def loop() -> None:
+            while not self._done.wait(poll_s):
+                self.beat_if_due()
+
+        self._thread = threading.Thread(target=loop, name="lease-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """No beat after this returns (the caller is about to write the outcome)."""
+        with self._lock:
+            self._done.set()
+        if self._thread is not None:
+            self._thread.join()
