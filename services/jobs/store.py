@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -26,6 +27,8 @@ from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
+from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
+from google.protobuf import timestamp_pb2
 
 from services.jobs import metrics, schema
 from services.jobs.clock import Clock
@@ -81,6 +84,7 @@ from services.jobs.state import (
     State,
     apply_transition,
 )
+from services.jobs.written import WrittenRecords
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +99,7 @@ DEFAULT_CALL_TIMEOUT_S = 10.0
 _TRANSACTION_ATTEMPTS = 5  # the client's own retries of an ABORTED commit
 _CONTENTION_ROUNDS = 8  # our retries, with jittered backoff, once the client gives up
 _MAX_LIST_LIMIT = 500
+_BATCH_WRITE_LIMIT = 500  # writes per BatchWrite request
 # Deferred records per run the due_at type check inspects (each query bills >= 1 read).
 MISFILED_CHECK_LIMIT = 20
 _SCHEDULE_COMPARED = ("action", "subject", "params", "scheduled_due_at", "max_attempts")
@@ -371,6 +376,10 @@ class FirestoreJobStore:
         self._known_actions = frozenset(known_actions)
         self._observe = query_observer
         self._bounds = CallBounds(timeout_s, retry)
+        # Claims and starts this process wrote, so the enqueue mark and the completion can be
+        # one write conditioned on their update_time instead of a read and a write.
+        self._written = WrittenRecords()
+        self._committed = threading.local()
 
     @property
     def clock(self) -> Clock:
@@ -598,7 +607,7 @@ class FirestoreJobStore:
         while len(claimed) < limit:
             want = min(page_size, limit - len(claimed))
             try:
-                page, invalid = self._run(self._claim_page, now, run_id, want)
+                page, invalid = self._run_remembering(self._claim_page, now, run_id, want)
             except LostRace:
                 if not claimed:
                     raise
@@ -638,6 +647,7 @@ class FirestoreJobStore:
             )
             _write(transaction, snapshot.reference, job, new)
             claimed.append(ClaimedJob(job.job_id, claim.generation, job.due_at, at, job.action))
+            self._committed.pending.append(new)
         return claimed, invalid
 
     def mark_enqueued(
@@ -667,11 +677,75 @@ class FirestoreJobStore:
 
         Each item gets exactly mark_enqueued's outcome, as an EnqueueMark in input order: the
         job as written, or the error mark_enqueued would raise (StaleGeneration,
-        InvalidTransition, JobNotFound, ValidationError). 1 read + 1 write per job. A page
-        that cannot be written (contention, Firestore down) marks its items with that error.
+        InvalidTransition, JobNotFound, ValidationError). A job this store claimed (and nothing
+        changed since) costs 1 write: its mark is conditioned on the claim commit's
+        update_time, no read. Any other costs 1 read + 1 write in a transaction per page, as
+        does a job whose conditional write was refused (the worker started it first, say). A
+        page that cannot be written (contention, Firestore down) marks its items with that
+        error.
         """
         if page_size < 1:
             raise ValidationError("page_size must be at least 1")
+        marks: list[EnqueueMark | None] = self._mark_remembered(items, at)
+        rest = [n for n, mark in enumerate(marks) if mark is None]
+        if rest:
+            read = self._mark_reading([items[n] for n in rest], at, page_size)
+            for n, mark in zip(rest, read, strict=True):
+                marks[n] = mark
+        return [mark for mark in marks if mark is not None]
+
+    def _mark_remembered(
+        self, items: Sequence[tuple[str, int, str]], at: datetime | None
+    ) -> list[EnqueueMark | None]:
+        """Per item, its mark when it is a claim this store remembers, written as one write
+        conditioned on the claim's update_time (BatchWrite: each write applied or refused on
+        its own); None for the items left to the reading path."""
+        now = self._clock.now()
+        marks: list[EnqueueMark | None] = [None] * len(items)
+        planned: list[tuple[int, Job, Job]] = []
+        for n, (job_id, generation, message_id) in enumerate(items):
+            claimed = self._written.take(("claim", job_id, generation))
+            if claimed is None or not _text_ok(job_id, message_id):
+                continue
+            try:
+                new = self._enqueued(claimed, generation, message_id, at or now, now)
+            except JobsError:
+                continue
+            planned.append((n, claimed, new))
+        for first in range(0, len(planned), _BATCH_WRITE_LIMIT):
+            page = planned[first : first + _BATCH_WRITE_LIMIT]
+            applied = self._write_conditionally([(old, new) for _, old, new in page])
+            for (n, _, new), stamp in zip(page, applied, strict=True):
+                if stamp is not None:
+                    job = dataclasses.replace(new, update_time=stamp)
+                    marks[n] = EnqueueMark(job.job_id, items[n][1], job=job)
+        return marks
+
+    def _write_conditionally(self, changes: Sequence[tuple[Job, Job]]) -> list[datetime | None]:
+        """Write each `new` over its `old` (only the fields that differ), each on condition
+        that the document is still at old.update_time, in one BatchWrite request; per change
+        the new update_time, or None when it was refused or could not be sent (the caller
+        falls back to a transaction, which sorts out what happened)."""
+        batch = BulkWriteBatch(self._client)
+        for old, new in changes:
+            batch.update(
+                self._jobs.document(old.job_id),
+                _diff(old, new),
+                option=self._client.write_option(last_update_time=_timestamp(old.update_time)),
+            )
+        try:
+            response = batch.commit(**self._bounds.write_kwargs)
+        except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
+            logger.warning("conditional batch write failed, falling back: %s", exc)
+            return [None] * len(changes)
+        return [
+            _as_datetime(result.update_time) if status.code == 0 else None
+            for result, status in zip(response.write_results, response.status, strict=True)
+        ]
+
+    def _mark_reading(
+        self, items: Sequence[tuple[str, int, str]], at: datetime | None, page_size: int
+    ) -> list[EnqueueMark]:
         marks: list[EnqueueMark] = []
         for start in range(0, len(items), page_size):
             page = list(items[start : start + page_size])
@@ -1078,10 +1152,13 @@ class FirestoreJobStore:
             return new
 
         try:
-            return self._run(body)
+            started = self._run(body)
         except InvalidRecord:
             self._quarantine(job_id, Role.WORKER, worker_id)
             raise
+        if started.lease_token is not None and not started.explicit_key:
+            self._written.put(("lease", started.lease_token), started)
+        return started
 
     def extend_lease(self, lease: Lease, duration: timedelta) -> Job:
         """The heartbeat: move the holder's lease_until to now + `duration` (a compare-and-set
@@ -1157,7 +1234,15 @@ class FirestoreJobStore:
         """Running → completed with the result (details bounded). For a supplied (explicit,
         possibly shared) idempotency key, the key's document gets the result in the same
         transaction, and the key must still be held by this lease. Sets expire_at = now +
-        terminal retention on both."""
+        terminal retention on both.
+
+        With a derived key, when this store started the job and nothing wrote the record since
+        (no heartbeat, no cancel request), the completion is one write conditioned on start's
+        update_time: no read. Otherwise, or when that write is refused, a transaction re-reads
+        the record and checks the lease."""
+        fast = self._complete_remembered(lease, result)
+        if fast is not None:
+            return fast
         ref = self._jobs.document(lease.job_id)
 
         def body(transaction: firestore.Transaction) -> Job:
@@ -1167,41 +1252,79 @@ class FirestoreJobStore:
             key_ref = self._idempotency.document(job.idempotency_key)
             if job.explicit_key:
                 self._require_key(transaction, job, lease)
-            stamped = Result(
-                outcome=bounded_text(result.outcome, MAX_CODE_BYTES),
-                details=bounded_details(result.details),
-                completed_at=now,
-            )
-            new = self._apply(
-                job,
-                State.COMPLETED,
-                Role.WORKER,
-                lease.owner,
-                now,
-                f"outcome {stamped.outcome}",
-                result=stamped,
-                expire_at=self._expiry(now),
-                progress=None,
-                **_NO_LEASE,
-            )
-            record = IdempotencyRecord(
-                key=job.idempotency_key,
-                job_id=job.job_id,
-                action=job.action,
-                subject=job.subject,
-                outcome=stamped.outcome,
-                details=dict(stamped.details),
-                completed_at=now,
-                expire_at=new.expire_at,
-            )
+            new = self._completed(job, lease, result, now)
             _write(transaction, ref, job, new)
             if job.explicit_key:
                 # A derived key belongs to this job alone, and the job's own result (same
                 # expire_at) already records the side effect: no second document for it.
-                transaction.set(key_ref, record.to_document())
+                transaction.set(key_ref, self._key_record(job, new).to_document())
             return new
 
         return self._run(body)
+
+    def _complete_remembered(self, lease: Lease, result: Result) -> Job | None:
+        started = self._written.take(("lease", lease.token))
+        if (
+            started is None
+            or started.update_time is None
+            or started.update_time != lease.update_time
+            or started.lease != lease
+            or started.explicit_key
+        ):
+            return None
+        new = self._completed(started, lease, result, self._clock.now())
+        [stamp] = self._write_one_conditionally(started, new)
+        return None if stamp is None else dataclasses.replace(new, update_time=stamp)
+
+    def _write_one_conditionally(self, old: Job, new: Job) -> list[datetime | None]:
+        """`new` over `old` in one Commit, on condition that the record is still at
+        old.update_time; [None] when Firestore refused it (the record changed)."""
+        ref = self._jobs.document(old.job_id)
+        option = self._client.write_option(last_update_time=_timestamp(old.update_time))
+        try:
+            with _store_errors():
+                try:
+                    written = ref.update(
+                        _diff(old, new), option=option, **self._bounds.write_kwargs
+                    )
+                except api_exceptions.FailedPrecondition:
+                    return [None]
+        except StoreRejected:
+            return [None]
+        return [_as_datetime(written.update_time)]
+
+    def _completed(self, job: Job, lease: Lease, result: Result, now: datetime) -> Job:
+        stamped = Result(
+            outcome=bounded_text(result.outcome, MAX_CODE_BYTES),
+            details=bounded_details(result.details),
+            completed_at=now,
+        )
+        return self._apply(
+            job,
+            State.COMPLETED,
+            Role.WORKER,
+            lease.owner,
+            now,
+            f"outcome {stamped.outcome}",
+            result=stamped,
+            expire_at=self._expiry(now),
+            progress=None,
+            **_NO_LEASE,
+        )
+
+    def _key_record(self, job: Job, new: Job) -> IdempotencyRecord:
+        """The shared key's document for `new`, the job as `_completed` made it."""
+        outcome = new.result.outcome if new.result else ""
+        return IdempotencyRecord(
+            key=job.idempotency_key,
+            job_id=job.job_id,
+            action=job.action,
+            subject=job.subject,
+            outcome=outcome,
+            details=dict(new.result.details) if new.result else {},
+            completed_at=new.updated_at,
+            expire_at=new.expire_at,
+        )
 
     complete_if_running = complete
 
@@ -1535,11 +1658,31 @@ class FirestoreJobStore:
     def _commit_run(self, transaction: BoundedTransaction, body: Callable[..., T], *args: Any) -> T:
         result = firestore.transactional(body)(transaction, *args)
         written = getattr(transaction, "write_results", None)
+        self._committed.results = [w.update_time for w in written or ()]
         if isinstance(result, Job) and written:
             # The commit time of the job's write: what a later compare-and-set conditions on.
             stamp = written[0].update_time
             if stamp is not None:
                 result = dataclasses.replace(result, update_time=_as_datetime(stamp))
+        return result
+
+    def _run_remembering(self, body: Callable[..., T], *args: Any) -> T:
+        """`_run` for a body that writes claims: every job it appends to
+        `self._committed.pending` (one per write, in write order) is remembered with the
+        update_time of its write, for the enqueue mark's conditional write."""
+
+        def attempt(transaction: firestore.Transaction, *inner: Any) -> T:
+            self._committed.pending = []
+            return body(transaction, *inner)
+
+        result = self._run(attempt, *args)
+        jobs: list[Job] = self._committed.pending
+        stamps = getattr(self._committed, "results", [])
+        if len(stamps) == len(jobs):
+            for job, stamp in zip(jobs, stamps, strict=True):
+                if stamp is not None:
+                    remembered = dataclasses.replace(job, update_time=_as_datetime(stamp))
+                    self._written.put(("claim", job.job_id, job.generation), remembered)
         return result
 
     def _stream(self, spec: QuerySpec, transaction: Any = None) -> Iterator[Any]:
@@ -1651,6 +1794,15 @@ def _is_deadline(exc: BaseException | None) -> bool:
     if isinstance(exc, api_exceptions.RetryError):
         exc = exc.cause
     return isinstance(exc, api_exceptions.DeadlineExceeded)
+
+
+def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp:
+    """A precondition's update_time (Firestore's are microsecond aligned, as datetime is)."""
+    if value is None:
+        raise ValueError("no update_time to condition on")
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value.astimezone(UTC).replace(tzinfo=None))
+    return stamp
 
 
 def _as_datetime(stamp: Any) -> datetime:
