@@ -1049,6 +1049,12 @@ class FirestoreJobStore:
         try:
             with _store_errors():
                 for spec in specs:
+                    # Look at the first record alone (1 read); only when it is misfiled is the
+                    # page worth its reads: with many future jobs the first query would
+                    # otherwise bill MISFILED_CHECK_LIMIT reads every run.
+                    first = list(self._stream(dataclasses.replace(spec, limit=1)))
+                    if not first or isinstance(first[0].get("due_at"), datetime):
+                        continue
                     for snapshot in self._stream(spec):
                         if isinstance(snapshot.get("due_at"), datetime):
                             break  # timestamps from here on

@@ -14,8 +14,10 @@ No ID is ever dropped silently.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent import futures
@@ -148,6 +150,10 @@ class ScanLimits:
     # Enqueued longer than this, a job counts as stale (its message may be lost); the
     # deployment sets it (JOBS_ENQUEUED_TIMEOUT_S) above Pub/Sub's whole retry path.
     enqueued_timeout_s: float = DEFAULT_ENQUEUED_TIMEOUT_S
+    # 0: every run does its housekeeping. Above 0: a run that finds nothing due does the
+    # rescuer, the backlog counts and the scan_runs record only when this long has passed
+    # since this instance last did (and on its first run), so an idle run bills 2 reads.
+    housekeeping_interval_s: float = 0.0
 
 
 class Scanner:
@@ -172,6 +178,7 @@ class Scanner:
         self._marker = futures.ThreadPoolExecutor(
             max_workers=limits.mark_workers, thread_name_prefix="scan-mark"
         )
+        self._housekeeping = _Housekeeping(limits.housekeeping_interval_s)
 
     def close(self) -> None:
         self._marker.shutdown(wait=True)
@@ -208,14 +215,26 @@ class Scanner:
                 backlog=backlog,
             )
 
+        housekeeping = self._housekeeping.due(started_at)
         try:
             if control.paused:
                 stopped: StopReason = "paused"
             elif dry_run:
                 stopped = "dry_run"
             else:
-                stopped = self._work(run_id, started_at, budget, claim_timeout, tally)
+                stopped = self._work(
+                    run_id, started_at, budget, claim_timeout, tally, rescue=housekeeping
+                )
+            idle = not (housekeeping or control.paused or dry_run or tally.claimed)
+            if idle and stopped == "drained":
+                # Nothing was due (the claim query came back empty) and the last housekeeping
+                # was recent: no counts (nothing is overdue), no scan_runs document.
+                run = finish(self._housekeeping.last_backlog, stopped)
+                self._report(run, record=False)
+                return run
             backlog = self._measure(claim_timeout)
+            if housekeeping:
+                self._housekeeping.done(started_at, backlog)
         except StoreRefused as exc:
             exc.run = finish(Backlog(), "unavailable")
             raise
@@ -260,8 +279,11 @@ class Scanner:
         budget: EnqueueBudget,
         claim_timeout: timedelta,
         tally: RunTally,
+        *,
+        rescue: bool = True,
     ) -> StopReason:
-        self._reclaim(run_id, claim_timeout, tally)
+        if rescue:
+            self._reclaim(run_id, claim_timeout, tally)
         time_budget = TimeBudget(started_at, self._limits.time_budget_s)
         # The marks of one page run while the next page is claimed and published; at most
         # one page of marks is outstanding, and the run waits for all of them before it ends.
@@ -502,17 +524,51 @@ class Scanner:
             oldest_enqueued_age_s=found.oldest_enqueued_age_s or 0.0,
         )
 
-    def _report(self, run: ScanRun) -> None:
+    def _report(self, run: ScanRun, *, record: bool = True) -> None:
         logger.info("scan run finished", extra={"fields": log_fields(run)})
         try:
             self._metrics.record_scan(scan_report(run))
         except Exception as exc:  # a metrics outage must not fail a run that did its work
             logger.warning("metrics sink failed: %s", exc)
-        if self._runs is not None:
+        if self._runs is not None and record:
             try:
                 self._runs.record(run)
             except RunLogError as exc:
                 logger.warning("could not record the scan run: %s", exc)
+
+
+class _Housekeeping:
+    """When this instance last did a run's housekeeping, and the backlog it measured then.
+
+    An idle run in between reports that backlog with nothing due (its claim query just said
+    so), which is what the gauges then show: stuck claims and stale enqueued jobs can only
+    have appeared through work that a run claimed, and any run that claims measures again.
+    """
+
+    def __init__(self, interval_s: float) -> None:
+        self._interval = timedelta(seconds=interval_s)
+        self._last: datetime | None = None
+        self._backlog = Backlog()
+        self._lock = threading.Lock()
+
+    def due(self, now: datetime) -> bool:
+        with self._lock:
+            return (
+                self._interval <= timedelta(0)
+                or self._last is None
+                or now - self._last >= self._interval
+                or now < self._last
+            )
+
+    def done(self, at: datetime, backlog: Backlog) -> None:
+        with self._lock:
+            self._last = at
+            self._backlog = backlog
+
+    @property
+    def last_backlog(self) -> Backlog:
+        with self._lock:
+            return dataclasses.replace(self._backlog, due_count=0, oldest_overdue_age_s=0.0)
 
 
 # The reason on the job_failed line of a job the reclaimer failed.
