@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
-from services.jobs.store import DEFAULT_CALL_TIMEOUT_S, DEFAULT_TERMINAL_RETENTION
+from services.jobs.store import DEFAULT_TERMINAL_RETENTION
+from services.jobs.transactions import DEFAULT_CALL_TIMEOUT_S
 
 PREFIX = "JOBS_"
 

@@ -1,24 +1,20 @@
 """FirestoreJobStore: every read and change of job records, each change in a transaction.
 
-Each transition re-reads the document inside a Firestore transaction, asks
-`state.apply_transition` for the new record (the only place the rules live), and writes only
-the fields that changed. A lost race raises; nothing is ever overwritten blindly. Queries are
-built as `QuerySpec` values so a test can prove each one is served by a declared index.
+The thin store: each operation loads the document inside a Firestore transaction, asks
+`transitions.Transitions` for the new record (which asks `state.apply_transition`: the only
+place the rules live), and writes only the fields that changed. A lost race raises; nothing is
+ever overwritten blindly. The query shapes live in `queries.py` (as `QuerySpec` values a test
+proves are served by a declared index), the transaction plumbing over the client's private
+internals in `transactions.py`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
-import json
 import logging
-import random
 import threading
-import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -28,14 +24,11 @@ from google.api_core import retry as api_retry
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
-from google.protobuf import timestamp_pb2
 
 from services.jobs import metrics, schema
 from services.jobs.clock import Clock
 from services.jobs.control import Control
 from services.jobs.errors import (
-    AlreadyTerminal,
-    AttemptsExhausted,
     InvalidRecord,
     InvalidTransition,
     JobNotFound,
@@ -44,24 +37,16 @@ from services.jobs.errors import (
     LeaseLost,
     LostRace,
     ScheduleConflict,
-    StaleGeneration,
-    StoreMisconfigured,
     StoreRejected,
     StoreUnavailable,
     ValidationError,
 )
 from services.jobs.limits import (
-    MAX_CODE_BYTES,
-    MAX_ERROR_MESSAGE_BYTES,
     MAX_REASON_BYTES,
-    bounded_details,
-    bounded_text,
 )
 from services.jobs.model import (
     DEFAULT_ACTIONS,
     Backlog,
-    CancelRequest,
-    Claim,
     ClaimedJob,
     EnqueueMark,
     ErrorInfo,
@@ -77,12 +62,35 @@ from services.jobs.model import (
     Stats,
     decode_job,
 )
+from services.jobs.queries import (
+    QuerySpec,
+    decode_cursor,
+    due_query,
+    encode_cursor,
+    enqueued_query,
+    expired_claims_query,
+    expired_leases_query,
+    list_query,
+    misfiled_due_queries,
+    state_query,
+)
 from services.jobs.state import (
     DEFAULT_HISTORY_LIMIT,
     HistoryEntry,
     Role,
     State,
-    apply_transition,
+)
+from services.jobs.transactions import (
+    DEFAULT_CALL_TIMEOUT_S,
+    CallBounds,
+    TransactionRunner,
+    as_datetime,
+    store_errors,
+)
+from services.jobs.transitions import (
+    DEFAULT_TERMINAL_RETENTION,
+    Transitions,
+    reclaimed,
 )
 from services.jobs.written import WrittenRecords
 
@@ -92,259 +100,11 @@ T = TypeVar("T")
 
 CLAIM_PAGE_SIZE = 100  # documents claimed per transaction
 MARK_PAGE_SIZE = 100  # documents marked enqueued per transaction
-DEFAULT_TERMINAL_RETENTION = timedelta(days=30)
-# Without these the client waits up to 300 s for a read and 60 s for a commit when Firestore is
-# unreachable; a scan run or a push must answer 503 long before Pub/Sub or the scheduler gives up.
-DEFAULT_CALL_TIMEOUT_S = 10.0
-_TRANSACTION_ATTEMPTS = 5  # the client's own retries of an ABORTED commit
-_CONTENTION_ROUNDS = 8  # our retries, with jittered backoff, once the client gives up
 _MAX_LIST_LIMIT = 500
-_BATCH_WRITE_LIMIT = 500  # writes per BatchWrite request
 # Deferred records per run the due_at type check inspects (each query bills >= 1 read).
 MISFILED_CHECK_LIMIT = 20
+_BATCH_WRITE_LIMIT = 500  # writes per BatchWrite request
 _SCHEDULE_COMPARED = ("action", "subject", "params", "scheduled_due_at", "max_attempts")
-
-
-# --- queries as data ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QuerySpec:
-    """One query the store runs: equalities, at most one range field, order, limit, cursor."""
-
-    collection: str
-    equals: tuple[tuple[str, Any], ...] = ()
-    ranges: tuple[tuple[str, str, Any], ...] = ()  # (field, operator, value)
-    order_by: tuple[str, ...] = ()  # ascending; the implicit __name__ tiebreak follows
-    limit: int | None = None
-    start_after: tuple[Any, ...] | None = None  # order_by values, then the document ID
-
-    @property
-    def shape(self) -> schema.QueryShape:
-        ordered = list(self.order_by)
-        ordered += [f for f, _, _ in self.ranges if f not in ordered]
-        return schema.QueryShape(
-            self.collection,
-            frozenset(f for f, _ in self.equals),
-            tuple(schema.IndexField(f) for f in ordered),
-        )
-
-
-def due_query(now: datetime, limit: int | None) -> QuerySpec:
-    """Deferred jobs due at or before `now`, oldest due first."""
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.DEFERRED.value),),
-        ranges=(("due_at", "<=", now),),
-        order_by=("due_at",),
-        limit=limit,
-    )
-
-
-def expired_claims_query(cutoff: datetime, limit: int | None) -> QuerySpec:
-    """Claimed jobs whose claim was taken before `cutoff`, oldest first."""
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.CLAIMED.value),),
-        ranges=(("claim.claimed_at", "<", cutoff),),
-        order_by=("claim.claimed_at",),
-        limit=limit,
-    )
-
-
-def expired_leases_query(now: datetime, limit: int | None) -> QuerySpec:
-    """Running jobs whose lease ended before `now`, oldest first."""
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.RUNNING.value),),
-        ranges=(("lease_until", "<", now),),
-        order_by=("lease_until",),
-        limit=limit,
-    )
-
-
-def enqueued_query(before: datetime | None, limit: int | None) -> QuerySpec:
-    """Enqueued jobs (published before `before`, when given), oldest publish first."""
-    ranges: tuple[tuple[str, str, Any], ...] = ()
-    if before is not None:
-        ranges = (("enqueued_at", "<", before),)
-    return QuerySpec(
-        schema.JOBS,
-        equals=(("state", State.ENQUEUED.value),),
-        ranges=ranges,
-        order_by=("enqueued_at",),
-        limit=limit,
-    )
-
-
-def state_query(state: State) -> QuerySpec:
-    """Every job in `state` (counted, never streamed)."""
-    return QuerySpec(schema.JOBS, equals=(("state", state.value),))
-
-
-def list_query(
-    *,
-    state: State | None = None,
-    due_before: datetime | None = None,
-    overdue_at: datetime | None = None,
-    claimed_before: datetime | None = None,
-    limit: int = 50,
-    after: tuple[Any, ...] | None = None,
-) -> QuerySpec:
-    """The operator's listing: one optional state, at most one time filter, in time order.
-
-    `due_before`: due_at < T. `overdue_at`: deferred with due_at <= T. `claimed_before`:
-    claimed with claim.claimed_at < T. Raises ValidationError for combinations no index serves.
-    """
-    if sum(x is not None for x in (due_before, overdue_at, claimed_before)) > 1:
-        raise ValidationError("use at most one of due_before, overdue_at, claimed_before")
-    equals: tuple[tuple[str, Any], ...] = (("state", state.value),) if state else ()
-    ranges: tuple[tuple[str, str, Any], ...] = ()
-    order = "due_at"
-    if overdue_at is not None:
-        if state not in (None, State.DEFERRED):
-            raise ValidationError("overdue_at lists deferred jobs; drop the state filter")
-        equals = (("state", State.DEFERRED.value),)
-        ranges = (("due_at", "<=", overdue_at),)
-    elif claimed_before is not None:
-        if state not in (None, State.CLAIMED):
-            raise ValidationError("claimed_before lists claimed jobs; drop the state filter")
-        equals = (("state", State.CLAIMED.value),)
-        ranges = (("claim.claimed_at", "<", claimed_before),)
-        order = "claim.claimed_at"
-    elif due_before is not None:
-        ranges = (("due_at", "<", due_before),)
-    return QuerySpec(
-        schema.JOBS,
-        equals=equals,
-        ranges=ranges,
-        order_by=(order,),
-        limit=limit,
-        start_after=after,
-    )
-
-
-def _encode_cursor(order_value: datetime, job_id: str) -> str:
-    raw = json.dumps([order_value.astimezone(UTC).isoformat(), job_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        value, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        return datetime.fromisoformat(value), str(job_id)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise ValidationError(f"cursor {cursor[:40]!r} is not one this store returned") from exc
-
-
-# --- bounded calls --------------------------------------------------------------------------
-
-
-def bounded_retry(deadline_s: float) -> api_retry.Retry:
-    """Retry transient Firestore errors with backoff, giving up after `deadline_s` in all."""
-    return api_retry.Retry(
-        predicate=api_retry.if_exception_type(
-            api_exceptions.ServiceUnavailable,
-            api_exceptions.DeadlineExceeded,
-            api_exceptions.InternalServerError,
-            api_exceptions.ResourceExhausted,
-        ),
-        initial=0.1,
-        maximum=2.0,
-        multiplier=2.0,
-        timeout=deadline_s,
-    )
-
-
-@dataclass(frozen=True)
-class CallBounds:
-    """The per-call timeout and the retry every Firestore request of a store gets.
-
-    `retry` None means `bounded_retry(2 * timeout_s)`: a couple of attempts, then 503.
-    """
-
-    timeout_s: float = DEFAULT_CALL_TIMEOUT_S
-    retry: api_retry.Retry | None = None
-
-    def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError("timeout_s must be positive")
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """`retry=` and `timeout=` for a read (get, query, aggregation, get_all)."""
-        return {"retry": self.retry or bounded_retry(2 * self.timeout_s), "timeout": self.timeout_s}
-
-    @property
-    def write_kwargs(self) -> dict[str, Any]:
-        """For a single write: timeout only, since a retried create would answer AlreadyExists
-        for its own first attempt."""
-        return {"retry": None, "timeout": self.timeout_s}
-
-
-class BoundedTransaction(firestore.Transaction):
-    """A transaction whose begin, commit and rollback carry a timeout.
-
-    The client's Transaction sends them with the generated defaults (60 s and its own retries)
-    and takes no timeout argument, so these three calls are re-issued here with one.
-    """
-
-    def __init__(self, client: firestore.Client, bounds: CallBounds, max_attempts: int) -> None:
-        super().__init__(client, max_attempts=max_attempts)
-        self._bounds = bounds
-        # Set once begin succeeded: from then on the transaction may hold document locks, so
-        # a DEADLINE_EXCEEDED is a wait on another transaction's lock (contention), not an
-        # outage.
-        self.began = False
-
-    def _begin(self, retry_id: bytes | None = None) -> None:
-        if self.in_progress:
-            raise ValueError(f"transaction {self._id!r} already begun")
-        response = self._client._firestore_api.begin_transaction(
-            request={
-                "database": self._client._database_string,
-                "options": self._options_protobuf(retry_id),
-            },
-            metadata=self._client._rpc_metadata,
-            **self._bounds.kwargs,
-        )
-        self._id = response.transaction
-        self.began = True
-
-    def _rollback(self) -> None:
-        # Called on any error in the body or commit. When begin itself failed there is
-        # nothing to roll back, and a failed rollback must not hide the error that caused it:
-        # Firestore expires an abandoned transaction on its own.
-        if not self.in_progress:
-            return
-        try:
-            self._client._firestore_api.rollback(
-                request={"database": self._client._database_string, "transaction": self._id},
-                metadata=self._client._rpc_metadata,
-                **self._bounds.write_kwargs,
-            )
-        except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
-            logger.warning("transaction rollback failed: %s", type(exc).__name__)
-        finally:
-            self._clean_up()
-
-    def _commit(self) -> list[Any]:
-        if not self.in_progress:
-            raise ValueError("no transaction in progress to commit")
-        response = self._client._firestore_api.commit(
-            request={
-                "database": self._client._database_string,
-                "writes": self._write_pbs,
-                "transaction": self._id,
-            },
-            metadata=self._client._rpc_metadata,
-            **self._bounds.write_kwargs,
-        )
-        self._clean_up()
-        self.write_results = list(response.write_results)
-        self.commit_time = response.commit_time
-        return self.write_results
 
 
 # --- the store ----------------------------------------------------------------------------
@@ -365,21 +125,17 @@ class FirestoreJobStore:
         timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         retry: api_retry.Retry | None = None,
     ) -> None:
-        if history_limit < 1:
-            raise ValueError("history_limit must be at least 1")
-        if terminal_retention <= timedelta(0):
-            raise ValueError("terminal_retention must be positive")
+        self._rules = Transitions(history_limit, terminal_retention)
         self._client = client
         self._clock = clock
-        self._history_limit = history_limit
-        self._retention = terminal_retention
         self._known_actions = frozenset(known_actions)
         self._observe = query_observer
         self._bounds = CallBounds(timeout_s, retry)
-        # Claims and starts this process wrote, so the enqueue mark and the completion can be
-        # one write conditioned on their update_time instead of a read and a write.
+        self._tx = TransactionRunner(client, self._bounds)
+        # Claims this process wrote, so their enqueue mark can be one write conditioned on the
+        # claim commit's update_time instead of a read and a write (services/jobs/written.py).
         self._written = WrittenRecords()
-        self._committed = threading.local()
+        self._pending = threading.local()
 
     @property
     def clock(self) -> Clock:
@@ -399,7 +155,7 @@ class FirestoreJobStore:
         created = HistoryEntry(now, None, State.DEFERRED, f"{Role.APPLICATION}:{by}", "scheduled")
         job = Job.create(valid, now, history=(created,))
         ref = self._jobs.document(valid.job_id)
-        with _store_errors():
+        with store_errors():
             try:
                 ref.create(job.to_document(), **self._bounds.write_kwargs)
                 logger.info("scheduled job %s due %s", job.job_id, job.due_at.isoformat())
@@ -429,14 +185,7 @@ class FirestoreJobStore:
         _require_short(reason=reason, by=by)
 
         def change(job: Job, now: datetime) -> Job:
-            if job.state is State.RUNNING:
-                if job.cancel_requested is not None:
-                    return job
-                request = CancelRequest(reason=reason, by=f"{Role.OPERATOR}:{by}", at=now)
-                return dataclasses.replace(job, cancel_requested=request, updated_at=now)
-            return self._apply(
-                job, State.CANCELLED, Role.OPERATOR, by, now, reason, expire_at=self._expiry(now)
-            )
+            return self._rules.cancel(job, reason, by, now)
 
         return self._transition(job_id, change)
 
@@ -448,21 +197,20 @@ class FirestoreJobStore:
         new_due = _require_aware(due_at, "due_at")
 
         def change(job: Job, now: datetime) -> Job:
-            why = f"{reason} (due_at {job.due_at.isoformat()} → {new_due.isoformat()})"
-            return self._apply(job, State.DEFERRED, Role.OPERATOR, by, now, why, due_at=new_due)
+            return self._rules.reschedule(job, new_due, reason, by, now)
 
         return self._transition(job_id, change)
 
     def get(self, job_id: str) -> Job | None:
         """The job, or None. One read. InvalidRecord when the document cannot be decoded
         (`raw` shows it as stored)."""
-        with _store_errors():
+        with store_errors():
             snapshot = self._jobs.document(job_id).get(**self._bounds.kwargs)
         return _decoded(snapshot) if snapshot.exists else None
 
     def raw(self, job_id: str) -> dict[str, Any] | None:
         """The job document exactly as stored (for records `get` cannot decode), or None."""
-        with _store_errors():
+        with store_errors():
             snapshot = self._jobs.document(job_id).get(**self._bounds.kwargs)
         return snapshot.to_dict() if snapshot.exists else None
 
@@ -489,7 +237,7 @@ class FirestoreJobStore:
         ):
             if value is not None:
                 _require_aware(value, name)
-        after = _decode_cursor(cursor) if cursor else None
+        after = decode_cursor(cursor) if cursor else None
         spec = list_query(
             state=state,
             due_before=due_before,
@@ -498,7 +246,7 @@ class FirestoreJobStore:
             limit=limit + 1,  # one more tells whether another page exists
             after=after,
         )
-        with _store_errors():
+        with store_errors():
             snapshots = list(self._stream(spec))
         more = len(snapshots) > limit
         snapshots = snapshots[:limit]
@@ -513,13 +261,13 @@ class FirestoreJobStore:
         if more:
             last = snapshots[-1]
             field_path = "claim.claimed_at" if claimed_before else "due_at"
-            next_cursor = _encode_cursor(last.get(field_path), last.id)
+            next_cursor = encode_cursor(last.get(field_path), last.id)
         return Page(tuple(jobs), next_cursor, tuple(invalid))
 
     def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
         """Backlog figures from count aggregations and one limit-1 query; never reads every
         document."""
-        with _store_errors():
+        with store_errors():
             oldest = list(self._stream(due_query(now, 1)))
             due_count = self._count(due_query(now, None))
             stuck = self._count(expired_claims_query(now - claim_timeout, None))
@@ -545,7 +293,7 @@ class FirestoreJobStore:
         """
         if claim_timeout <= timedelta(0) or enqueued_timeout <= timedelta(0):
             raise ValidationError("claim_timeout and enqueued_timeout must be positive")
-        with _store_errors():
+        with store_errors():
             oldest_due = list(self._stream(due_query(now, 1)))
             oldest_enqueued = list(self._stream(enqueued_query(None, 1)))
             due_count = self._count(due_query(now, None))
@@ -561,7 +309,7 @@ class FirestoreJobStore:
 
     def get_control(self) -> Control:
         """The operator's control settings; defaults when the document does not exist."""
-        with _store_errors():
+        with store_errors():
             snapshot = self._control_ref.get(**self._bounds.kwargs)
         return Control.from_document(snapshot.to_dict() if snapshot.exists else None)
 
@@ -578,7 +326,7 @@ class FirestoreJobStore:
             transaction.set(ref, updated.to_document())
             return updated
 
-        return self._run(body)
+        return self._tx.run(body)
 
     # -- scan --------------------------------------------------------------------------------
 
@@ -607,7 +355,7 @@ class FirestoreJobStore:
         while len(claimed) < limit:
             want = min(page_size, limit - len(claimed))
             try:
-                page, invalid = self._run_remembering(self._claim_page, now, run_id, want)
+                page, invalid = self._claim_remembering(now, run_id, want)
             except LostRace:
                 if not claimed:
                     raise
@@ -635,20 +383,38 @@ class FirestoreJobStore:
             except InvalidRecord:
                 invalid.append(snapshot.id)
                 continue
-            claim = Claim(run_id=run_id, claimed_at=at, generation=job.generation + 1)
-            new = self._apply(
-                job,
-                State.CLAIMED,
-                Role.SCAN,
-                run_id,
-                at,
-                f"due at {job.due_at.isoformat()}",
-                claim=claim,
-            )
+            new = self._rules.claim(job, run_id, at)
             _write(transaction, snapshot.reference, job, new)
-            claimed.append(ClaimedJob(job.job_id, claim.generation, job.due_at, at, job.action))
-            self._committed.pending.append(new)
+            claimed.append(ClaimedJob(job.job_id, new.generation, job.due_at, at, job.action))
+            self._pending.jobs.append(new)
         return claimed, invalid
+
+    def _claim_remembering(
+        self, now: datetime, run_id: str, want: int
+    ) -> tuple[list[ClaimedJob], list[str]]:
+        """A claim page; each claimed job is remembered with the update_time its write got."""
+
+        def attempt(
+            transaction: firestore.Transaction, *args: Any
+        ) -> tuple[list[ClaimedJob], list[str]]:
+            self._pending.jobs = []
+            self._pending.transaction = transaction
+            return self._claim_page(transaction, *args)
+
+        result = self._tx.run(attempt, now, run_id, want)
+        transaction = self._pending.transaction
+        names = getattr(transaction, "written_names", [])
+        written = getattr(transaction, "write_results", None) or []
+        stamps = {
+            name.rsplit("/", 1)[-1]: w.update_time
+            for name, w in zip(names, written, strict=False)
+            if f"/{schema.JOBS}/" in name and w.update_time is not None
+        }
+        for job in self._pending.jobs:
+            if job.job_id in stamps:
+                remembered = dataclasses.replace(job, update_time=as_datetime(stamps[job.job_id]))
+                self._written.put(("claim", job.job_id, job.generation), remembered)
+        return result
 
     def mark_enqueued(
         self, job_id: str, generation: int, message_id: str, at: datetime | None = None
@@ -662,7 +428,7 @@ class FirestoreJobStore:
         _require_text(message_id=message_id)
 
         def change(job: Job, now: datetime) -> Job:
-            return self._enqueued(job, generation, message_id, at or now, now)
+            return self._rules.enqueued(job, generation, message_id, at or now, now)
 
         return self._transition(job_id, change)
 
@@ -708,7 +474,7 @@ class FirestoreJobStore:
             if claimed is None or not _text_ok(job_id, message_id):
                 continue
             try:
-                new = self._enqueued(claimed, generation, message_id, at or now, now)
+                new = self._rules.enqueued(claimed, generation, message_id, at or now, now)
             except JobsError:
                 continue
             planned.append((n, claimed, new))
@@ -723,15 +489,16 @@ class FirestoreJobStore:
 
     def _write_conditionally(self, changes: Sequence[tuple[Job, Job]]) -> list[datetime | None]:
         """Write each `new` over its `old` (only the fields that differ), each on condition
-        that the document is still at old.update_time, in one BatchWrite request; per change
-        the new update_time, or None when it was refused or could not be sent (the caller
-        falls back to a transaction, which sorts out what happened)."""
+        that the document is still at old.update_time
+        (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition),
+        in one BatchWrite request; per change the new update_time, or None when it was refused
+        or could not be sent (the caller falls back to a transaction, which sorts it out)."""
         batch = BulkWriteBatch(self._client)
         for old, new in changes:
             batch.update(
                 self._jobs.document(old.job_id),
                 _diff(old, new),
-                option=self._client.write_option(last_update_time=_timestamp(old.update_time)),
+                option=self._client.write_option(last_update_time=old.update_time),
             )
         try:
             response = batch.commit(**self._bounds.write_kwargs)
@@ -739,7 +506,7 @@ class FirestoreJobStore:
             logger.warning("conditional batch write failed, falling back: %s", exc)
             return [None] * len(changes)
         return [
-            _as_datetime(result.update_time) if status.code == 0 else None
+            as_datetime(result.update_time) if status.code == 0 else None
             for result, status in zip(response.write_results, response.status, strict=True)
         ]
 
@@ -750,7 +517,7 @@ class FirestoreJobStore:
         for start in range(0, len(items), page_size):
             page = list(items[start : start + page_size])
             try:
-                done = self._run(self._mark_page, page, at)
+                done = self._tx.run(self._mark_page, page, at)
             except (LostRace, StoreUnavailable, StoreRejected) as exc:
                 marks.extend(
                     EnqueueMark(job_id, generation, error=exc) for job_id, generation, _ in page
@@ -794,7 +561,9 @@ class FirestoreJobStore:
                 marks.append(EnqueueMark(job_id, generation, error=JobNotFound(job_id)))
             else:
                 try:
-                    job = self._enqueued(current[job_id], generation, message_id, at or now, now)
+                    job = self._rules.enqueued(
+                        current[job_id], generation, message_id, at or now, now
+                    )
                 except JobsError as exc:
                     marks.append(EnqueueMark(job_id, generation, error=exc))
                 else:
@@ -806,30 +575,6 @@ class FirestoreJobStore:
                 transaction.update(self._jobs.document(job_id), diff)
         return marks
 
-    def _enqueued(
-        self, job: Job, generation: int, message_id: str, at: datetime, now: datetime
-    ) -> Job:
-        """The job after its publish was acknowledged at `at`: the rules of mark_enqueued."""
-        if job.claim is None:
-            raise InvalidTransition(job.job_id, job.state, State.ENQUEUED, "never claimed")
-        _require_generation(job, generation)
-        if job.state not in (State.CLAIMED, State.DEFERRED):
-            # Already enqueued, or the push reached a worker first: never move it
-            # backwards; record the message ID at most (a repeat call is a no-op).
-            if job.message_id == message_id:
-                return job
-            return dataclasses.replace(job, message_id=message_id, updated_at=now)
-        return self._apply(
-            job,
-            State.ENQUEUED,
-            Role.SCAN,
-            _claimant(job),
-            now,
-            f"published as message {message_id}",
-            enqueued_at=at,
-            message_id=message_id,
-        )
-
     # Alias carrying the precondition in its name (STYLE.md).
     mark_enqueued_if_claimed = mark_enqueued
 
@@ -838,16 +583,7 @@ class FirestoreJobStore:
         job stays due, so a later run publishes it again."""
 
         def change(job: Job, now: datetime) -> Job:
-            _require_generation(job, generation)
-            return self._apply(
-                job,
-                State.DEFERRED,
-                Role.SCAN,
-                _claimant(job),
-                now,
-                f"publish failed: {error.code}",
-                last_error=_stamped(error, now),
-            )
+            return self._rules.enqueue_failed(job, generation, error, now)
 
         return self._transition(job_id, change)
 
@@ -866,7 +602,7 @@ class FirestoreJobStore:
         - Claimed with claim.claimed_at older than now - claim_timeout → deferred (same
           generation; the next claim bumps it).
         - Running whose lease_until < now (the worker crashed or stopped heartbeating): the
-          rule of `_lapse_end`, the same `start` applies — cancelled when a cancel was
+          rule of `Transitions.lapse_end`, the same `start` applies — cancelled when a cancel was
           requested, failed in the last attempt, else deferred with attempt + 1, due at once.
         - With `enqueued_timeout`: enqueued with enqueued_at older than now - it (no start
           since the publish or release: the message is lost) → deferred; the next claim
@@ -892,13 +628,13 @@ class FirestoreJobStore:
                 lambda j: (
                     j.state is State.CLAIMED and j.claim is not None and j.claim.claimed_at < cutoff
                 ),
-                self._reclaim_claim,
+                self._rules.reclaim_claim,
             ),
             _ReclaimStep(
                 "lease_expired",
                 lambda n: expired_leases_query(now, n),
                 lambda j: j.state is State.RUNNING and not j.lease_live(now),
-                self._reclaim_lease,
+                self._rules.reclaim_lease,
             ),
         ]
         if enqueued_timeout is not None:
@@ -912,7 +648,7 @@ class FirestoreJobStore:
                         and j.enqueued_at is not None
                         and j.enqueued_at < before
                     ),
-                    self._rescue_enqueued,
+                    self._rules.rescue_enqueued,
                 )
             )
         tally = _ReclaimTally(run_id)
@@ -936,7 +672,7 @@ class FirestoreJobStore:
             want = min(CLAIM_PAGE_SIZE, limit - len(tally.reclaimed))
             spec = step.spec(want)
             try:
-                page, invalid = self._run(self._reclaim_page, spec, step, tally.run_id)
+                page, invalid = self._tx.run(self._reclaim_page, spec, step, tally.run_id)
             except StoreUnavailable:
                 raise
             except JobsError as exc:
@@ -967,13 +703,13 @@ class FirestoreJobStore:
                 continue
             new = step.change(job, at, run_id)
             _write(transaction, snapshot.reference, job, new)
-            page.append(_reclaimed(job, new, step.name))
+            page.append(reclaimed(job, new, step.name))
         return page, invalid
 
     def _reclaim_each(self, spec: QuerySpec, step: _ReclaimStep, tally: _ReclaimTally) -> bool:
         """The page again, one transaction per record; False when the step should stop."""
         try:
-            with _store_errors():
+            with store_errors():
                 ids = [snapshot.id for snapshot in self._stream(spec)]
         except StoreUnavailable:
             raise
@@ -991,10 +727,10 @@ class FirestoreJobStore:
                 at = self._clock.now()
                 new = step.change(job, at, tally.run_id)
                 _write(transaction, ref, job, new)
-                return _reclaimed(job, new, step.name)
+                return reclaimed(job, new, step.name)
 
             try:
-                done = self._run(body)
+                done = self._tx.run(body)
             except InvalidRecord:
                 self._quarantine_all([job_id], tally)
                 progressed = True
@@ -1030,24 +766,10 @@ class FirestoreJobStore:
         data-types#value_type_ordering), so no due query ever returns it. Two limit queries
         on the (state, due_at) index find the common mistakes: a null, boolean or number sorts
         before every timestamp, a string (an ISO date) after. 1 read each when none exist."""
-        specs = (
-            QuerySpec(
-                schema.JOBS,
-                equals=(("state", State.DEFERRED.value),),
-                order_by=("due_at",),
-                limit=MISFILED_CHECK_LIMIT,
-            ),
-            QuerySpec(
-                schema.JOBS,
-                equals=(("state", State.DEFERRED.value),),
-                ranges=(("due_at", ">=", ""),),
-                order_by=("due_at",),
-                limit=MISFILED_CHECK_LIMIT,
-            ),
-        )
+        specs = misfiled_due_queries(MISFILED_CHECK_LIMIT)
         misfiled: list[str] = []
         try:
-            with _store_errors():
+            with store_errors():
                 for spec in specs:
                     # Look at the first record alone (1 read); only when it is misfiled is the
                     # page worth its reads: with many future jobs the first query would
@@ -1062,37 +784,6 @@ class FirestoreJobStore:
         except StoreRejected as exc:
             tally.stopped_by = tally.stopped_by or exc
         self._quarantine_all(misfiled, tally)
-
-    def _reclaim_claim(self, job: Job, at: datetime, run_id: str) -> Job:
-        claimed_at = job.claim.claimed_at.isoformat() if job.claim else "unknown"
-        reason = f"claim by {_claimant(job)} at {claimed_at} exceeded the claim timeout"
-        return self._apply(job, State.DEFERRED, Role.RECLAIMER, run_id, at, reason)
-
-    def _reclaim_lease(self, job: Job, at: datetime, run_id: str) -> Job:
-        ended = self._lapse_end(job, at, Role.RECLAIMER, run_id)
-        if ended is not None:
-            return ended
-        until = job.lease_until.isoformat() if job.lease_until else "unknown"
-        reason = f"lease of {job.lease_owner} expired at {until}"
-        return self._apply(
-            job,
-            State.DEFERRED,
-            Role.RECLAIMER,
-            run_id,
-            at,
-            f"{reason}; attempt {job.attempt + 1} of {job.max_attempts} next",
-            attempt=job.attempt + 1,
-            last_error=ErrorInfo("lease_expired", reason, at),
-            **_NO_LEASE,
-        )
-
-    def _rescue_enqueued(self, job: Job, at: datetime, run_id: str) -> Job:
-        since = job.enqueued_at.isoformat() if job.enqueued_at else "unknown"
-        reason = (
-            f"enqueued at {since} as message {job.message_id} and never started within the "
-            "enqueued timeout: the message is lost; the next claim publishes it again"
-        )
-        return self._apply(job, State.DEFERRED, Role.RECLAIMER, run_id, at, reason)
 
     # -- worker ----------------------------------------------------------------------------
     # cancel_running, extend_lease, release, complete, retry_later and fail take the `Lease`
@@ -1121,50 +812,18 @@ class FirestoreJobStore:
         def body(transaction: firestore.Transaction) -> Job:
             job = self._load(transaction, ref, job_id)
             now = self._clock.now()
-            if job.state.terminal:
-                raise AlreadyTerminal(job.job_id, job.state, State.RUNNING)
-            _require_generation(job, generation)
-            reason = f"attempt {job.attempt} of {job.max_attempts}"
-            attempt = job.attempt
-            if job.state is State.RUNNING:
-                if job.lease_live(now):
-                    raise LeaseHeld(job.job_id, job.lease_owner, job.lease_until)
-                ended = self._lapse_end(job, now, Role.WORKER, worker_id)
-                if ended is not None:
-                    _write(transaction, ref, job, ended)
-                    return ended
-                attempt = job.attempt + 1
-                reason = (
-                    f"attempt {attempt} of {job.max_attempts}; took over the expired lease "
-                    f"of {job.lease_owner}"
-                )
-            until = now + lease
             token = uuid.uuid4().hex
-            if job.explicit_key:
-                self._hold_key(transaction, job, token, until, now)
-            new = self._apply(
-                job,
-                State.RUNNING,
-                Role.WORKER,
-                worker_id,
-                now,
-                reason,
-                attempt=attempt,
-                lease_until=until,
-                lease_owner=worker_id,
-                lease_token=token,
-            )
+            new = self._rules.start(job, generation, now, lease, worker_id, token)
+            if new.state is State.RUNNING and job.explicit_key:
+                self._hold_key(transaction, job, token, now + lease, now)
             _write(transaction, ref, job, new)
             return new
 
         try:
-            started = self._run(body)
+            return self._tx.run(body)
         except InvalidRecord:
             self._quarantine(job_id, Role.WORKER, worker_id)
             raise
-        if started.lease_token is not None and not started.explicit_key:
-            self._written.put(("lease", started.lease_token), started)
-        return started
 
     def extend_lease(self, lease: Lease, duration: timedelta) -> Job:
         """The heartbeat: move the holder's lease_until to now + `duration` (a compare-and-set
@@ -1177,15 +836,14 @@ class FirestoreJobStore:
         def body(transaction: firestore.Transaction) -> Job:
             job = self._load(transaction, ref, lease.job_id)
             now = self._clock.now()
-            self._require_lease(job, lease)
-            until = now + duration
+            new = self._rules.extend(job, lease, now, duration)
             if job.explicit_key:
-                self._hold_key(transaction, job, lease.token, until, now)
-            new = dataclasses.replace(job, lease_until=until, updated_at=now)
+                assert new.lease_until is not None
+                self._hold_key(transaction, job, lease.token, new.lease_until, now)
             _write(transaction, ref, job, new)
             return new
 
-        return self._run(body)
+        return self._tx.run(body)
 
     def cancel_running(self, lease: Lease, *, progress: Mapping[str, Any] | None = None) -> Job:
         """Running → cancelled, when the operator asked (cancel_requested) and the worker
@@ -1193,12 +851,7 @@ class FirestoreJobStore:
         says what was already done)."""
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, lease)
-            if job.cancel_requested is None:
-                raise InvalidTransition(
-                    job.job_id, job.state, State.CANCELLED, "no cancel was requested"
-                )
-            return self._cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+            return self._rules.cancel_running(job, lease, now, progress)
 
         return self._worker_transition(lease, change)
 
@@ -1217,122 +870,77 @@ class FirestoreJobStore:
         retries. With a cancel request the job is cancelled instead."""
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, lease)
-            if job.cancel_requested is not None:
-                return self._cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
-            return self._apply(
-                job,
-                State.ENQUEUED,
-                Role.WORKER,
-                lease.owner,
-                now,
-                f"released after {error.code}",
-                last_error=_stamped(error, now),
-                enqueued_at=now,
-                message_id=message_id or job.message_id,
-                progress=_progress(job, progress),
-                **_NO_LEASE,
+            return self._rules.release(
+                job, lease, error, now, progress=progress, message_id=message_id
             )
 
         return self._worker_transition(lease, change)
 
-    def complete(self, lease: Lease, result: Result) -> Job:
+    def complete(self, lease: Lease, result: Result, *, basis: Job | None = None) -> Job:
         """Running → completed with the result (details bounded). For a supplied (explicit,
         possibly shared) idempotency key, the key's document gets the result in the same
         transaction, and the key must still be held by this lease. Sets expire_at = now +
         terminal retention on both.
 
-        With a derived key, when this store started the job and nothing wrote the record since
-        (no heartbeat, no cancel request), the completion is one write conditioned on start's
-        update_time: no read. Otherwise, or when that write is refused, a transaction re-reads
-        the record and checks the lease."""
-        fast = self._complete_remembered(lease, result)
-        if fast is not None:
-            return fast
+        `basis`: the job as the caller's delivery last wrote it (what `start` or its latest
+        heartbeat returned). For a derived key, when its update_time is the lease's, the
+        completion is one write conditioned on that update_time (a compare-and-set, no read);
+        if the document changed since (a cancel request, a take-over, a reclaim), Firestore
+        refuses it and the completion is decided in a transaction as without `basis`.
+        """
+        if basis is not None:
+            done = self._complete_unread(lease, result, basis)
+            if done is not None:
+                return done
         ref = self._jobs.document(lease.job_id)
 
         def body(transaction: firestore.Transaction) -> Job:
             job = self._load(transaction, ref, lease.job_id)
             now = self._clock.now()
-            self._require_lease(job, lease)
+            new = self._rules.complete(job, lease, result, now)
             key_ref = self._idempotency.document(job.idempotency_key)
-            if job.explicit_key:
-                self._require_key(transaction, job, lease)
-            new = self._completed(job, lease, result, now)
+            # A derived key belongs to this job alone, and the job's own result (same
+            # expire_at) already records the side effect: no second document for it.
+            record_key = job.explicit_key and self._require_key(transaction, job, lease)
+            stamped = new.result
+            assert stamped is not None
+            record = IdempotencyRecord(
+                key=job.idempotency_key,
+                job_id=job.job_id,
+                action=job.action,
+                subject=job.subject,
+                outcome=stamped.outcome,
+                details=dict(stamped.details),
+                completed_at=now,
+                expire_at=new.expire_at,
+            )
             _write(transaction, ref, job, new)
-            if job.explicit_key:
-                # A derived key belongs to this job alone, and the job's own result (same
-                # expire_at) already records the side effect: no second document for it.
-                transaction.set(key_ref, self._key_record(job, new).to_document())
+            if record_key:
+                transaction.set(key_ref, record.to_document())
             return new
 
-        return self._run(body)
-
-    def _complete_remembered(self, lease: Lease, result: Result) -> Job | None:
-        started = self._written.take(("lease", lease.token))
-        if (
-            started is None
-            or started.update_time is None
-            or started.update_time != lease.update_time
-            or started.lease != lease
-            or started.explicit_key
-        ):
-            return None
-        new = self._completed(started, lease, result, self._clock.now())
-        [stamp] = self._write_one_conditionally(started, new)
-        return None if stamp is None else dataclasses.replace(new, update_time=stamp)
-
-    def _write_one_conditionally(self, old: Job, new: Job) -> list[datetime | None]:
-        """`new` over `old` in one Commit, on condition that the record is still at
-        old.update_time; [None] when Firestore refused it (the record changed)."""
-        ref = self._jobs.document(old.job_id)
-        option = self._client.write_option(last_update_time=_timestamp(old.update_time))
-        try:
-            with _store_errors():
-                try:
-                    written = ref.update(
-                        _diff(old, new), option=option, **self._bounds.write_kwargs
-                    )
-                except api_exceptions.FailedPrecondition:
-                    return [None]
-        except StoreRejected:
-            return [None]
-        return [_as_datetime(written.update_time)]
-
-    def _completed(self, job: Job, lease: Lease, result: Result, now: datetime) -> Job:
-        stamped = Result(
-            outcome=bounded_text(result.outcome, MAX_CODE_BYTES),
-            details=bounded_details(result.details),
-            completed_at=now,
-        )
-        return self._apply(
-            job,
-            State.COMPLETED,
-            Role.WORKER,
-            lease.owner,
-            now,
-            f"outcome {stamped.outcome}",
-            result=stamped,
-            expire_at=self._expiry(now),
-            progress=None,
-            **_NO_LEASE,
-        )
-
-    def _key_record(self, job: Job, new: Job) -> IdempotencyRecord:
-        """The shared key's document for `new`, the job as `_completed` made it."""
-        outcome = new.result.outcome if new.result else ""
-        return IdempotencyRecord(
-            key=job.idempotency_key,
-            job_id=job.job_id,
-            action=job.action,
-            subject=job.subject,
-            outcome=outcome,
-            details=dict(new.result.details) if new.result else {},
-            completed_at=new.updated_at,
-            expire_at=new.expire_at,
-        )
+        return self._tx.run(body)
 
     complete_if_running = complete
+
+    def _complete_unread(self, lease: Lease, result: Result, basis: Job) -> Job | None:
+        """The compare-and-set completion, or None when it does not apply or was refused."""
+        if basis.explicit_key or basis.update_time is None:
+            return None
+        if lease.update_time is None or basis.update_time != lease.update_time:
+            return None
+        new = self._rules.complete(basis, lease, result, self._clock.now())
+        # https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition
+        condition = self._client.write_option(last_update_time=basis.update_time)
+        with store_errors():
+            try:
+                written = self._jobs.document(lease.job_id).update(
+                    _diff(basis, new), option=condition, **self._bounds.write_kwargs
+                )
+            except api_exceptions.FailedPrecondition:
+                return None  # changed since: the transaction decides
+        stamp = getattr(written, "update_time", None)
+        return dataclasses.replace(new, update_time=as_datetime(stamp)) if stamp else new
 
     def retry_later(
         self,
@@ -1349,25 +957,7 @@ class FirestoreJobStore:
         new_due = _require_aware(due_at, "due_at")
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, lease)
-            if job.cancel_requested is not None:
-                return self._cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
-            if not _attempt_left(job):
-                raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
-            return self._apply(
-                job,
-                State.DEFERRED,
-                Role.WORKER,
-                lease.owner,
-                now,
-                f"retry at {new_due.isoformat()} after {error.code}; "
-                f"attempt {job.attempt + 1} of {job.max_attempts} next",
-                attempt=job.attempt + 1,
-                due_at=new_due,
-                last_error=_stamped(error, now),
-                progress=_progress(job, progress),
-                **_NO_LEASE,
-            )
+            return self._rules.retry_later(job, lease, new_due, error, now, progress=progress)
 
         return self._worker_transition(lease, change)
 
@@ -1376,27 +966,13 @@ class FirestoreJobStore:
         → cancelled (the operator's decision stands), last_error kept."""
 
         def change(job: Job, now: datetime) -> Job:
-            self._require_lease(job, lease)
-            stamped = _stamped(error, now)
-            if job.cancel_requested is not None:
-                return self._cancelled(job, Role.WORKER, lease.owner, now, last_error=stamped)
-            return self._apply(
-                job,
-                State.FAILED,
-                Role.WORKER,
-                lease.owner,
-                now,
-                f"failed: {stamped.code}",
-                last_error=stamped,
-                expire_at=self._expiry(now),
-                **_NO_LEASE,
-            )
+            return self._rules.fail(job, lease, error, now)
 
         return self._worker_transition(lease, change)
 
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         """The recorded result of the side effect with this key, or None. One read."""
-        with _store_errors():
+        with store_errors():
             snapshot = self._idempotency.document(key).get(**self._bounds.kwargs)
         if not snapshot.exists:
             return None
@@ -1419,89 +995,6 @@ class FirestoreJobStore:
     def _control_ref(self) -> Any:
         return self._client.collection(schema.CONTROL).document(schema.CONTROL_DOCUMENT)
 
-    def _expiry(self, now: datetime) -> datetime:
-        return now + self._retention
-
-    def _apply(
-        self, job: Job, to: State, role: Role, by: str, at: datetime, reason: str, **changes: Any
-    ) -> Job:
-        return apply_transition(
-            job,
-            to,
-            role=role,
-            by=by,
-            at=at,
-            reason=reason,
-            history_limit=self._history_limit,
-            **changes,
-        )
-
-    def _require_lease(self, job: Job, lease: Lease) -> None:
-        """LeaseLost unless `lease` is the job's running lease (same generation and token).
-
-        Whatever happened meanwhile (the lease lapsed and was reclaimed to deferred or failed,
-        taken over, the job re-claimed under a newer generation, or finished by another
-        delivery, even one in this same process), the caller's result is no longer wanted:
-        one error for all of it.
-        """
-        if job.state is not State.RUNNING:
-            detail = f"the job is {job.state.value}"
-        elif job.generation != lease.generation:
-            detail = f"generation {lease.generation} is stale; the job is at {job.generation}"
-        elif job.lease_token != lease.token:
-            detail = "another delivery took the lease over"
-        else:
-            return
-        raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
-
-    def _lapse_end(self, job: Job, now: datetime, role: Role, by: str) -> Job | None:
-        """The one rule for a running lease that lapsed (the worker crashed or stopped
-        heartbeating), whoever finds it — the reclaimer or a redelivery's `start`: the cycle
-        is spent. Returns the terminal job it ends in (cancelled when a cancel was requested,
-        failed when that was the last attempt), or None when attempt + 1 follows."""
-        until = job.lease_until.isoformat() if job.lease_until else "unknown"
-        reason = f"lease of {job.lease_owner} expired at {until}"
-        if job.cancel_requested is not None:
-            return self._cancelled(job, role, by, now, why=f"{reason}; ")
-        if _attempt_left(job):
-            return None
-        return self._apply(
-            job,
-            State.FAILED,
-            role,
-            by,
-            now,
-            f"{reason}; attempt {job.attempt} of {job.max_attempts} was the last",
-            last_error=ErrorInfo("lease_expired", reason, now),
-            expire_at=self._expiry(now),
-            **_NO_LEASE,
-        )
-
-    def _cancelled(
-        self,
-        job: Job,
-        role: Role,
-        by: str,
-        now: datetime,
-        *,
-        why: str = "",
-        progress: Mapping[str, Any] | None = None,
-        last_error: ErrorInfo | None = None,
-    ) -> Job:
-        request = job.cancel_requested
-        return self._apply(
-            job,
-            State.CANCELLED,
-            role,
-            by,
-            now,
-            f"{why}cancel honoured: {request.reason if request else ''}",
-            expire_at=self._expiry(now),
-            progress=_progress(job, progress),
-            last_error=last_error or job.last_error,
-            **_NO_LEASE,
-        )
-
     def _worker_transition(self, lease: Lease, change: Callable[[Job, datetime], Job]) -> Job:
         """A lease holder's transition out of running: re-read, check the lease, apply; a
         shared idempotency key this lease held is freed in the same transaction."""
@@ -1523,7 +1016,7 @@ class FirestoreJobStore:
                     transaction.delete(key_ref)
             return new
 
-        return self._run(body)
+        return self._tx.run(body)
 
     def _hold_key(
         self,
@@ -1555,22 +1048,23 @@ class FirestoreJobStore:
             key_ref,
             {
                 "holder": {"job_id": job.job_id, "token": token, "until": until},
-                schema.EXPIRE_AT: until + self._retention,
+                schema.EXPIRE_AT: until + self._rules.retention,
             },
         )
 
-    def _require_key(self, transaction: firestore.Transaction, job: Job, lease: Lease) -> None:
-        """LeaseLost unless this lease still holds the job's shared idempotency key."""
+    def _require_key(self, transaction: firestore.Transaction, job: Job, lease: Lease) -> bool:
+        """Whether to record the result under the job's shared key: yes while this lease
+        holds it, no when a result is already recorded (the worker is completing with that
+        result, which is never overwritten); LeaseLost when another lease took it over."""
         snapshot = self._get_in(transaction, self._idempotency.document(job.idempotency_key))
         data = (snapshot.to_dict() or {}) if snapshot.exists else {}
-        holder = data.get("holder") or {}
         if "outcome" in data:
-            detail = f"job {data.get('job_id')!r} already recorded the shared key's result"
-        elif snapshot.exists and holder.get("token") != lease.token:
+            return False
+        holder = data.get("holder") or {}
+        if snapshot.exists and holder.get("token") != lease.token:
             detail = f"job {holder.get('job_id')!r} took the shared idempotency key over"
-        else:
-            return
-        raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
+            raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
+        return True
 
     def _quarantine(self, job_id: str, role: Role, by: str) -> bool:
         """Move an undecodable job document aside: one conditional raw update (in a
@@ -1591,11 +1085,13 @@ class FirestoreJobStore:
             else:
                 return None
             now = self._clock.now()
-            transaction.update(ref, _quarantine_fields(raw, problem, now, f"{role}:{by}", self))
+            transaction.update(
+                ref, self._rules.quarantine_fields(raw, problem, now, f"{role}:{by}")
+            )
             return problem
 
         try:
-            problem = self._run(body)
+            problem = self._tx.run(body)
         except JobsError as exc:
             logger.error("could not quarantine job %s: %s", job_id, exc)
             return False
@@ -1617,7 +1113,7 @@ class FirestoreJobStore:
         return True
 
     def _get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
-        return next(iter(transaction.get(ref, **self._bounds.kwargs)))
+        return self._tx.get_in(transaction, ref)
 
     def _load(self, transaction: firestore.Transaction, ref: Any, job_id: str) -> Job:
         snapshot = self._get_in(transaction, ref)
@@ -1637,59 +1133,7 @@ class FirestoreJobStore:
                 transaction.update(ref, diff)
             return new
 
-        return self._run(body)
-
-    def _run(self, body: Callable[..., T], *args: Any) -> T:
-        """Run `body(transaction, *args)` transactionally, retrying contention with jittered
-        backoff. Persistent contention, or a lock wait that outlasts the call timeout, raises
-        LostRace; UNAVAILABLE (or a deadline with nothing held) StoreUnavailable; a refusal
-        retrying cannot fix StoreRejected."""
-        for round_ in range(_CONTENTION_ROUNDS):
-            transaction = BoundedTransaction(self._client, self._bounds, _TRANSACTION_ATTEMPTS)
-            try:
-                with _store_errors():
-                    return self._commit_run(transaction, body, *args)
-            except _Contention:
-                time.sleep(random.uniform(0, min(0.5, 0.01 * 2**round_)))
-            except StoreUnavailable as exc:
-                if transaction.began and _is_deadline(exc.__cause__):
-                    # Each such wait already cost a whole call timeout: give up at once.
-                    raise LostRace(
-                        "waited longer than the call timeout on a document another "
-                        "transaction holds; retry later"
-                    ) from exc
-                raise
-        raise LostRace("gave up after repeated transaction contention; retry later")
-
-    def _commit_run(self, transaction: BoundedTransaction, body: Callable[..., T], *args: Any) -> T:
-        result = firestore.transactional(body)(transaction, *args)
-        written = getattr(transaction, "write_results", None)
-        self._committed.results = [w.update_time for w in written or ()]
-        if isinstance(result, Job) and written:
-            # The commit time of the job's write: what a later compare-and-set conditions on.
-            stamp = written[0].update_time
-            if stamp is not None:
-                result = dataclasses.replace(result, update_time=_as_datetime(stamp))
-        return result
-
-    def _run_remembering(self, body: Callable[..., T], *args: Any) -> T:
-        """`_run` for a body that writes claims: every job it appends to
-        `self._committed.pending` (one per write, in write order) is remembered with the
-        update_time of its write, for the enqueue mark's conditional write."""
-
-        def attempt(transaction: firestore.Transaction, *inner: Any) -> T:
-            self._committed.pending = []
-            return body(transaction, *inner)
-
-        result = self._run(attempt, *args)
-        jobs: list[Job] = self._committed.pending
-        stamps = getattr(self._committed, "results", [])
-        if len(stamps) == len(jobs):
-            for job, stamp in zip(jobs, stamps, strict=True):
-                if stamp is not None:
-                    remembered = dataclasses.replace(job, update_time=_as_datetime(stamp))
-                    self._written.put(("claim", job.job_id, job.generation), remembered)
-        return result
+        return self._tx.run(body)
 
     def _stream(self, spec: QuerySpec, transaction: Any = None) -> Iterator[Any]:
         return self._query(spec).stream(transaction=transaction, **self._bounds.kwargs)
@@ -1714,11 +1158,6 @@ class FirestoreJobStore:
         if spec.limit is not None:
             query = query.limit(spec.limit)
         return query
-
-
-_NO_LEASE: Mapping[str, Any] = {"lease_until": None, "lease_owner": None, "lease_token": None}
-# last_error.code of a quarantined record.
-INVALID_RECORD = "invalid_record"
 
 
 @dataclass(frozen=True)
@@ -1746,118 +1185,11 @@ class _ReclaimTally:
         )
 
 
-def _reclaimed(job: Job, new: Job, reason: str) -> Reclaimed:
-    if new.state is State.CANCELLED:
-        reason = "cancel_requested"
-    return Reclaimed(job.job_id, job.state, new.state, job.generation, reason)
-
-
-class _Contention(Exception):
-    """A transaction lost to concurrent writers more often than the client retries."""
-
-
-@contextmanager
-def _store_errors() -> Iterator[None]:
-    """Translate the client's errors: contention to _Contention; refusals retrying cannot fix
-    to StoreRejected (INVALID_ARGUMENT) or StoreMisconfigured (PERMISSION_DENIED, a missing
-    index, a missing database); the rest to StoreUnavailable. Our own JobsError passes.
-
-    Status meanings: https://cloud.google.com/firestore/docs/understand-error-codes
-    """
-    try:
-        yield
-    except JobsError:
-        raise
-    except api_exceptions.Aborted as exc:
-        raise _Contention() from exc
-    except ValueError as exc:
-        if isinstance(exc.__cause__, api_exceptions.Aborted):
-            raise _Contention() from exc
-        raise
-    except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
-        raise _translated(exc) from exc
-
-
-def _translated(exc: Exception) -> JobsError:
-    cause = exc.cause if isinstance(exc, api_exceptions.RetryError) else exc
-    if isinstance(cause, api_exceptions.InvalidArgument):
-        return StoreRejected(f"Firestore refused the request as invalid: {cause}")
-    if isinstance(
-        cause,
-        api_exceptions.PermissionDenied
-        | api_exceptions.FailedPrecondition
-        | api_exceptions.NotFound
-        | api_exceptions.Unauthenticated,
-    ):
-        return StoreMisconfigured(
-            f"Firestore refused the request ({type(cause).__name__}): {cause}; check the "
-            "service account's roles, the declared indexes and the database name"
-        )
-    return StoreUnavailable(f"Firestore: {exc}")
-
-
-def _is_deadline(exc: BaseException | None) -> bool:
-    if isinstance(exc, api_exceptions.RetryError):
-        exc = exc.cause
-    return isinstance(exc, api_exceptions.DeadlineExceeded)
-
-
-def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp:
-    """A precondition's update_time (Firestore's are microsecond aligned, as datetime is)."""
-    if value is None:
-        raise ValueError("no update_time to condition on")
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(value.astimezone(UTC).replace(tzinfo=None))
-    return stamp
-
-
-def _as_datetime(stamp: Any) -> datetime:
-    if isinstance(stamp, datetime):
-        return stamp.astimezone(UTC)
-    return stamp.ToDatetime(tzinfo=UTC)
-
-
 def _decoded(snapshot: Any) -> Job:
     """The job in `snapshot` with its update_time; InvalidRecord when it cannot be decoded."""
     job = decode_job(snapshot.id, snapshot.to_dict())
     stamp = getattr(snapshot, "update_time", None)
-    return dataclasses.replace(job, update_time=_as_datetime(stamp)) if stamp else job
-
-
-def _quarantine_fields(
-    raw: Mapping[str, Any], problem: str, now: datetime, by: str, store: FirestoreJobStore
-) -> dict[str, Any]:
-    """The raw update that moves an undecodable document to failed/invalid_record. Only
-    fields with a fixed shape are written; the rest of the document stays as found, for the
-    operator to inspect."""
-    message = bounded_text(problem, MAX_ERROR_MESSAGE_BYTES)
-    from_state = raw.get("state") if isinstance(raw.get("state"), str) else None
-    entry = {
-        "at": now,
-        "from": from_state,
-        "to": State.FAILED.value,
-        "by": by,
-        "reason": bounded_text(f"quarantined: {message}", MAX_REASON_BYTES),
-    }
-    history = raw.get("history")
-    return {
-        "state": State.FAILED.value,
-        "last_error": {"code": INVALID_RECORD, "message": message, "at": now},
-        "quarantine": {"at": now, "by": by, "from_state": from_state, "problem": message},
-        # Appended to a history that is an array (kept as found); otherwise replaced.
-        "history": firestore.ArrayUnion([entry]) if isinstance(history, list) else [entry],
-        "lease_until": None,
-        "lease_owner": None,
-        "lease_token": None,
-        "updated_at": now,
-        schema.EXPIRE_AT: store._expiry(now),
-    }
-
-
-def _progress(job: Job, progress: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if progress is None:
-        return dict(job.progress) if job.progress is not None else None
-    return bounded_details(progress)
+    return dataclasses.replace(job, update_time=as_datetime(stamp)) if stamp else job
 
 
 def _write(transaction: firestore.Transaction, ref: Any, old: Job, new: Job) -> None:
@@ -1884,29 +1216,6 @@ def _age(now: datetime, snapshots: list[Any], field: str) -> float | None:
 
 def _text_ok(*values: object) -> bool:
     return all(isinstance(value, str) and value for value in values)
-
-
-def _claimant(job: Job) -> str:
-    return job.claim.run_id if job.claim else "unknown"
-
-
-def _stamped(error: ErrorInfo, now: datetime) -> ErrorInfo:
-    """The error as recorded: its time filled in, its code and message bounded."""
-    return ErrorInfo(
-        code=bounded_text(error.code, MAX_CODE_BYTES),
-        message=bounded_text(error.message, MAX_ERROR_MESSAGE_BYTES),
-        at=error.at or now,
-    )
-
-
-def _require_generation(job: Job, generation: int) -> None:
-    if job.generation != generation:
-        raise StaleGeneration(job.job_id, generation, job.generation)
-
-
-def _attempt_left(job: Job) -> bool:
-    """Whether another retry cycle may follow the current one."""
-    return job.attempt < job.max_attempts
 
 
 def _require_aware(value: datetime, name: str) -> datetime:

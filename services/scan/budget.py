@@ -82,3 +82,34 @@ def effective_claim_timeout(control_timeout: timedelta, floor_s: float | None) -
     if floor_s is None:
         return control_timeout
     return max(control_timeout, timedelta(seconds=floor_s))
+
+
+# A job enqueued longer ago than this is "stale": its message should long since have been
+# delivered, or retried (each try ends by the push ack deadline, each wait is at most the max
+# backoff) and dead-lettered. At the infra's default Pub/Sub settings that whole path is at
+# most 10 x 300 s + 9 x 600 s = 8,400 s; 3 h is above it, so a slow but healthy redelivery is
+# never counted.
+DEFAULT_ENQUEUED_TIMEOUT_S = 3 * 3600.0
+
+
+@dataclass(frozen=True)
+class ScanLimits:
+    """The deployment's bounds on a run (from Settings); the control document works inside them.
+
+    `max_per_run` is a ceiling: the operator's claim budget and catch-up rate can only lower
+    the enqueue budget below it. `claim_timeout_s` is a floor for the same reason in reverse:
+    a shorter timeout would reclaim the claims of a run that may still be publishing.
+    """
+
+    time_budget_s: float = 60.0
+    max_per_run: int = 1000
+    page_size: int = 200
+    interval_s: float = 60.0
+    claim_timeout_s: float = 600.0
+    reclaim_limit: int = 500
+    mark_workers: int = 16
+    # Enqueued longer than this, a job counts as stale (its message may be lost); the
+    # deployment sets it (JOBS_ENQUEUED_TIMEOUT_S) above Pub/Sub's whole retry path.
+    enqueued_timeout_s: float = DEFAULT_ENQUEUED_TIMEOUT_S
+    # 0: every run does its housekeeping; above 0, see services/scan/housekeeping.py.
+    housekeeping_interval_s: float = 0.0

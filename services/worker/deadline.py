@@ -102,6 +102,7 @@ class Heartbeat:
         self._store = store
         self._clock = clock
         self._lease = current
+        self._job = job
         self._duration = lease
         self._every = lease / HEARTBEATS_PER_LEASE
         self._margin = margin
@@ -119,6 +120,12 @@ class Heartbeat:
     def lease(self) -> Lease:
         with self._lock:
             return self._lease
+
+    @property
+    def job(self) -> Job:
+        """The job as this delivery last wrote it (start, or the latest heartbeat)."""
+        with self._lock:
+            return self._job
 
     def _stop_at(self, lease_until: datetime) -> datetime:
         return min(lease_until - self._margin, self._delivery_until)
@@ -146,6 +153,7 @@ class Heartbeat:
         self.beats += 1
         if job.lease is not None:
             self._lease = job.lease
+            self._job = job
             self.deadline.move(self._stop_at(job.lease.until))
         if job.cancel_requested is not None:
             self.deadline.stop(STOP_CANCEL)

@@ -137,7 +137,7 @@ class WorkerStore(Protocol):
         message_id: str | None = None,
     ) -> Job: ...
 
-    def complete(self, lease: Lease, result: Result) -> Job: ...
+    def complete(self, lease: Lease, result: Result, *, basis: Job | None = None) -> Job: ...
 
     def retry_later(
         self,
@@ -297,26 +297,26 @@ class Processor:
         )
         heartbeat.start(self._poll_s)
         try:
-            result = action.run(request)
+            try:
+                result = action.run(request)
+            finally:
+                # No beat after the action ends, whatever ends it (a crash included): the
+                # outcome is written next, and a leaked heartbeat would outlive the request.
+                heartbeat.stop()
         except Interrupted as exc:
-            heartbeat.stop()
             return self._interrupted(delivery, job, heartbeat, exc)
         except PermanentError as exc:
-            heartbeat.stop()
             return self._fail(job, heartbeat.lease, ErrorInfo("permanent", str(exc)))
         except TransientError as exc:
-            heartbeat.stop()
             return self._transient(delivery, job, heartbeat.lease, action, exc)
         except Exception as exc:
-            heartbeat.stop()
             # An action bug: keep the traceback, and treat it as transient so a fix deployed
             # within the retry window still gets the job done.
             logger.exception("action %s raised unexpectedly", job.action)
             return self._transient(
                 delivery, job, heartbeat.lease, action, TransientError(repr(exc))
             )
-        heartbeat.stop()
-        return self._complete(job, heartbeat.lease, _as_result(result), "")
+        return self._complete(heartbeat.job, heartbeat.lease, _as_result(result), "")
 
     def _interrupted(
         self, delivery: Delivery, job: Job, heartbeat: Heartbeat, exc: Interrupted
@@ -366,7 +366,9 @@ class Processor:
         return Outcome(kind, job.job_id, detail)
 
     def _complete(self, job: Job, lease: Lease, result: Result, detail: str) -> tuple[Outcome, Job]:
-        job = self._store.complete(lease, result)
+        # `job` is the record as this delivery last wrote it: the store completes it with one
+        # conditional write when nothing changed since, without reading it again.
+        job = self._store.complete(lease, result, basis=job)
         return Outcome(OutcomeKind.COMPLETED, job.job_id, detail, job.result or result), job
 
     def _fail(self, job: Job, lease: Lease, error: ErrorInfo) -> tuple[Outcome, Job]:

@@ -16,7 +16,7 @@ from typing import Any
 from emulators.firestore.server import Emulator, start
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.model import ClaimedJob, Job, Lease, NewJob, Result
+from services.jobs.model import ClaimedJob, Job, NewJob, Result
 from services.jobs.store import FirestoreJobStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -57,19 +57,18 @@ def _lifecycle(emulator: Emulator, *, shared_key: bool) -> None:
     started = time.perf_counter()
     claimed = store.claim_due(T0, "run-1", JOBS)
     rows.append(("claim_due (pages of 100)", *_per_job(emulator, project, len(claimed))))
-    leases: dict[str, Lease] = {}
+    running: dict[str, Job] = {}
 
     def start(c: ClaimedJob) -> None:
         job = store.start(c.job_id, c.generation, timedelta(minutes=5), "w")
-        assert job.lease is not None
-        leases[c.job_id] = job.lease
+        running[c.job_id] = job
         if job.explicit_key:
             store.get_idempotency(job.idempotency_key)
 
     steps: tuple[tuple[str, Callable[[ClaimedJob], object]], ...] = (
         ("mark_enqueued", lambda c: store.mark_enqueued(c.job_id, c.generation, f"m-{c.job_id}")),
         ("start (+ key check if shared)", start),
-        ("complete", lambda c: store.complete(leases[c.job_id], Result("deleted"))),
+        ("complete (CAS on start's write)", lambda c: _complete(store, running[c.job_id])),
     )
     for name, step in steps:
         emulator.reset_stats(project)
@@ -85,6 +84,12 @@ def _lifecycle(emulator: Emulator, *, shared_key: bool) -> None:
         print(f"  {name:<30} reads/job {reads:5.2f}   writes/job {writes:5.2f}")
     print(f"  {'total':<30} reads/job {total_reads:5.2f}   writes/job {total_writes:5.2f}")
     client.close()
+
+
+def _complete(store: FirestoreJobStore, job: Job) -> Job:
+    """As the worker completes: on the record its delivery last wrote."""
+    assert job.lease is not None
+    return store.complete(job.lease, Result("deleted"), basis=job)
 
 
 def _empty_claim(emulator: Emulator, future: int) -> None:

@@ -12,7 +12,8 @@ from google.cloud import firestore
 from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.model import Job, NewJob
-from services.jobs.store import FirestoreJobStore, QuerySpec
+from services.jobs.queries import QuerySpec
+from services.jobs.store import FirestoreJobStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ACTION = "media.delete_source"

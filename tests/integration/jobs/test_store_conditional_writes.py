@@ -1,5 +1,6 @@
-"""The enqueue mark and the completion as one write conditioned on the previous write's
-update_time: the cost when it applies, and the transaction it falls back to when it cannot."""
+"""The enqueue mark (a claim this store made) and the completion (with its delivery's basis) as
+one write conditioned on the previous write's update_time: the cost of a whole job when both
+apply, and the transaction each falls back to when it cannot."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_a_whole_job_costs_six_billed_operations_claim_mark_start_complete(
     (claim,) = store.claim_due(clock.now(), "run-1", 10)
     store.mark_enqueued_many([("j", claim.generation, "m-1")])
     job = store.start("j", claim.generation, LEASE, WORKER)
-    done = store.complete(_lease(job), Result("deleted"))
+    done = store.complete(_lease(job), Result("deleted"), basis=job)
     # claim 1 read + 1 write; mark 1 write; start 1 read + 1 write; complete 1 write.
     assert _reads_writes(firestore_stats) == (2, 4)
     assert done.state is State.COMPLETED
@@ -65,7 +66,7 @@ def test_a_completion_after_a_heartbeat_reads_the_record_in_a_transaction(
     clock.advance(timedelta(seconds=30))
     beaten = store.extend_lease(_lease(job), LEASE)
     firestore_stats.reset()
-    done = store.complete(_lease(beaten), Result("deleted"))
+    done = store.complete(_lease(beaten), Result("deleted"), basis=job)
     assert _reads_writes(firestore_stats) == (1, 1)
     assert done.state is State.COMPLETED
 
@@ -77,7 +78,7 @@ def test_a_stale_lease_is_refused_even_when_this_store_remembers_the_start(
     clock.advance(LEASE + timedelta(seconds=1))
     second = store.start("j", first.generation, LEASE, "worker-2")  # took the lapsed lease
     with pytest.raises(LeaseLost):
-        store.complete(_lease(first), Result("deleted"))
+        store.complete(_lease(first), Result("deleted"), basis=first)
     stored = store.get("j")
     assert stored is not None and stored.state is State.RUNNING
     assert stored.lease_token == second.lease_token
@@ -89,14 +90,14 @@ def test_a_cancel_request_after_start_makes_the_conditional_write_fail_over_to_t
     job = _started(store, "j")
     store.cancel("j", "operator changed their mind", "ops")
     firestore_stats.reset()
-    done = store.complete(_lease(job), Result("deleted"))
+    done = store.complete(_lease(job), Result("deleted"), basis=job)
     # Refused by its condition (the cancel request wrote the record): read, then the rules.
     assert _reads_writes(firestore_stats)[0] == 1
     stored = store.get("j")
     assert stored is not None and stored.state is done.state
 
 
-def test_a_completion_by_another_process_reads_the_record_in_a_transaction(
+def test_a_completion_without_a_basis_reads_the_record_in_a_transaction(
     store: FirestoreJobStore,
     clock: FakeClock,
     firestore_client: firestore.Client,
@@ -114,7 +115,7 @@ def test_an_explicit_key_completes_in_a_transaction_with_its_key_document(
 ) -> None:
     job = _started(store, "j", idempotency_key="shared-key-1")
     firestore_stats.reset()
-    store.complete(_lease(job), Result("deleted"))
+    store.complete(_lease(job), Result("deleted"), basis=job)
     # The job and its key document, both read and both written.
     assert _reads_writes(firestore_stats) == (2, 2)
     key = firestore_client.collection("idempotency").document("shared-key-1").get()

@@ -26,7 +26,8 @@ from services.jobs.errors import (
 from services.jobs.limits import MAX_ERROR_MESSAGE_BYTES
 from services.jobs.model import ErrorInfo, Job, Lease, Result
 from services.jobs.state import State
-from services.jobs.store import INVALID_RECORD, FirestoreJobStore
+from services.jobs.store import FirestoreJobStore
+from services.jobs.transitions import INVALID_RECORD
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
 
 TIMEOUT = timedelta(minutes=10)
@@ -76,6 +77,17 @@ def test_a_stale_delivery_in_the_same_process_is_refused_after_a_take_over(
     assert (job.state, job.lease_token) == (State.RUNNING, second.lease_token)
     store.complete(lease_of(second), Result("deleted"))
     assert stored(store, "j").state is State.COMPLETED
+
+
+@pytest.mark.parametrize("key", [None, "media-1:shared"])
+def test_a_lease_carries_the_update_time_of_the_jobs_own_write(
+    store: FirestoreJobStore, firestore_client: firestore.Client, key: str | None
+) -> None:
+    # What a read-free compare-and-set after start would condition on (a shared key's
+    # document is written in the same commit and must not be mistaken for the job's).
+    job = running(store, "j", idempotency_key=key)
+    stored_at = firestore_client.collection(schema.JOBS).document("j").get().update_time
+    assert lease_of(job).update_time == stored_at
 
 
 # --- 2. the lease is renewed while the holder works -----------------------------------------
@@ -271,8 +283,7 @@ def test_a_derived_key_writes_no_second_document(
     firestore_stats.reset()
     done = store.complete(lease_of(job), Result("deleted"))
     counts = firestore_stats.get()
-    # One write, conditioned on start's update_time (no read: test_store_conditional_writes).
-    assert (counts["document_reads"], counts["document_writes"]) == (0, 1)
+    assert (counts["document_reads"], counts["document_writes"]) == (1, 1)
     assert done.result is not None and done.result.outcome == "deleted"
     assert list(firestore_client.collection(schema.IDEMPOTENCY).stream()) == []
 
@@ -388,3 +399,41 @@ def test_a_take_over_on_the_last_attempt_fails_the_job_as_the_reclaimer_would(
     assert (ended.state, ended.attempt, ended.lease_token) == (State.FAILED, 1, None)
     assert ended.last_error is not None and ended.last_error.code == "lease_expired"
     assert ended.history[-1].reason.endswith("attempt 1 of 1 was the last")
+
+
+# --- the read-free completion (a compare-and-set on start's update_time) ---------------------
+
+
+def test_completing_on_the_started_record_costs_one_write_and_no_read(
+    store: FirestoreJobStore, firestore_stats: Any
+) -> None:
+    job = running(store, "j")
+    firestore_stats.reset()
+    done = store.complete(lease_of(job), Result("deleted"), basis=job)
+    counts = firestore_stats.get()
+    assert (counts["document_reads"], counts["document_writes"]) == (0, 1)
+    assert done.state is State.COMPLETED
+    assert stored(store, "j").state is State.COMPLETED
+    assert done.update_time == store._jobs.document("j").get().update_time
+
+
+def test_a_record_changed_since_start_is_completed_in_a_transaction_instead(
+    store: FirestoreJobStore, firestore_stats: Any
+) -> None:
+    job = running(store, "j")
+    store.cancel("j", "too late", "ann")  # a cancel request changes the document
+    firestore_stats.reset()
+    done = store.complete(lease_of(job), Result("deleted"), basis=job)
+    assert done.state is State.COMPLETED  # the side effect happened: completed, not lost
+    assert firestore_stats.get()["document_reads"] >= 1  # refused CAS, then the transaction
+
+
+def test_a_stale_basis_after_a_take_over_is_refused(
+    store: FirestoreJobStore, clock: FakeClock
+) -> None:
+    first = running(store, "j")
+    clock.advance(LEASE + timedelta(seconds=1))
+    second = store.start("j", first.generation, LEASE, WORKER)
+    with pytest.raises(LeaseLost):
+        store.complete(lease_of(first), Result("deleted"), basis=first)
+    assert stored(store, "j").lease_token == second.lease_token

@@ -153,7 +153,7 @@ def scan_rig(
             **{"max_per_run": 100, "page_size": 50, "publish_timeout_s": 5.0, **overrides},
         )
         clock = clock or FakeClock(T0 + timedelta(minutes=1))
-        store = FirestoreJobStore(firestore_client, clock)
+        store = FirestoreJobStore(firestore_client, clock, timeout_s=settings.firestore_timeout_s)
         publisher = publisher or Publisher.create(
             project, TOPIC, timeout_s=settings.publish_timeout_s
         )

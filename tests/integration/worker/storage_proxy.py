@@ -21,6 +21,7 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-encodin
 class FlakyStorage:
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
+        self.url = ""  # where the proxy listens, once started
         self.fail_deletes = 0
         self.status = 503
         self.answered: Counter[int] = Counter()
@@ -73,8 +74,9 @@ def flaky_storage(upstream: str) -> Iterator[tuple[FlakyStorage, storage.Client]
     server = make_server("127.0.0.1", 0, proxy, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    proxy.url = f"http://127.0.0.1:{server.server_port}"
     try:
-        yield proxy, proxy.client(f"http://127.0.0.1:{server.server_port}")
+        yield proxy, proxy.client(proxy.url)
     finally:
         server.shutdown()
         thread.join(timeout=5)

@@ -11,8 +11,7 @@ import pytest
 
 from services.jobs import schema
 from services.jobs.errors import ValidationError
-from services.jobs.state import State
-from services.jobs.store import (
+from services.jobs.queries import (
     QuerySpec,
     due_query,
     enqueued_query,
@@ -21,6 +20,7 @@ from services.jobs.store import (
     list_query,
     state_query,
 )
+from services.jobs.state import State
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -48,6 +48,9 @@ class FakeStore:
     backlog_calls: list[timedelta] = field(default_factory=list)
     enqueued_timeouts: list[timedelta | None] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)  # quarantined by the reclaimer
+    # The reclaimer committed its failures, then Firestore stopped it (its report says so).
+    reclaim_stopped: errors.JobsError | None = None
+    contend_marks: bool = False  # every mark chunk loses to contention
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _check(self, op: str) -> None:
@@ -81,6 +84,7 @@ class FakeStore:
                 + [Reclaimed(i, State.RUNNING, State.FAILED, 3, "lease_expired") for i in failed]
             ),
             quarantined=tuple(self.invalid),
+            stopped_by=self.reclaim_stopped,
         )
 
     def claim_due(
@@ -115,6 +119,11 @@ class FakeStore:
         marks = []
         with self._lock:
             self.mark_calls.append(len(items))
+            if self.contend_marks:
+                race = errors.LostRace("gave up after repeated transaction contention")
+                return [
+                    EnqueueMark(job_id, generation, error=race) for job_id, generation, _ in items
+                ]
             for job_id, generation, message_id in items:
                 if job_id in self.lose_marks:
                     error = errors.StaleGeneration(job_id, generation, generation + 1)

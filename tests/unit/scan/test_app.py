@@ -175,7 +175,7 @@ def test_every_log_line_of_a_request_carries_trace_and_run_id_and_never_the_toke
         root.setLevel(level)
     run_id = response.get_json()["run_id"]
     ours = [line for line in handler.lines if line["logger"].startswith("services.")]
-    assert {line["logger"] for line in ours} >= {"services.scan.scanner", "services.scan.app"}
+    assert {line["logger"] for line in ours} >= {"services.scan.stager", "services.scan.app"}
     for line in ours:
         assert line["logging.googleapis.com/trace"] == f"projects/p1/traces/{trace}"
         assert line["run_id"] == run_id
@@ -204,5 +204,5 @@ def test_the_built_store_gets_the_terminal_retention_and_firestore_timeout() -> 
     )
     store = handler_of(app).scanner._store
     assert isinstance(store, FirestoreJobStore)
-    assert store._retention == timedelta(days=3)
+    assert store._rules.retention == timedelta(days=3)
     assert store._bounds.timeout_s == 2.5

@@ -260,6 +260,41 @@ def test_a_lease_the_reclaimer_fails_is_logged_as_job_failed_once(
     assert all(r.fields["reason"] for r in failed)  # type: ignore[attr-defined]
 
 
+def test_failures_the_reclaimer_committed_before_stopping_are_still_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Finding 9: a later error dropped the committed pages, so no job_failed line was written.
+    store = FakeStore(
+        due=ids(2),
+        expired_last_attempt=["dead-1"],
+        reclaim_stopped=errors.StoreUnavailable("firestore down mid-reclaim"),
+    )
+    with caplog.at_level("INFO"):
+        run = make(store)[0].run()
+    fields = [getattr(r, "fields", {}) for r in caplog.records]
+    assert [f["job_id"] for f in fields if f.get("event") == metrics.EVENT_JOB_FAILED] == ["dead-1"]
+    assert any(f.get("reason") == "reclaim_stopped" for f in fields)
+    assert run.claimed == 2
+
+
+def test_a_contended_mark_chunk_and_a_stale_item_are_logged_apart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Finding 9: whole-chunk contention and a per-item stale generation read the same.
+    stale = FakeStore(due=ids(2), lose_marks={"job-0000"})
+    contended = FakeStore(due=ids(2), contend_marks=True)
+    reasons = {}
+    for name, store in (("stale", stale), ("contended", contended)):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            make(store)[0].run()
+        reasons[name] = {getattr(r, "fields", {}).get("reason") for r in caplog.records}
+    assert "mark_stale_generation" in reasons["stale"]
+    assert "mark_contention" not in reasons["stale"]
+    assert "mark_contention" in reasons["contended"]
+    assert "mark_stale_generation" not in reasons["contended"]
+
+
 def test_reclaim_contention_is_recorded_and_the_run_still_claims(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -65,7 +65,7 @@ def delivery(job_id: str = "job-1", generation: int = 1, attempt: int | None = 1
 
 
 def test_enqueued_job_runs_once_and_completes(store: MemoryStore, clock: FakeClock) -> None:
-    store.add("job-1")
+    store.add("job-1", idempotency_key="media-1:decision-1")  # a supplied key is recorded
     script = Script(ActionResult("deleted", {"n": 1}))
     outcome = processor_for(store, clock, script).process(delivery())
     assert outcome.kind is OutcomeKind.COMPLETED and outcome.acknowledged
@@ -120,7 +120,8 @@ def test_expired_lease_is_taken_over_and_the_job_completes(
     clock.advance(LEASE + timedelta(seconds=1))
     outcome = processor_for(store, clock, Script()).process(delivery())
     assert outcome.kind is OutcomeKind.COMPLETED
-    assert store.jobs["job-1"].attempt == 1  # a take-over is part of the same retry cycle
+    # The lapsed lease spent its cycle, as when the reclaimer finds it (finding 9).
+    assert store.jobs["job-1"].attempt == 2
 
 
 def test_cancel_request_is_honoured_before_acting(store: MemoryStore, clock: FakeClock) -> None:
@@ -321,3 +322,24 @@ def test_delivery_of_a_job_deferred_again_is_stale(store: MemoryStore, clock: Fa
     store.jobs["job-1"] = dataclasses.replace(job, state=State.DEFERRED)
     outcome = processor_for(store, clock, Script()).process(delivery())
     assert outcome.kind is OutcomeKind.STALE and outcome.acknowledged
+
+
+class _Crash(BaseException):
+    """The process going away mid-action (what a SIGKILL looks like to a thread)."""
+
+
+def test_an_action_that_dies_leaves_no_heartbeat_thread_behind(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    import threading
+
+    store.add("job-1")
+
+    def dies(request: ActionRequest) -> ActionResult:
+        raise _Crash()
+
+    registry = ActionRegistry([Action("media.delete_source", dies, RetryPolicy())])
+    processor = Processor(store, registry, clock, lease=LEASE, worker_id="w-1")
+    with pytest.raises(_Crash):
+        processor.process(delivery())
+    assert not [t for t in threading.enumerate() if t.name == "lease-heartbeat"]

@@ -112,3 +112,25 @@ def test_terminal_retention_and_firestore_timeout_are_read() -> None:
     defaults = WorkerSettings.from_env(MINIMAL)
     assert defaults.terminal_retention == datetime.timedelta(days=30)
     assert defaults.firestore_timeout_s == 10.0
+
+
+def test_the_deadline_knobs_are_read_and_the_margin_stays_below_a_third_of_the_lease() -> None:
+    defaults = WorkerSettings.from_env(MINIMAL)
+    assert (defaults.deadline_margin_s, defaults.max_delivery_s) == (5, 180)
+    settings = WorkerSettings.from_env(
+        {
+            **MINIMAL,
+            s.WORKER_LEASE_S: "30",
+            s.WORKER_DEADLINE_MARGIN_S: "9",
+            s.WORKER_MAX_DELIVERY_S: "200",
+        }
+    )
+    assert settings.deadline_margin == datetime.timedelta(seconds=9)
+    assert settings.max_delivery == datetime.timedelta(seconds=200)
+    # A margin a heartbeat (every lease / 3) could not beat is refused, naming the key.
+    with pytest.raises(SettingsError, match=s.WORKER_DEADLINE_MARGIN_S):
+        WorkerSettings.from_env(
+            {**MINIMAL, s.WORKER_LEASE_S: "30", s.WORKER_DEADLINE_MARGIN_S: "10"}
+        )
+    with pytest.raises(SettingsError, match=s.WORKER_MAX_DELIVERY_S):
+        WorkerSettings.from_env({**MINIMAL, s.WORKER_MAX_DELIVERY_S: "0"})

@@ -1,0 +1,165 @@
+"""The queries the store runs, as data: `QuerySpec` values a test can check against the
+declared indexes (`schema.INDEXES`) without running them, and the listing cursor.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from services.jobs import schema
+from services.jobs.errors import ValidationError
+from services.jobs.state import State
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """One query the store runs: equalities, at most one range field, order, limit, cursor."""
+
+    collection: str
+    equals: tuple[tuple[str, Any], ...] = ()
+    ranges: tuple[tuple[str, str, Any], ...] = ()  # (field, operator, value)
+    order_by: tuple[str, ...] = ()  # ascending; the implicit __name__ tiebreak follows
+    limit: int | None = None
+    start_after: tuple[Any, ...] | None = None  # order_by values, then the document ID
+
+    @property
+    def shape(self) -> schema.QueryShape:
+        ordered = list(self.order_by)
+        ordered += [f for f, _, _ in self.ranges if f not in ordered]
+        return schema.QueryShape(
+            self.collection,
+            frozenset(f for f, _ in self.equals),
+            tuple(schema.IndexField(f) for f in ordered),
+        )
+
+
+def due_query(now: datetime, limit: int | None) -> QuerySpec:
+    """Deferred jobs due at or before `now`, oldest due first."""
+    return QuerySpec(
+        schema.JOBS,
+        equals=(("state", State.DEFERRED.value),),
+        ranges=(("due_at", "<=", now),),
+        order_by=("due_at",),
+        limit=limit,
+    )
+
+
+def expired_claims_query(cutoff: datetime, limit: int | None) -> QuerySpec:
+    """Claimed jobs whose claim was taken before `cutoff`, oldest first."""
+    return QuerySpec(
+        schema.JOBS,
+        equals=(("state", State.CLAIMED.value),),
+        ranges=(("claim.claimed_at", "<", cutoff),),
+        order_by=("claim.claimed_at",),
+        limit=limit,
+    )
+
+
+def expired_leases_query(now: datetime, limit: int | None) -> QuerySpec:
+    """Running jobs whose lease ended before `now`, oldest first."""
+    return QuerySpec(
+        schema.JOBS,
+        equals=(("state", State.RUNNING.value),),
+        ranges=(("lease_until", "<", now),),
+        order_by=("lease_until",),
+        limit=limit,
+    )
+
+
+def enqueued_query(before: datetime | None, limit: int | None) -> QuerySpec:
+    """Enqueued jobs (published before `before`, when given), oldest publish first."""
+    ranges: tuple[tuple[str, str, Any], ...] = ()
+    if before is not None:
+        ranges = (("enqueued_at", "<", before),)
+    return QuerySpec(
+        schema.JOBS,
+        equals=(("state", State.ENQUEUED.value),),
+        ranges=ranges,
+        order_by=("enqueued_at",),
+        limit=limit,
+    )
+
+
+def state_query(state: State) -> QuerySpec:
+    """Every job in `state` (counted, never streamed)."""
+    return QuerySpec(schema.JOBS, equals=(("state", state.value),))
+
+
+def list_query(
+    *,
+    state: State | None = None,
+    due_before: datetime | None = None,
+    overdue_at: datetime | None = None,
+    claimed_before: datetime | None = None,
+    limit: int = 50,
+    after: tuple[Any, ...] | None = None,
+) -> QuerySpec:
+    """The operator's listing: one optional state, at most one time filter, in time order.
+
+    `due_before`: due_at < T. `overdue_at`: deferred with due_at <= T. `claimed_before`:
+    claimed with claim.claimed_at < T. Raises ValidationError for combinations no index serves.
+    """
+    if sum(x is not None for x in (due_before, overdue_at, claimed_before)) > 1:
+        raise ValidationError("use at most one of due_before, overdue_at, claimed_before")
+    equals: tuple[tuple[str, Any], ...] = (("state", state.value),) if state else ()
+    ranges: tuple[tuple[str, str, Any], ...] = ()
+    order = "due_at"
+    if overdue_at is not None:
+        if state not in (None, State.DEFERRED):
+            raise ValidationError("overdue_at lists deferred jobs; drop the state filter")
+        equals = (("state", State.DEFERRED.value),)
+        ranges = (("due_at", "<=", overdue_at),)
+    elif claimed_before is not None:
+        if state not in (None, State.CLAIMED):
+            raise ValidationError("claimed_before lists claimed jobs; drop the state filter")
+        equals = (("state", State.CLAIMED.value),)
+        ranges = (("claim.claimed_at", "<", claimed_before),)
+        order = "claim.claimed_at"
+    elif due_before is not None:
+        ranges = (("due_at", "<", due_before),)
+    return QuerySpec(
+        schema.JOBS,
+        equals=equals,
+        ranges=ranges,
+        order_by=(order,),
+        limit=limit,
+        start_after=after,
+    )
+
+
+def encode_cursor(order_value: datetime, job_id: str) -> str:
+    raw = json.dumps([order_value.astimezone(UTC).isoformat(), job_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        return datetime.fromisoformat(value), str(job_id)
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise ValidationError(f"cursor {cursor[:40]!r} is not one this store returned") from exc
+
+
+def misfiled_due_queries(limit: int) -> tuple[QuerySpec, QuerySpec]:
+    """Deferred records whose due_at sorts before every timestamp (null, boolean, number: the
+    first in due_at order, no range) and those whose due_at is a string. Firestore range filters
+    only match values of the operand's type, so no due query returns either
+    (https://firebase.google.com/docs/firestore/manage-data/data-types#value_type_ordering).
+    Both are served by the (state, due_at) index."""
+    deferred = (("state", State.DEFERRED.value),)
+    return (
+        QuerySpec(schema.JOBS, equals=deferred, order_by=("due_at",), limit=limit),
+        QuerySpec(
+            schema.JOBS,
+            equals=deferred,
+            ranges=(("due_at", ">=", ""),),
+            order_by=("due_at",),
+            limit=limit,
+        ),
+    )

@@ -1,0 +1,450 @@
+"""The store's transitions as pure functions of a job: what each operation makes of a record.
+
+`Transitions` holds the two deployment values the rules need (history bound, terminal
+retention) and turns a decoded `Job` into the next one through `state.apply_transition`, or
+raises the refusal: the checks of every operation (generation, lease token, attempts, cancel
+requests) live here and nowhere else. Nothing here reads or writes Firestore; the store loads
+the record in a transaction, calls one of these, and writes the difference — and a store for
+tests can call the very same functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.cloud import firestore
+
+from services.jobs import schema
+from services.jobs.errors import (
+    AlreadyTerminal,
+    AttemptsExhausted,
+    InvalidTransition,
+    LeaseHeld,
+    LeaseLost,
+    StaleGeneration,
+)
+from services.jobs.limits import (
+    MAX_CODE_BYTES,
+    MAX_ERROR_MESSAGE_BYTES,
+    MAX_REASON_BYTES,
+    bounded_details,
+    bounded_text,
+)
+from services.jobs.model import CancelRequest, Claim, ErrorInfo, Job, Lease, Reclaimed, Result
+from services.jobs.state import DEFAULT_HISTORY_LIMIT, Role, State, apply_transition
+
+NO_LEASE: Mapping[str, Any] = {"lease_until": None, "lease_owner": None, "lease_token": None}
+# last_error.code of a quarantined record.
+INVALID_RECORD = "invalid_record"
+DEFAULT_TERMINAL_RETENTION = timedelta(days=30)
+
+
+class Transitions:
+    """Every operation's rule over one job, for one deployment's history bound and retention."""
+
+    def __init__(
+        self,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        terminal_retention: timedelta = DEFAULT_TERMINAL_RETENTION,
+    ) -> None:
+        if history_limit < 1:
+            raise ValueError("history_limit must be at least 1")
+        if terminal_retention <= timedelta(0):
+            raise ValueError("terminal_retention must be positive")
+        self.history_limit = history_limit
+        self.retention = terminal_retention
+
+    def expiry(self, now: datetime) -> datetime:
+        return now + self.retention
+
+    def apply(
+        self, job: Job, to: State, role: Role, by: str, at: datetime, reason: str, **changes: Any
+    ) -> Job:
+        return apply_transition(
+            job,
+            to,
+            role=role,
+            by=by,
+            at=at,
+            reason=reason,
+            history_limit=self.history_limit,
+            **changes,
+        )
+
+    # -- operator --------------------------------------------------------------------------
+
+    def cancel(self, job: Job, reason: str, by: str, now: datetime) -> Job:
+        if job.state is State.RUNNING:
+            if job.cancel_requested is not None:
+                return job
+            request = CancelRequest(reason=reason, by=f"{Role.OPERATOR}:{by}", at=now)
+            return dataclasses.replace(job, cancel_requested=request, updated_at=now)
+        return self.apply(
+            job, State.CANCELLED, Role.OPERATOR, by, now, reason, expire_at=self.expiry(now)
+        )
+
+    def reschedule(self, job: Job, due_at: datetime, reason: str, by: str, now: datetime) -> Job:
+        why = f"{reason} (due_at {job.due_at.isoformat()} → {due_at.isoformat()})"
+        return self.apply(job, State.DEFERRED, Role.OPERATOR, by, now, why, due_at=due_at)
+
+    # -- scan --------------------------------------------------------------------------------
+
+    def claim(self, job: Job, run_id: str, at: datetime) -> Job:
+        claim = Claim(run_id=run_id, claimed_at=at, generation=job.generation + 1)
+        reason = f"due at {job.due_at.isoformat()}"
+        return self.apply(job, State.CLAIMED, Role.SCAN, run_id, at, reason, claim=claim)
+
+    def enqueued(
+        self, job: Job, generation: int, message_id: str, at: datetime, now: datetime
+    ) -> Job:
+        """The job after its publish was acknowledged at `at`: the rules of mark_enqueued."""
+        if job.claim is None:
+            raise InvalidTransition(job.job_id, job.state, State.ENQUEUED, "never claimed")
+        require_generation(job, generation)
+        if job.state not in (State.CLAIMED, State.DEFERRED):
+            # Already enqueued, or the push reached a worker first: never move it
+            # backwards; record the message ID at most (a repeat call is a no-op).
+            if job.message_id == message_id:
+                return job
+            return dataclasses.replace(job, message_id=message_id, updated_at=now)
+        return self.apply(
+            job,
+            State.ENQUEUED,
+            Role.SCAN,
+            claimant(job),
+            now,
+            f"published as message {message_id}",
+            enqueued_at=at,
+            message_id=message_id,
+        )
+
+    def enqueue_failed(self, job: Job, generation: int, error: ErrorInfo, now: datetime) -> Job:
+        require_generation(job, generation)
+        return self.apply(
+            job,
+            State.DEFERRED,
+            Role.SCAN,
+            claimant(job),
+            now,
+            f"publish failed: {error.code}",
+            last_error=stamped(error, now),
+        )
+
+    # -- the rescuer -------------------------------------------------------------------------
+
+    def reclaim_claim(self, job: Job, at: datetime, run_id: str) -> Job:
+        claimed_at = job.claim.claimed_at.isoformat() if job.claim else "unknown"
+        reason = f"claim by {claimant(job)} at {claimed_at} exceeded the claim timeout"
+        return self.apply(job, State.DEFERRED, Role.RECLAIMER, run_id, at, reason)
+
+    def reclaim_lease(self, job: Job, at: datetime, run_id: str) -> Job:
+        ended = self.lapse_end(job, at, Role.RECLAIMER, run_id)
+        if ended is not None:
+            return ended
+        until = job.lease_until.isoformat() if job.lease_until else "unknown"
+        reason = f"lease of {job.lease_owner} expired at {until}"
+        return self.apply(
+            job,
+            State.DEFERRED,
+            Role.RECLAIMER,
+            run_id,
+            at,
+            f"{reason}; attempt {job.attempt + 1} of {job.max_attempts} next",
+            attempt=job.attempt + 1,
+            last_error=ErrorInfo("lease_expired", reason, at),
+            **NO_LEASE,
+        )
+
+    def rescue_enqueued(self, job: Job, at: datetime, run_id: str) -> Job:
+        since = job.enqueued_at.isoformat() if job.enqueued_at else "unknown"
+        reason = (
+            f"enqueued at {since} as message {job.message_id} and never started within the "
+            "enqueued timeout: the message is lost; the next claim publishes it again"
+        )
+        return self.apply(job, State.DEFERRED, Role.RECLAIMER, run_id, at, reason)
+
+    def lapse_end(self, job: Job, now: datetime, role: Role, by: str) -> Job | None:
+        """The one rule for a running lease that lapsed (the worker crashed or stopped
+        heartbeating), whoever finds it — the reclaimer or a redelivery's `start`: the cycle
+        is spent. Returns the terminal job it ends in (cancelled when a cancel was requested,
+        failed when that was the last attempt), or None when attempt + 1 follows."""
+        until = job.lease_until.isoformat() if job.lease_until else "unknown"
+        reason = f"lease of {job.lease_owner} expired at {until}"
+        if job.cancel_requested is not None:
+            return self.cancelled(job, role, by, now, why=f"{reason}; ")
+        if attempt_left(job):
+            return None
+        return self.apply(
+            job,
+            State.FAILED,
+            role,
+            by,
+            now,
+            f"{reason}; attempt {job.attempt} of {job.max_attempts} was the last",
+            last_error=ErrorInfo("lease_expired", reason, now),
+            expire_at=self.expiry(now),
+            **NO_LEASE,
+        )
+
+    def cancelled(
+        self,
+        job: Job,
+        role: Role,
+        by: str,
+        now: datetime,
+        *,
+        why: str = "",
+        progress: Mapping[str, Any] | None = None,
+        last_error: ErrorInfo | None = None,
+    ) -> Job:
+        request = job.cancel_requested
+        return self.apply(
+            job,
+            State.CANCELLED,
+            role,
+            by,
+            now,
+            f"{why}cancel honoured: {request.reason if request else ''}",
+            expire_at=self.expiry(now),
+            progress=progress_of(job, progress),
+            last_error=last_error or job.last_error,
+            **NO_LEASE,
+        )
+
+    # -- worker ------------------------------------------------------------------------------
+
+    def start(
+        self,
+        job: Job,
+        generation: int,
+        now: datetime,
+        duration: timedelta,
+        owner: str,
+        token: str,
+    ) -> Job:
+        """Running with a new lease `token`; or, when the previous delivery's lease lapsed in
+        its last attempt (or with a cancel request), the terminal job `lapse_end` gives."""
+        if job.state.terminal:
+            raise AlreadyTerminal(job.job_id, job.state, State.RUNNING)
+        require_generation(job, generation)
+        reason = f"attempt {job.attempt} of {job.max_attempts}"
+        attempt = job.attempt
+        if job.state is State.RUNNING:
+            if job.lease_live(now):
+                raise LeaseHeld(job.job_id, job.lease_owner, job.lease_until)
+            ended = self.lapse_end(job, now, Role.WORKER, owner)
+            if ended is not None:
+                return ended
+            attempt = job.attempt + 1
+            reason = (
+                f"attempt {attempt} of {job.max_attempts}; took over the expired lease "
+                f"of {job.lease_owner}"
+            )
+        return self.apply(
+            job,
+            State.RUNNING,
+            Role.WORKER,
+            owner,
+            now,
+            reason,
+            attempt=attempt,
+            lease_until=now + duration,
+            lease_owner=owner,
+            lease_token=token,
+        )
+
+    def extend(self, job: Job, lease: Lease, now: datetime, duration: timedelta) -> Job:
+        require_lease(job, lease)
+        return dataclasses.replace(job, lease_until=now + duration, updated_at=now)
+
+    def cancel_running(
+        self, job: Job, lease: Lease, now: datetime, progress: Mapping[str, Any] | None = None
+    ) -> Job:
+        require_lease(job, lease)
+        if job.cancel_requested is None:
+            raise InvalidTransition(
+                job.job_id, job.state, State.CANCELLED, "no cancel was requested"
+            )
+        return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+
+    def release(
+        self,
+        job: Job,
+        lease: Lease,
+        error: ErrorInfo,
+        now: datetime,
+        *,
+        progress: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+    ) -> Job:
+        require_lease(job, lease)
+        if job.cancel_requested is not None:
+            return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+        return self.apply(
+            job,
+            State.ENQUEUED,
+            Role.WORKER,
+            lease.owner,
+            now,
+            f"released after {error.code}",
+            last_error=stamped(error, now),
+            enqueued_at=now,
+            message_id=message_id or job.message_id,
+            progress=progress_of(job, progress),
+            **NO_LEASE,
+        )
+
+    def complete(self, job: Job, lease: Lease, result: Result, now: datetime) -> Job:
+        require_lease(job, lease)
+        recorded = Result(
+            outcome=bounded_text(result.outcome, MAX_CODE_BYTES),
+            details=bounded_details(result.details),
+            completed_at=now,
+        )
+        return self.apply(
+            job,
+            State.COMPLETED,
+            Role.WORKER,
+            lease.owner,
+            now,
+            f"outcome {recorded.outcome}",
+            result=recorded,
+            expire_at=self.expiry(now),
+            progress=None,
+            **NO_LEASE,
+        )
+
+    def retry_later(
+        self,
+        job: Job,
+        lease: Lease,
+        due_at: datetime,
+        error: ErrorInfo,
+        now: datetime,
+        *,
+        progress: Mapping[str, Any] | None = None,
+    ) -> Job:
+        require_lease(job, lease)
+        if job.cancel_requested is not None:
+            return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+        if not attempt_left(job):
+            raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
+        return self.apply(
+            job,
+            State.DEFERRED,
+            Role.WORKER,
+            lease.owner,
+            now,
+            f"retry at {due_at.isoformat()} after {error.code}; "
+            f"attempt {job.attempt + 1} of {job.max_attempts} next",
+            attempt=job.attempt + 1,
+            due_at=due_at,
+            last_error=stamped(error, now),
+            progress=progress_of(job, progress),
+            **NO_LEASE,
+        )
+
+    def fail(self, job: Job, lease: Lease, error: ErrorInfo, now: datetime) -> Job:
+        require_lease(job, lease)
+        recorded = stamped(error, now)
+        if job.cancel_requested is not None:
+            return self.cancelled(job, Role.WORKER, lease.owner, now, last_error=recorded)
+        return self.apply(
+            job,
+            State.FAILED,
+            Role.WORKER,
+            lease.owner,
+            now,
+            f"failed: {recorded.code}",
+            last_error=recorded,
+            expire_at=self.expiry(now),
+            **NO_LEASE,
+        )
+
+    # -- quarantine --------------------------------------------------------------------------
+
+    def quarantine_fields(
+        self, raw: Mapping[str, Any], problem: str, now: datetime, by: str
+    ) -> dict[str, Any]:
+        """The raw update that moves an undecodable document to failed/invalid_record. Only
+        fields with a fixed shape are written; the rest of the document stays as found, for
+        the operator to inspect."""
+        message = bounded_text(problem, MAX_ERROR_MESSAGE_BYTES)
+        from_state = raw.get("state") if isinstance(raw.get("state"), str) else None
+        entry = {
+            "at": now,
+            "from": from_state,
+            "to": State.FAILED.value,
+            "by": by,
+            "reason": bounded_text(f"quarantined: {message}", MAX_REASON_BYTES),
+        }
+        history = raw.get("history")
+        return {
+            "state": State.FAILED.value,
+            "last_error": {"code": INVALID_RECORD, "message": message, "at": now},
+            "quarantine": {"at": now, "by": by, "from_state": from_state, "problem": message},
+            # Appended to a history that is an array (kept as found); otherwise replaced.
+            "history": firestore.ArrayUnion([entry]) if isinstance(history, list) else [entry],
+            **NO_LEASE,
+            "updated_at": now,
+            schema.EXPIRE_AT: self.expiry(now),
+        }
+
+
+def require_lease(job: Job, lease: Lease) -> None:
+    """LeaseLost unless `lease` is the job's running lease (same generation and token).
+
+    Whatever happened meanwhile (the lease lapsed and was reclaimed to deferred or failed,
+    taken over, the job re-claimed under a newer generation, or finished by another delivery,
+    even one in this same process), the caller's result is no longer wanted: one error for
+    all of it.
+    """
+    if job.state is not State.RUNNING:
+        detail = f"the job is {job.state.value}"
+    elif job.generation != lease.generation:
+        detail = f"generation {lease.generation} is stale; the job is at {job.generation}"
+    elif job.lease_token != lease.token:
+        detail = "another delivery took the lease over"
+    else:
+        return
+    raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
+
+
+def require_generation(job: Job, generation: int) -> None:
+    if job.generation != generation:
+        raise StaleGeneration(job.job_id, generation, job.generation)
+
+
+def attempt_left(job: Job) -> bool:
+    """Whether another retry cycle may follow the current one."""
+    return job.attempt < job.max_attempts
+
+
+def stamped(error: ErrorInfo, now: datetime) -> ErrorInfo:
+    """The error as recorded: its time filled in, its code and message bounded."""
+    return ErrorInfo(
+        code=bounded_text(error.code, MAX_CODE_BYTES),
+        message=bounded_text(error.message, MAX_ERROR_MESSAGE_BYTES),
+        at=error.at or now,
+    )
+
+
+def progress_of(job: Job, progress: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The progress to keep: the new one (bounded) when given, else the job's."""
+    if progress is None:
+        return dict(job.progress) if job.progress is not None else None
+    return bounded_details(progress)
+
+
+def claimant(job: Job) -> str:
+    return job.claim.run_id if job.claim else "unknown"
+
+
+def reclaimed(job: Job, new: Job, reason: str) -> Reclaimed:
+    """What the rescuer reports for one record it moved (`reason` names the step)."""
+    if new.state is State.CANCELLED:
+        reason = "cancel_requested"
+    return Reclaimed(job.job_id, job.state, new.state, job.generation, reason)

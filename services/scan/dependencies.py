@@ -1,0 +1,67 @@
+"""What a scan run depends on, as protocols: the store, the publisher and the run log.
+
+`FirestoreJobStore`, `services.jobs.publisher.Publisher` and `services.jobs.runs.ScanRunLog`
+provide them; the unit tests pass hand-written fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from services.jobs.control import Control
+from services.jobs.model import Backlog as StoreBacklog
+from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, ReclaimReport
+from services.jobs.runs import ScanRun
+
+
+class ScanStore(Protocol):
+    """The store operations a scan run uses (FirestoreJobStore provides them)."""
+
+    def get_control(self) -> Control: ...
+
+    def reclaim_expired(
+        self,
+        now: datetime,
+        claim_timeout: timedelta,
+        limit: int,
+        run_id: str,
+        *,
+        enqueued_timeout: timedelta | None = None,
+    ) -> ReclaimReport: ...
+
+    def claim_due(
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        *,
+        page_size: int,
+        on_quarantine: Callable[[str], None] | None = None,
+    ) -> Sequence[ClaimedJob]: ...
+
+    def mark_enqueued_many(
+        self, items: Sequence[tuple[str, int, str]], at: datetime | None = None
+    ) -> Sequence[EnqueueMark]: ...
+
+    def mark_enqueue_failed(self, job_id: str, generation: int, error: ErrorInfo) -> Any: ...
+
+    def backlog(
+        self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
+    ) -> StoreBacklog: ...
+
+
+class JobPublisher(Protocol):
+    """Publishes one job ID; the future resolves to the message ID."""
+
+    timeout_s: float
+
+    def publish(self, job_id: str, generation: int, run_id: str) -> futures.Future[str]: ...
+
+
+class RunRecorder(Protocol):
+    """Keeps the record of each run (runs.ScanRunLog writes `scan_runs`)."""
+
+    def record(self, run: ScanRun) -> None: ...

@@ -1,0 +1,343 @@
+"""A model-based test of the store's fences: a hypothesis RuleBasedStateMachine against the real
+Firestore emulator with the real client.
+
+Hypothesis interleaves schedule, claim, publish (mark enqueued), deliveries (duplicate and
+stale ones included), take-overs, lease expiry, heartbeats, the worker's exits, reclaims and
+rescues, cancels and reschedules, for three jobs, two of which share an explicit idempotency
+key. After every step it checks:
+
+- at most one side effect per idempotency key is recorded, and none is done after one was
+  recorded (a worker acts only after `start`, and only before its deadline, as the real
+  worker's deadline check does);
+- no job sits in a non-terminal state without an owner that will move it on (a claim time for
+  the reclaimer, an `enqueued_at` for the rescuer, a lease end and token for the reclaimer);
+- every state was reached only through the table, and the history agrees with the record
+  (creation entry first, each entry starting where the last ended, the last ending in the
+  record's state);
+- a stale delivery (its token no longer the job's) never changes a job: every call it makes
+  is refused with LeaseLost and the document's update time stays the same.
+
+Bounded (`MAX_EXAMPLES` x `STEPS`) so the default run stays fast; raise them locally to
+explore more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.cloud import firestore
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    rule,
+    run_state_machine_as_test,
+)
+
+from emulators.firestore.server import Emulator
+from services.jobs import schema
+from services.jobs.clock import FakeClock
+from services.jobs.errors import JobsError, LeaseLost
+from services.jobs.model import ErrorInfo, Job, Lease, NewJob, Result, decode_job
+from services.jobs.state import TERMINAL, TRANSITIONS, State
+from services.jobs.store import FirestoreJobStore
+
+MAX_EXAMPLES = 40
+STEPS = 30
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=60)
+MARGIN = timedelta(seconds=5)
+CLAIM_TIMEOUT = timedelta(minutes=10)
+ENQUEUED_TIMEOUT = timedelta(minutes=30)
+SHARED_KEY = "media-1:decision-1"
+JOBS = ("j0", "j1", "j2")  # j0 and j1 share SHARED_KEY; j2 has a derived key
+DOWN = ErrorInfo("transient", "storage answered 503")
+
+
+@dataclass
+class Delivery:
+    """One push that reached `start`: the lease it got."""
+
+    lease: Lease
+
+
+class StoreModel(RuleBasedStateMachine):
+    messages = Bundle("messages")
+    deliveries = Bundle("deliveries")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.project = f"model-{uuid.uuid4().hex[:16]}"
+        self.client = firestore.Client(project=self.project)
+        self.clock = FakeClock(T0)
+        self.store = FirestoreJobStore(self.client, self.clock)
+        self.effects: Counter[str] = Counter()  # side effects done, per idempotency key
+        self.recorded: Counter[str] = Counter()  # fresh (not reused) results recorded, per key
+        self.runs = 0
+
+    def teardown(self) -> None:
+        EMULATOR.reset(self.project)
+        self.client.close()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _raw(self, job_id: str) -> Any:
+        return self.client.collection(schema.JOBS).document(job_id).get()
+
+    def _job(self, job_id: str) -> Job | None:
+        return self.store.get(job_id)
+
+    def _current(self, delivery: Delivery) -> bool:
+        job = self._job(delivery.lease.job_id)
+        return (
+            job is not None
+            and job.state is State.RUNNING
+            and job.lease_token == delivery.lease.token
+        )
+
+    def _run_id(self) -> str:
+        self.runs += 1
+        return f"run-{self.runs}"
+
+    # -- the application, the operator -----------------------------------------------------
+
+    @initialize()
+    def schedule_the_jobs(self) -> None:
+        for job_id in JOBS:
+            key = SHARED_KEY if job_id != "j2" else None
+            new = NewJob(job_id, "media.delete_source", "media-1", T0, {}, 3, idempotency_key=key)
+            self.store.schedule(new)
+
+    @rule(job_id=st.sampled_from(JOBS), what=st.sampled_from(["cancel", "reschedule"]))
+    def operator(self, job_id: str, what: str) -> None:
+        with contextlib.suppress(JobsError):
+            if what == "cancel":
+                self.store.cancel(job_id, "not needed", "ann")
+            else:
+                self.store.reschedule(job_id, self.clock.now() + timedelta(minutes=2), "r", "a")
+
+    # -- the scan and time -------------------------------------------------------------------
+
+    @rule(target=messages, mark=st.booleans())
+    def scan(self, mark: bool) -> Any:
+        """A scan run: the rescuer, then a claim, and (unless the marks are lost) enqueued.
+        Each claimed job becomes a message that may be delivered, late or more than once."""
+        self.store.reclaim_expired(
+            self.clock.now(), CLAIM_TIMEOUT, 10, self._run_id(), enqueued_timeout=ENQUEUED_TIMEOUT
+        )
+        claims = self.store.claim_due(self.clock.now(), self._run_id(), 10)
+        if mark and claims:
+            self.store.mark_enqueued_many([(c.job_id, c.generation, "m-1") for c in claims])
+        return multiple(*claims)
+
+    @rule(seconds=st.sampled_from([1, 30, 61, 700, 2000]))
+    def time_passes(self, seconds: int) -> None:
+        self.clock.advance(timedelta(seconds=seconds))
+
+    # -- Pub/Sub and the worker --------------------------------------------------------------
+
+    @rule(target=deliveries, message=messages)
+    def deliver(self, message: Any) -> Any:
+        """A push (first, duplicate or stale: the same message may be drawn again); a push
+        that finds the previous delivery's lease lapsed takes the job over."""
+        before = self._job(message.job_id)
+        try:
+            job = self.store.start(message.job_id, message.generation, LEASE, "worker")
+        except JobsError:
+            return multiple()
+        if before is not None and before.lease is not None:
+            self._check_stale(Delivery(before.lease))  # the delivery it took the job from
+        if job.lease is None:  # the take-over found the last attempt spent: failed
+            return multiple()
+        return Delivery(job.lease)
+
+    @rule(target=deliveries, delivery=deliveries)
+    def take_over(self, delivery: Delivery) -> Any:
+        """The holder stops heartbeating; once its lease lapsed, a redelivery of the same
+        message takes the job over, and the old delivery is stale from then on."""
+        if not self._current(delivery):
+            return multiple()
+        self.clock.advance(LEASE + timedelta(seconds=1))
+        lease = delivery.lease
+        try:
+            job = self.store.start(lease.job_id, lease.generation, LEASE, "worker")
+        except JobsError:
+            return multiple()
+        self._check_stale(delivery)
+        return Delivery(job.lease) if job.lease is not None else multiple()
+
+    @rule(
+        delivery=deliveries,
+        what=st.sampled_from(
+            [
+                "act_and_complete",
+                "heartbeat",
+                "release",
+                "retry_later",
+                "fail",
+                "lapse",
+                "late",
+            ]
+        ),
+    )
+    def worker(self, delivery: Delivery, what: str) -> None:
+        if not self._current(delivery):
+            self._check_stale(delivery)  # whatever it was about to do: refused
+        elif what == "act_and_complete":
+            self._act_and_complete(delivery)
+        elif what == "heartbeat":
+            job = self.store.extend_lease(delivery.lease, LEASE)
+            assert job.lease is not None
+            delivery.lease = job.lease
+        elif what == "lapse":
+            # The holder stops heartbeating (crashed, or hung past its lease).
+            self.clock.advance(LEASE + timedelta(seconds=1))
+        elif what == "late":
+            # Slow but alive: its deadline passes, the action stops before acting.
+            self.clock.advance(LEASE - MARGIN)
+            self._act_and_complete(delivery)
+        else:
+            self._exit(delivery, what)
+
+    @rule(
+        delivery=deliveries,
+        then=st.sampled_from(["release", "retry_later", "fail", "reclaimed", "redelivered"]),
+    )
+    def cancel_while_running(self, delivery: Delivery, then: str) -> None:
+        """jobsctl cancel while it runs records a request; whatever moves the job next (the
+        worker's exit, or the lease lapsing into the reclaimer or a redelivery) cancels it."""
+        if not self._current(delivery):
+            return
+        lease = delivery.lease
+        self.store.cancel(lease.job_id, "media restored", "ann")
+        if then in ("reclaimed", "redelivered"):
+            self.clock.advance(LEASE + timedelta(seconds=1))
+            if then == "reclaimed":
+                self.store.reclaim_expired(self.clock.now(), CLAIM_TIMEOUT, 10, self._run_id())
+            else:
+                self.store.start(lease.job_id, lease.generation, LEASE, "worker")
+        else:
+            self._exit(delivery, then)
+        job = self._job(lease.job_id)
+        assert job is not None and job.state is State.CANCELLED, f"{then} did not cancel"
+
+    def _act_and_complete(self, delivery: Delivery) -> None:
+        """The worker's action: only while its deadline has not passed, as the real one."""
+        if self.clock.now() >= delivery.lease.until - MARGIN:
+            return
+        job = self._job(delivery.lease.job_id)
+        assert job is not None
+        key = job.idempotency_key
+        reused = job.explicit_key and self.store.get_idempotency(key) is not None
+        if not reused:
+            assert self.recorded[key] == 0, f"acting again on {key} after its result was recorded"
+            self.effects[key] += 1
+        try:
+            self.store.complete(delivery.lease, Result("deleted"))
+        except LeaseLost:
+            return
+        if not reused:
+            self.recorded[key] += 1
+
+    def _exit(self, delivery: Delivery, how: str) -> None:
+        with contextlib.suppress(JobsError):  # AttemptsExhausted: nothing changed
+            if how == "release":
+                self.store.release(delivery.lease, DOWN, message_id="m-again")
+            elif how == "retry_later":
+                self.store.retry_later(delivery.lease, self.clock.now() + LEASE, DOWN)
+            else:
+                self.store.fail(delivery.lease, ErrorInfo("permanent", "gone"))
+
+    def _check_stale(self, delivery: Delivery) -> None:
+        """A delivery whose token is no longer the job's: every call refused, nothing moved."""
+        if self._current(delivery):
+            return
+        lease = delivery.lease
+        calls = {
+            "complete": lambda: self.store.complete(lease, Result("deleted")),
+            "fail": lambda: self.store.fail(lease, ErrorInfo("permanent", "late")),
+            "release": lambda: self.store.release(lease, DOWN),
+            "retry_later": lambda: self.store.retry_later(lease, self.clock.now(), DOWN),
+            "cancel_running": lambda: self.store.cancel_running(lease),
+            "extend_lease": lambda: self.store.extend_lease(lease, LEASE),
+        }
+        for name, call in calls.items():
+            before = self._raw(lease.job_id).update_time
+            try:
+                call()
+            except LeaseLost:
+                pass
+            else:
+                raise AssertionError(f"a stale delivery's {name} was accepted")
+            assert self._raw(lease.job_id).update_time == before, f"stale {name} wrote"
+
+    # -- invariants --------------------------------------------------------------------------
+
+    @invariant()
+    def at_most_one_side_effect_recorded_per_key(self) -> None:
+        for key, count in self.recorded.items():
+            assert count <= 1, f"{count} results recorded for {key}"
+
+    @invariant()
+    def every_live_job_has_an_owner_that_will_move_it(self) -> None:
+        for job_id in JOBS:
+            snapshot = self._raw(job_id)
+            if not snapshot.exists:
+                continue
+            job = decode_job(job_id, snapshot.to_dict())
+            if job.state is State.CLAIMED:
+                assert job.claim is not None  # the reclaimer, after the claim timeout
+            elif job.state is State.ENQUEUED:
+                # The rescuer measures from enqueued_at: it must be when it became enqueued.
+                assert job.enqueued_at is not None, f"{job_id} enqueued with no enqueued_at"
+                assert job.enqueued_at == job.history[-1].at, f"{job_id}: a stale enqueued_at"
+            elif job.state is State.RUNNING:
+                assert job.lease_until is not None and job.lease_token is not None
+            elif job.state is State.DEFERRED:
+                assert job.cancel_requested is None, f"{job_id} deferred with a cancel request"
+
+    @invariant()
+    def states_follow_the_table_and_history_agrees(self) -> None:
+        for job_id in JOBS:
+            job = self._job(job_id)
+            if job is None:
+                continue
+            history = job.history
+            assert history[0].from_state is None and history[0].to_state is State.DEFERRED
+            for entry in history[1:]:
+                assert entry.from_state is not None
+                assert (entry.from_state, entry.to_state) in TRANSITIONS
+            if len(history) < self.store._rules.history_limit:  # nothing dropped: a full chain
+                for before, after in itertools.pairwise(history):
+                    assert after.from_state is before.to_state
+            assert history[-1].to_state is job.state
+            assert (job.expire_at is not None) == (job.state in TERMINAL)
+
+
+EMULATOR: Emulator
+
+
+def test_no_interleaving_breaks_a_fence(firestore_emulator: Emulator) -> None:
+    global EMULATOR
+    EMULATOR = firestore_emulator
+    run_state_machine_as_test(
+        StoreModel,
+        settings=settings(
+            max_examples=MAX_EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            derandomize=True,
+        ),
+    )

@@ -1,0 +1,64 @@
+"""The transaction plumbing leans on private internals of google-cloud-firestore; this fails
+loudly (naming what moved) when a client release changes them, before a deploy finds out."""
+
+from __future__ import annotations
+
+import inspect
+
+from google.api_core import exceptions as api_exceptions
+from google.cloud import firestore
+from google.cloud.firestore_v1 import transaction as transaction_module
+
+from services.jobs.errors import StoreMisconfigured, StoreRejected, StoreUnavailable
+from services.jobs.transactions import BoundedTransaction, is_deadline, translated
+
+# What BoundedTransaction overrides or reads on the client's Transaction.
+TRANSACTION_INTERNALS = ("_begin", "_commit", "_rollback", "_clean_up", "_options_protobuf")
+# What it reads on the client.
+CLIENT_INTERNALS = ("_firestore_api", "_database_string", "_rpc_metadata")
+
+
+def test_the_transaction_methods_we_override_still_exist_with_their_signatures() -> None:
+    for name in TRANSACTION_INTERNALS:
+        assert callable(getattr(firestore.Transaction, name, None)), f"Transaction.{name} is gone"
+    begin = inspect.signature(firestore.Transaction._begin)
+    assert list(begin.parameters) == ["self", "retry_id"], begin
+    assert list(inspect.signature(firestore.Transaction._commit).parameters) == ["self"]
+    assert list(inspect.signature(firestore.Transaction._rollback).parameters) == ["self"]
+
+
+def test_the_transaction_still_keeps_its_state_in_the_attributes_we_read() -> None:
+    client = firestore.Client(project="p", credentials=_anonymous())
+    transaction = firestore.Transaction(client)
+    for name in ("_id", "_write_pbs", "in_progress"):
+        assert hasattr(transaction, name), f"Transaction.{name} is gone"
+    for name in CLIENT_INTERNALS:
+        assert hasattr(type(client), name) or hasattr(client, name), f"Client.{name} is gone"
+
+
+def test_the_transactional_wrapper_still_calls_the_methods_we_override() -> None:
+    source = inspect.getsource(transaction_module._Transactional)
+    for call in ("transaction._begin(", "transaction._commit()", "transaction._rollback()"):
+        assert call in source, f"_Transactional no longer calls {call}"
+    assert issubclass(BoundedTransaction, firestore.Transaction)
+
+
+def test_statuses_map_to_errors_by_what_fixes_them() -> None:
+    assert type(translated(api_exceptions.InvalidArgument("too big"))) is StoreRejected
+    for refusal in (
+        api_exceptions.PermissionDenied("no role"),
+        api_exceptions.FailedPrecondition("needs an index"),
+        api_exceptions.NotFound("no database"),
+    ):
+        assert type(translated(refusal)) is StoreMisconfigured
+    assert type(translated(api_exceptions.ServiceUnavailable("down"))) is StoreUnavailable
+    wrapped = api_exceptions.RetryError("gave up", api_exceptions.PermissionDenied("no role"))
+    assert type(translated(wrapped)) is StoreMisconfigured
+    late = api_exceptions.RetryError("gave up", api_exceptions.DeadlineExceeded("slow"))
+    assert is_deadline(late) and is_deadline(api_exceptions.DeadlineExceeded("slow"))
+
+
+def _anonymous() -> object:
+    from google.auth.credentials import AnonymousCredentials
+
+    return AnonymousCredentials()

@@ -1,0 +1,118 @@
+"""The deadline an action works against and the heartbeat that moves it (pure logic, fakes)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+from services.jobs.clock import FakeClock
+from services.jobs.errors import LeaseLost, StoreUnavailable
+from services.jobs.model import CancelRequest, Job, Lease, NewJob
+from services.jobs.state import State
+from services.worker.deadline import (
+    STOP_CANCEL,
+    STOP_DEADLINE,
+    STOP_LEASE_LOST,
+    Heartbeat,
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=60)
+MARGIN = timedelta(seconds=5)
+
+
+def running_job(clock: FakeClock) -> Job:
+    job = Job.create(NewJob("j", "media.delete_source", "m", T0).validated(), T0)
+    return dataclasses.replace(
+        job,
+        state=State.RUNNING,
+        lease_owner="w/m-1",
+        lease_token="t-1",
+        lease_until=clock.now() + LEASE,
+    )
+
+
+class LeaseStore:
+    def __init__(self, clock: FakeClock, job: Job) -> None:
+        self.clock = clock
+        self.job = job
+        self.calls: list[Lease] = []
+        self.fail_with: Exception | None = None
+
+    def extend_lease(self, lease: Lease, duration: timedelta) -> Job:
+        self.calls.append(lease)
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.job = dataclasses.replace(self.job, lease_until=self.clock.now() + duration)
+        return self.job
+
+
+def heartbeat(clock: FakeClock, store: LeaseStore, delivery_s: float = 600) -> Heartbeat:
+    return Heartbeat(
+        store,
+        clock,
+        store.job,
+        lease=LEASE,
+        margin=MARGIN,
+        delivery_until=clock.now() + timedelta(seconds=delivery_s),
+    )
+
+
+def test_a_check_beats_every_third_of_a_lease_and_moves_the_deadline() -> None:
+    clock = FakeClock(T0)
+    store = LeaseStore(clock, running_job(clock))
+    beat = heartbeat(clock, store)
+    assert not beat.deadline.reached() and store.calls == []  # not due yet
+    clock.advance(LEASE / 3)
+    assert not beat.deadline.reached()
+    assert len(store.calls) == 1
+    assert beat.deadline.stop_at == clock.now() + LEASE - MARGIN
+    assert beat.lease.until == clock.now() + LEASE
+
+
+def test_without_a_successful_beat_the_deadline_stops_the_action_before_the_lease_ends() -> None:
+    clock = FakeClock(T0)
+    store = LeaseStore(clock, running_job(clock))
+    store.fail_with = StoreUnavailable("firestore down")
+    beat = heartbeat(clock, store)
+    clock.advance(LEASE - MARGIN - timedelta(seconds=1))
+    assert not beat.deadline.reached()
+    clock.advance(timedelta(seconds=1))
+    assert beat.deadline.reached() and beat.deadline.why == STOP_DEADLINE
+
+
+def test_a_lost_lease_stops_at_once_and_a_cancel_request_too() -> None:
+    clock = FakeClock(T0)
+    store = LeaseStore(clock, running_job(clock))
+    store.fail_with = LeaseLost("j", "w/m-1", "w/m-2")
+    beat = heartbeat(clock, store)
+    clock.advance(LEASE / 3)
+    assert beat.deadline.reached() and beat.deadline.why == STOP_LEASE_LOST
+
+    clock = FakeClock(T0)
+    store = LeaseStore(clock, running_job(clock))
+    beat = heartbeat(clock, store)
+    store.job = dataclasses.replace(store.job, cancel_requested=CancelRequest("x", "op:a", T0))
+    clock.advance(LEASE / 3)
+    assert beat.deadline.reached() and beat.deadline.why == STOP_CANCEL
+
+
+def test_the_delivery_limit_stops_even_a_well_kept_lease() -> None:
+    clock = FakeClock(T0)
+    store = LeaseStore(clock, running_job(clock))
+    beat = heartbeat(clock, store, delivery_s=100)
+    for _ in range(4):
+        clock.advance(timedelta(seconds=20))
+        assert not beat.deadline.reached()
+    clock.advance(timedelta(seconds=20))
+    assert beat.deadline.reached() and beat.deadline.why == STOP_DEADLINE
+
+
+def test_no_beat_after_stop() -> None:
+    clock = FakeClock(T0)
+    store = LeaseStore(clock, running_job(clock))
+    beat = heartbeat(clock, store).start(poll_s=0.01)
+    beat.stop()
+    clock.advance(LEASE)
+    beat.beat_if_due()
+    assert store.calls == []
