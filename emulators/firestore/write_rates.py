@@ -2,8 +2,8 @@
 
 Firestore limits writes to a collection whose documents carry a sequentially increasing indexed
 field (a timestamp such as `due_at`) to 500 per second, because every such write lands at one
-end of the index (https://firebase.google.com/docs/firestore/best-practices#high_read_write_
-and_delete_rates and https://cloud.google.com/firestore/docs/best-practices#indexes). An index
+end of the index (https://cloud.google.com/firestore/docs/best-practices, "High read, write,
+and delete rates"). An index
 whose first field spreads the writes (a `shard` value, 0..N-1) splits that tail into N ranges.
 The emulator does not enforce the limit; it measures against it: every committed write of a
 document counts once for each top-level timestamp field the document holds, keyed by its
