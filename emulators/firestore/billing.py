@@ -9,18 +9,26 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
+
+from emulators.firestore.write_rates import WriteRates
 
 _FIELDS = ("document_reads", "document_writes", "document_deletes", "index_entries_counted")
 
 
 class Billing:
-    """Thread-safe counters keyed by project."""
+    """Thread-safe counters keyed by project, with the write-rate peaks (`write_rates`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, Counter[str]] = {}
         self._calls: dict[str, Counter[str]] = {}
+        self._rates = WriteRates()
+
+    def observe_writes(self, project: str, outcomes: Iterable[Any]) -> None:
+        """Feed committed writes to the per-(collection, field, shard) peak rates."""
+        self._rates.observe(project, outcomes)
 
     def add(self, project: str, **amounts: int) -> None:
         with self._lock:
@@ -44,9 +52,11 @@ class Billing:
                 calls.update(self._calls.get(p, Counter()))
             out: dict[str, Any] = {name: int(totals[name]) for name in _FIELDS}
             out["calls"] = dict(sorted(calls.items()))
-            return out
+        out["write_rates"] = self._rates.snapshot(project)
+        return out
 
     def reset(self, project: str | None = None) -> None:
+        self._rates.reset(project)
         with self._lock:
             if project is None:
                 self._counts.clear()

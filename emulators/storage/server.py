@@ -3,8 +3,9 @@
 The package's own `create_server(...).start()` binds inside its thread: a port already in use
 kills that thread and `start()` then waits forever. Binding here, in the caller's thread,
 turns that into an `OSError` the launcher can report. Requests are served by the package's
-handler and storage unchanged, so `google.cloud.storage.Client` talks to it over HTTP through
-`STORAGE_EMULATOR_HOST=http://HOST:PORT`. One gap is filled: see `_PreconditionHandler`.
+handler and storage, so `google.cloud.storage.Client` talks to it over HTTP through
+`STORAGE_EMULATOR_HOST=http://HOST:PORT`; connections are served concurrently with the store
+changed one request at a time (`serialized`). One gap is filled: see `_PreconditionHandler`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 import urllib.parse
 from functools import partial
 from http import HTTPStatus
-from http.server import HTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from gcp_storage_emulator.exceptions import NotFound
@@ -22,6 +23,7 @@ from gcp_storage_emulator.server import RequestHandler
 from gcp_storage_emulator.storage import Storage
 
 from emulators.http_server import BackgroundHTTPServer, send_json
+from emulators.storage.serialized import InMemoryStorage, serialized
 
 ENV_VAR = "STORAGE_EMULATOR_HOST"
 
@@ -60,7 +62,7 @@ class _PreconditionHandler(RequestHandler):
 class StorageEmulator(BackgroundHTTPServer):
     """A running emulator: `url` is the value for STORAGE_EMULATOR_HOST."""
 
-    def __init__(self, httpd: HTTPServer, storage: Storage) -> None:
+    def __init__(self, httpd: ThreadingHTTPServer, storage: Storage) -> None:
         super().__init__(httpd, "storage-emulator")
         self._storage = storage
 
@@ -82,11 +84,17 @@ def start(
     through (objects and a .meta index), so what was there at the last stop is there again.
     """
     if data_dir is None:
-        storage = Storage(use_memory_fs=True)
+        storage: Storage = InMemoryStorage()
     else:
         data_dir.mkdir(parents=True, exist_ok=True)
         storage = Storage(use_memory_fs=False, data_dir=str(data_dir.resolve()))
     if default_bucket:
         buckets.create_bucket(default_bucket, storage)
-    httpd = HTTPServer((host, port), partial(_PreconditionHandler, storage))
-    return StorageEmulator(httpd, storage).start()
+    return StorageEmulator(_serve(host, port, storage), storage).start()
+
+
+def _serve(host: str, port: int, storage: Storage) -> ThreadingHTTPServer:
+    """A thread per connection; the store itself changes one request at a time."""
+    httpd = ThreadingHTTPServer((host, port), partial(serialized(_PreconditionHandler), storage))
+    httpd.daemon_threads = True
+    return httpd

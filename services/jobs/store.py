@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
+from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 
 from services.jobs import metrics, schema
 from services.jobs.clock import Clock
@@ -91,6 +93,7 @@ from services.jobs.transitions import (
     Transitions,
     reclaimed,
 )
+from services.jobs.written import WrittenRecords
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +154,9 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+_BATCH_WRITE_LIMIT = 500  # writes per BatchWrite request
+
+
 # --- the store ----------------------------------------------------------------------------
 
 
@@ -176,6 +182,10 @@ class FirestoreJobStore:
         self._observe = query_observer
         self._bounds = CallBounds(timeout_s, retry)
         self._tx = TransactionRunner(client, self._bounds)
+        # Claims this process wrote, so their enqueue mark can be one write conditioned on the
+        # claim commit's update_time instead of a read and a write (services/jobs/written.py).
+        self._written = WrittenRecords()
+        self._pending = threading.local()
 
     @property
     def clock(self) -> Clock:
@@ -479,7 +489,7 @@ class FirestoreJobStore:
         while len(claimed) < limit:
             want = min(page_size, limit - len(claimed))
             try:
-                page, invalid = self._tx.run(self._claim_page, now, run_id, want)
+                page, invalid = self._claim_remembering(now, run_id, want)
             except LostRace:
                 if not claimed:
                     raise
@@ -510,7 +520,35 @@ class FirestoreJobStore:
             new = self._rules.claim(job, run_id, at)
             _write(transaction, snapshot.reference, job, new)
             claimed.append(ClaimedJob(job.job_id, new.generation, job.due_at, at, job.action))
+            self._pending.jobs.append(new)
         return claimed, invalid
+
+    def _claim_remembering(
+        self, now: datetime, run_id: str, want: int
+    ) -> tuple[list[ClaimedJob], list[str]]:
+        """A claim page; each claimed job is remembered with the update_time its write got."""
+
+        def attempt(
+            transaction: firestore.Transaction, *args: Any
+        ) -> tuple[list[ClaimedJob], list[str]]:
+            self._pending.jobs = []
+            self._pending.transaction = transaction
+            return self._claim_page(transaction, *args)
+
+        result = self._tx.run(attempt, now, run_id, want)
+        transaction = self._pending.transaction
+        names = getattr(transaction, "written_names", [])
+        written = getattr(transaction, "write_results", None) or []
+        stamps = {
+            name.rsplit("/", 1)[-1]: w.update_time
+            for name, w in zip(names, written, strict=False)
+            if f"/{schema.JOBS}/" in name and w.update_time is not None
+        }
+        for job in self._pending.jobs:
+            if job.job_id in stamps:
+                remembered = dataclasses.replace(job, update_time=as_datetime(stamps[job.job_id]))
+                self._written.put(("claim", job.job_id, job.generation), remembered)
+        return result
 
     def mark_enqueued(
         self, job_id: str, generation: int, message_id: str, at: datetime | None = None
@@ -539,11 +577,76 @@ class FirestoreJobStore:
 
         Each item gets exactly mark_enqueued's outcome, as an EnqueueMark in input order: the
         job as written, or the error mark_enqueued would raise (StaleGeneration,
-        InvalidTransition, JobNotFound, ValidationError). 1 read + 1 write per job. A page
-        that cannot be written (contention, Firestore down) marks its items with that error.
+        InvalidTransition, JobNotFound, ValidationError). A job this store claimed (and nothing
+        changed since) costs 1 write: its mark is conditioned on the claim commit's
+        update_time, no read. Any other costs 1 read + 1 write in a transaction per page, as
+        does a job whose conditional write was refused (the worker started it first, say). A
+        page that cannot be written (contention, Firestore down) marks its items with that
+        error.
         """
         if page_size < 1:
             raise ValidationError("page_size must be at least 1")
+        marks: list[EnqueueMark | None] = self._mark_remembered(items, at)
+        rest = [n for n, mark in enumerate(marks) if mark is None]
+        if rest:
+            read = self._mark_reading([items[n] for n in rest], at, page_size)
+            for n, mark in zip(rest, read, strict=True):
+                marks[n] = mark
+        return [mark for mark in marks if mark is not None]
+
+    def _mark_remembered(
+        self, items: Sequence[tuple[str, int, str]], at: datetime | None
+    ) -> list[EnqueueMark | None]:
+        """Per item, its mark when it is a claim this store remembers, written as one write
+        conditioned on the claim's update_time (BatchWrite: each write applied or refused on
+        its own); None for the items left to the reading path."""
+        now = self._clock.now()
+        marks: list[EnqueueMark | None] = [None] * len(items)
+        planned: list[tuple[int, Job, Job]] = []
+        for n, (job_id, generation, message_id) in enumerate(items):
+            claimed = self._written.take(("claim", job_id, generation))
+            if claimed is None or not _text_ok(job_id, message_id):
+                continue
+            try:
+                new = self._rules.enqueued(claimed, generation, message_id, at or now, now)
+            except JobsError:
+                continue
+            planned.append((n, claimed, new))
+        for first in range(0, len(planned), _BATCH_WRITE_LIMIT):
+            page = planned[first : first + _BATCH_WRITE_LIMIT]
+            applied = self._write_conditionally([(old, new) for _, old, new in page])
+            for (n, _, new), stamp in zip(page, applied, strict=True):
+                if stamp is not None:
+                    job = dataclasses.replace(new, update_time=stamp)
+                    marks[n] = EnqueueMark(job.job_id, items[n][1], job=job)
+        return marks
+
+    def _write_conditionally(self, changes: Sequence[tuple[Job, Job]]) -> list[datetime | None]:
+        """Write each `new` over its `old` (only the fields that differ), each on condition
+        that the document is still at old.update_time
+        (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition),
+        in one BatchWrite request; per change the new update_time, or None when it was refused
+        or could not be sent (the caller falls back to a transaction, which sorts it out)."""
+        batch = BulkWriteBatch(self._client)
+        for old, new in changes:
+            batch.update(
+                self._jobs.document(old.job_id),
+                _diff(old, new),
+                option=self._client.write_option(last_update_time=old.update_time),
+            )
+        try:
+            response = batch.commit(**self._bounds.write_kwargs)
+        except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
+            logger.warning("conditional batch write failed, falling back: %s", exc)
+            return [None] * len(changes)
+        return [
+            as_datetime(result.update_time) if status.code == 0 else None
+            for result, status in zip(response.write_results, response.status, strict=True)
+        ]
+
+    def _mark_reading(
+        self, items: Sequence[tuple[str, int, str]], at: datetime | None, page_size: int
+    ) -> list[EnqueueMark]:
         marks: list[EnqueueMark] = []
         for start in range(0, len(items), page_size):
             page = list(items[start : start + page_size])
@@ -802,6 +905,12 @@ class FirestoreJobStore:
         try:
             with store_errors():
                 for spec in specs:
+                    # Look at the first record alone (1 read); only when it is misfiled is the
+                    # page worth its reads: with many future jobs the first query would
+                    # otherwise bill MISFILED_CHECK_LIMIT reads every run.
+                    first = list(self._stream(dataclasses.replace(spec, limit=1)))
+                    if not first or isinstance(first[0].get("due_at"), datetime):
+                        continue
                     for snapshot in self._stream(spec):
                         if isinstance(snapshot.get("due_at"), datetime):
                             break  # timestamps from here on

@@ -111,3 +111,5 @@ class ScanLimits:
     # Enqueued longer than this, a job counts as stale (its message may be lost); the
     # deployment sets it (JOBS_ENQUEUED_TIMEOUT_S) above Pub/Sub's whole retry path.
     enqueued_timeout_s: float = DEFAULT_ENQUEUED_TIMEOUT_S
+    # 0: every run does its housekeeping; above 0, see services/scan/housekeeping.py.
+    housekeeping_interval_s: float = 0.0

@@ -33,6 +33,7 @@ from services.scan.budget import (
 from services.scan.dependencies import JobPublisher, RunRecorder, ScanStore
 from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, StoreUnreachable
 from services.scan.gauges import Gauges
+from services.scan.housekeeping import Housekeeping
 from services.scan.rescuer import REASON_LEASE_EXPIRED, Rescuer
 from services.scan.stager import Stager
 from services.scan.summary import Backlog, RunTally, StopReason, log_fields
@@ -78,6 +79,7 @@ class Scanner:
         self.rescuer = Rescuer(store, clock, limits)
         self.stager = Stager(store, publisher, clock, limits)
         self.gauges = Gauges(store, clock, limits, metrics or NullSink(), runs)
+        self.housekeeping = Housekeeping(limits.housekeeping_interval_s)
 
     def close(self) -> None:
         self.stager.close()
@@ -114,16 +116,26 @@ class Scanner:
                 backlog=backlog,
             )
 
+        housekeeping = self.housekeeping.due(started_at)
         try:
             if control.paused:
                 stopped: StopReason = "paused"
             elif dry_run:
                 stopped = "dry_run"
             else:
-                self.rescuer.rescue(run_id, claim_timeout, tally)
+                if housekeeping:
+                    self.rescuer.rescue(run_id, claim_timeout, tally)
                 time_budget = TimeBudget(started_at, self._limits.time_budget_s)
                 stopped = self.stager.run(run_id, budget, time_budget, tally)
+            idle = not (housekeeping or control.paused or dry_run or tally.claimed)
+            if idle and stopped == "drained":
+                # Nothing was due and the last housekeeping is recent: no counts, no record.
+                run = finish(self.housekeeping.idle_backlog, stopped)
+                self.gauges.report(run, record=False)
+                return run
             backlog = self.gauges.measure(claim_timeout)
+            if housekeeping:
+                self.housekeeping.done(started_at, backlog)
         except StoreRefused as exc:
             exc.run = finish(Backlog(), "unavailable")
             raise

@@ -55,6 +55,7 @@ SCAN_INTERVAL_S = "JOBS_SCAN_INTERVAL_S"
 SCAN_PUBLISH_TIMEOUT_S = "JOBS_SCAN_PUBLISH_TIMEOUT_S"
 CLAIM_TIMEOUT_S = "JOBS_CLAIM_TIMEOUT_S"
 RECLAIM_LIMIT = "JOBS_RECLAIM_LIMIT"
+HOUSEKEEPING_INTERVAL_S = "JOBS_SCAN_HOUSEKEEPING_INTERVAL_S"
 METRICS = "JOBS_METRICS"
 SCAN_RUN_RETENTION_S = "JOBS_SCAN_RUN_RETENTION_S"
 ENQUEUED_TIMEOUT_S = "JOBS_ENQUEUED_TIMEOUT_S"
@@ -71,6 +72,7 @@ ALL_KEYS = (
     SCAN_PUBLISH_TIMEOUT_S,
     CLAIM_TIMEOUT_S,
     RECLAIM_LIMIT,
+    HOUSEKEEPING_INTERVAL_S,
     METRICS,
     SCAN_RUN_RETENTION_S,
     ENQUEUED_TIMEOUT_S,
@@ -89,6 +91,9 @@ MIN_INTERVAL_S = 1.0
 DEFAULT_CLAIM_TIMEOUT_S = 600.0
 _MIN_CLAIM_TIMEOUT_S, _MAX_CLAIM_TIMEOUT_S = 1.0, 7 * 86400.0
 DEFAULT_RECLAIM_LIMIT = 500
+# Housekeeping (rescuer, backlog counts, scan_runs record) at most this far apart on an idle
+# instance; 0 = every run. Bounded by the shortest claim timeout's order of magnitude.
+_MAX_HOUSEKEEPING_INTERVAL_S = 3600.0
 DEFAULT_RUN_RETENTION_S = 30 * 86400.0
 # Enqueued-timeout bounds: at least 5 minutes, at most 7 days (Pub/Sub's longest message
 # retention). The default (scanner.DEFAULT_ENQUEUED_TIMEOUT_S) says why it is 3 h; the infra
@@ -113,6 +118,7 @@ class ScanSettings:
     publish_timeout_s: float = DEFAULT_PUBLISH_TIMEOUT_S
     claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S
     reclaim_limit: int = DEFAULT_RECLAIM_LIMIT
+    housekeeping_interval_s: float = 0.0
     metrics: metrics.MetricsKind = "cloud"
     run_retention_s: float = DEFAULT_RUN_RETENTION_S
     log_level: str = "INFO"
@@ -153,6 +159,9 @@ class ScanSettings:
                 max=_MAX_CLAIM_TIMEOUT_S,
             ),
             reclaim_limit=env.int(RECLAIM_LIMIT, DEFAULT_RECLAIM_LIMIT, min=0, max=MAX_PAGE_SIZE),
+            housekeeping_interval_s=env.duration_s(
+                HOUSEKEEPING_INTERVAL_S, 0.0, min=0.0, max=_MAX_HOUSEKEEPING_INTERVAL_S
+            ),
             metrics=_metrics_kind(env.choice(METRICS, metrics.METRICS_KINDS, default="cloud")),
             run_retention_s=env.duration_s(
                 SCAN_RUN_RETENTION_S, DEFAULT_RUN_RETENTION_S, min=60.0, max=365 * 86400.0
@@ -190,6 +199,7 @@ class ScanSettings:
             claim_timeout_s=self.claim_timeout_s,
             reclaim_limit=self.reclaim_limit,
             enqueued_timeout_s=self.enqueued_timeout_s,
+            housekeeping_interval_s=self.housekeeping_interval_s,
         )
 
 

@@ -5,8 +5,9 @@ worker (werkzeug, threaded) on 127.0.0.1: first all in this one process, then wi
 emulators in a process of their own (`python -m emulators`), as a deployment would have them.
 Schedules, claims and enqueues N jobs (one source object each), then publishes their IDs and
 times from the first publish to the last 204. Firestore's counters are reset just before
-publishing, so the reads and writes printed per job are the worker's alone (start, idempotency
-check, complete).
+publishing, so the reads and writes printed per job are the worker's alone (start, complete).
+Then the same number of messages is pushed to an endpoint that only answers 204 (raw push
+throughput, with the same OIDC push and concurrency) and the ratio is printed.
 Run: `.venv/bin/python -m tests.benchmarks worker` (JOBS_BENCH_WORKER_JOBS=N to change N).
 """
 
@@ -26,30 +27,10 @@ from typing import Any
 import requests
 from werkzeug.serving import make_server
 
+from tests.benchmarks.rig import Done
+
 PUSHER = "pusher@deferred-jobs.iam.gserviceaccount.com"
 DEFAULT_JOBS = 400
-
-
-class _Done:
-    """WSGI middleware counting 204 answers, so waiting for the end costs no Firestore read."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.completed = 0
-        self.other: dict[int, int] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        def counting(status: str, headers: Any, exc_info: Any = None) -> Any:
-            code = int(status.split()[0])
-            with self._lock:
-                if code == 204:
-                    self.completed += 1
-                else:
-                    self.other[code] = self.other.get(code, 0) + 1
-            return start_response(status, headers, exc_info)
-
-        return self.app(environ, counting)
 
 
 @dataclass
@@ -159,7 +140,7 @@ def _run(jobs: int, emulators: Emulators, project: str) -> None:
     bucket = storage_client.create_bucket("bench-media")
 
     holder: dict[str, Any] = {}
-    done = _Done(lambda environ, start: holder["app"](environ, start))
+    done = Done(lambda environ, start: holder["app"](environ, start))
     server = make_server("127.0.0.1", 0, done, threaded=True)
     url = f"http://127.0.0.1:{server.server_port}/"
     settings = WorkerSettings(
@@ -239,11 +220,53 @@ def _run(jobs: int, emulators: Emulators, project: str) -> None:
     subscriber.delete_subscription(subscription=f"projects/{project}/subscriptions/jobs-push")
     server.shutdown()
     thread.join(timeout=5)
+    raw_rate = _raw_push(publisher, subscriber, project, len(claimed))
+    print(
+        f"raw push (an endpoint that only answers 204): {raw_rate:,.0f} deliveries/s; "
+        f"worker / raw: {completed / elapsed / raw_rate:.1%}"
+    )
     publisher.stop()
     subscriber.close()
     client.close()
     logging.getLogger().handlers.clear()
     devnull.close()
+
+
+def _raw_push(publisher: Any, subscriber: Any, project: str, count: int) -> float:
+    """Deliveries per second to an endpoint that does nothing but answer 204."""
+    done = Done(_no_content)
+    server = make_server("127.0.0.1", 0, done, threaded=True)
+    url = f"http://127.0.0.1:{server.server_port}/"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    topic = publisher.create_topic(name=f"projects/{project}/topics/raw").name
+    subscription = f"projects/{project}/subscriptions/raw-push"
+    subscriber.create_subscription(
+        request={
+            "name": subscription,
+            "topic": topic,
+            "push_config": {
+                "push_endpoint": url,
+                "oidc_token": {"service_account_email": PUSHER, "audience": url},
+            },
+            "ack_deadline_seconds": 60,
+        }
+    )
+    started = time.perf_counter()
+    for future in [publisher.publish(topic, f"raw-{n}".encode()) for n in range(count)]:
+        future.result(timeout=60)
+    done.wait_for(count, timeout_s=600)
+    elapsed = time.perf_counter() - started
+    subscriber.delete_subscription(subscription=subscription)
+    server.shutdown()
+    thread.join(timeout=5)
+    return done.completed / elapsed
+
+
+def _no_content(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+    start_response("204 No Content", [])
+    return []
 
 
 def _push_concurrency() -> int:

@@ -114,7 +114,7 @@ def test_a_job_reclaimed_before_its_mark_is_refused(
     assert _stored(store, "j").message_id is None
 
 
-def test_batch_marking_bills_one_read_and_one_write_per_job(
+def test_marking_the_claims_this_store_made_bills_one_write_per_job_and_no_read(
     store: FirestoreJobStore,
     clock: FakeClock,
     seed: Callable[..., list[str]],
@@ -124,9 +124,49 @@ def test_batch_marking_bills_one_read_and_one_write_per_job(
     claims = store.claim_due(clock.now(), "run-1", 150)
     firestore_stats.reset()
     marks = store.mark_enqueued_many([(c.job_id, c.generation, f"m-{c.job_id}") for c in claims])
+    counts = firestore_stats.get()
+    assert (counts["document_reads"], counts["document_writes"]) == (0, 150)
+    assert all(m.ok for m in marks)
+    assert {_stored(store, c.job_id).state for c in claims} == {State.ENQUEUED}
+    assert _stored(store, claims[7].job_id).message_id == f"m-{claims[7].job_id}"
+
+
+def test_marking_claims_another_process_made_bills_one_read_and_one_write_per_job(
+    store: FirestoreJobStore,
+    clock: FakeClock,
+    seed: Callable[..., list[str]],
+    firestore_client: Any,
+    firestore_stats: Any,
+) -> None:
+    seed(150)
+    claims = store.claim_due(clock.now(), "run-1", 150)
+    other = FirestoreJobStore(firestore_client, clock)  # a restarted scan: nothing remembered
+    firestore_stats.reset()
+    marks = other.mark_enqueued_many([(c.job_id, c.generation, f"m-{c.job_id}") for c in claims])
     assert all(m.ok for m in marks)
     counts = firestore_stats.get()
     assert (counts["document_reads"], counts["document_writes"]) == (150, 150)
+
+
+def test_a_claim_changed_since_is_refused_by_its_condition_and_marked_by_reading_it(
+    store: FirestoreJobStore, clock: FakeClock, firestore_stats: Any
+) -> None:
+    for job_id in ("a", "b"):
+        store.schedule(new_job(job_id))
+    claims = {c.job_id: c for c in store.claim_due(clock.now(), "run-1", 2)}
+    started = store.start("a", claims["a"].generation, LEASE, WORKER)  # the push came first
+    firestore_stats.reset()
+    marks = store.mark_enqueued_many(
+        [(job_id, claims[job_id].generation, f"m-{job_id}") for job_id in ("a", "b")]
+    )
+    counts = firestore_stats.get()
+    # b: its conditional write; a: refused, then read and written in a transaction.
+    assert (counts["document_reads"], counts["document_writes"]) == (1, 2)
+    assert [m.ok for m in marks] == [True, True]
+    assert _stored(store, "a").state is State.RUNNING  # never moved backwards
+    assert _stored(store, "a").message_id == "m-a"
+    assert _stored(store, "a").lease_token == started.lease_token
+    assert _stored(store, "b").state is State.ENQUEUED
 
 
 def test_a_page_size_below_one_is_refused(store: FirestoreJobStore) -> None:

@@ -151,6 +151,8 @@ def test_storage_failing_briefly_answers_503_then_the_redelivery_completes(
     worker.enqueue(claimed, topic.publish(claimed))
 
     wait_until(_state_is(worker, "job-1", State.COMPLETED), what="job-1 completed")
+    # The record is completed just before the answer goes out: wait for the answer too.
+    wait_until(lambda: worker.counter.statuses[204] >= 1, what="the 204 answer")
 
     assert worker.counter.statuses[503] == 2
     assert worker.counter.statuses[204] == 1
@@ -292,6 +294,7 @@ def test_storage_answering_503_over_http_is_retried_through_pubsub_until_it_reco
         worker.enqueue(claimed, topic.publish(claimed))
 
         wait_until(_state_is(worker, "job-1", State.COMPLETED), what="job-1 completed")
+        wait_until(lambda: worker.counter.statuses[204] >= 1, what="the 204 answer")
 
     assert outage.answered[503] == 2
     assert worker.counter.statuses[503] == 2 and worker.counter.statuses[204] == 1

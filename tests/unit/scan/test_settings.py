@@ -39,6 +39,7 @@ def test_every_key_is_read() -> None:
         "JOBS_SCAN_PUBLISH_TIMEOUT_S": "10",
         "JOBS_CLAIM_TIMEOUT_S": "15m",
         "JOBS_RECLAIM_LIMIT": "100",
+        "JOBS_SCAN_HOUSEKEEPING_INTERVAL_S": "5m",
         "JOBS_METRICS": "LOG",
         "JOBS_SCAN_RUN_RETENTION_S": "7d",
         "JOBS_LOG_LEVEL": "debug",
@@ -60,6 +61,7 @@ def test_every_key_is_read() -> None:
     )
     assert s.limits().enqueued_timeout_s == 5400
     assert s.behind_cloud_run_iam is True
+    assert s.limits().housekeeping_interval_s == 300
 
 
 def test_every_bad_key_is_named_in_one_error() -> None:

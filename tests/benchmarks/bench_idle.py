@@ -1,0 +1,82 @@
+"""Billed Firestore operations of a scan run with nothing due, with 0 and with many future jobs.
+
+Seeds no jobs, then JOBS_BENCH_IDLE_FUTURE (default 100,000) jobs due in 30 days or later, and
+after each prints the billed reads and writes of three consecutive real `Scanner` runs, from
+the emulator's counters: with housekeeping every run (JOBS_SCAN_HOUSEKEEPING_INTERVAL_S=0, the
+default) and with it every 300 s (a new scanner's first run does it; the next two are within
+the interval). The default size is below 1,000,000 because seeding runs at roughly 1,000
+writes/s on a 2-core machine; every query of an idle run is bounded (a limit, or a count of due
+entries only), so its cost does not grow with the number of future jobs.
+Run: `.venv/bin/python -m tests.benchmarks idle` (JOBS_BENCH_IDLE_FUTURE=1000000 for the full
+figure).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from tests.benchmarks import rig
+
+DEFAULT_FUTURE = 100_000
+RUNS = 3
+HOUSEKEEPING_S = 300  # JOBS_SCAN_HOUSEKEEPING_INTERVAL_S for the second scanner
+
+
+def main() -> None:
+    from google.cloud import firestore
+
+    from services.jobs.clock import SystemClock
+    from services.jobs.store import FirestoreJobStore
+
+    future = int(os.environ.get("JOBS_BENCH_IDLE_FUTURE", DEFAULT_FUTURE))
+    project = "bench-idle"
+    with rig.in_process() as emulators:
+        client = firestore.Client(project=project)
+        clock = SystemClock()
+        rig.topic(project)
+        store = FirestoreJobStore(client, clock)
+        scan, publisher = rig.scanner(store, client, project, "jobs", clock)
+        spaced, spaced_publisher = rig.scanner(
+            store, client, project, "jobs", clock, housekeeping_interval_s=HOUSEKEEPING_S
+        )
+        try:
+            _measure(emulators, project, scan, "0 jobs in the store")
+            _measure(emulators, project, spaced, f"0 jobs, housekeeping every {HOUSEKEEPING_S} s")
+            started = time.perf_counter()
+            rig.seed_due(
+                client,
+                future,
+                clock.now() + timedelta(days=30),
+                spacing=timedelta(seconds=1),
+            )
+            print(f"seeded {future:,} future jobs in {time.perf_counter() - started:.0f} s")
+            _measure(emulators, project, scan, f"{future:,} future jobs")
+            _measure(
+                emulators,
+                project,
+                spaced,
+                f"{future:,} future jobs, housekeeping every {HOUSEKEEPING_S} s",
+            )
+        finally:
+            scan.close()
+            publisher.close()
+            spaced.close()
+            spaced_publisher.close()
+            client.close()
+
+
+def _measure(emulators: rig.Emulators, project: str, scan: Any, label: str) -> None:
+    figures = []
+    for _ in range(RUNS):
+        emulators.reset(project)
+        run = scan.run()
+        stats = emulators.billed(project)
+        assert run.claimed == 0, "an idle run claimed something"
+        figures.append(
+            f"{rig.billed_ops(stats)} ({stats['document_reads']} reads, "
+            f"{stats['document_writes']} writes)"
+        )
+    print(f"idle run billed ops, {label}: " + "; ".join(figures))

@@ -1,0 +1,99 @@
+"""Scan throughput against the emulator's raw limit for the same writes and publishes, side by
+side in one process, and their ratio.
+
+raw: N documents updated twice each (what a claim and an enqueue mark write) in 500-write
+commits, 4 commits at a time, while the same N job IDs are published with the scan's own
+`Publisher`. scan: real `Scanner` runs over N due jobs until none is due. Both count from the
+first request to the last answer; seeding is not timed. N: JOBS_BENCH_SCANRAW_JOBS (default
+10,000).
+Run: `.venv/bin/python -m tests.benchmarks scanraw`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from tests.benchmarks import rig
+
+DEFAULT_JOBS = 10_000
+LIMITS: dict[str, Any] = {
+    "time_budget_s": 600,
+    "max_per_run": 2_000,
+    "page_size": 500,
+    "interval_s": 60,
+    "claim_timeout_s": 900,
+}
+
+
+def main() -> None:
+    from google.cloud import firestore
+
+    from services.jobs.clock import SystemClock
+    from services.jobs.publisher import Publisher
+    from services.jobs.store import FirestoreJobStore
+
+    jobs = int(os.environ.get("JOBS_BENCH_SCANRAW_JOBS", DEFAULT_JOBS))
+    with rig.in_process():
+        project = "bench-scanraw"
+        client = firestore.Client(project=project)
+        clock = SystemClock()
+        topic = rig.topic(project)
+        ids = rig.seed_due(client, jobs, clock.now() - timedelta(hours=1), prefix="raw")
+        publisher = Publisher.create(project, "jobs", timeout_s=30)
+        raw_s = _raw(client, publisher, ids)
+        publisher.close()
+        rig.drain_pull(topic.subscriber_client, topic.subscription)
+
+        rig.seed_due(client, jobs, clock.now() - timedelta(hours=1), prefix="scan")
+        store = FirestoreJobStore(client, clock)
+        store.update_control("bench", "benchmark", claim_budget=LIMITS["max_per_run"])
+        scan, scan_publisher = rig.scanner(store, client, project, "jobs", clock, **LIMITS)
+        started = time.perf_counter()
+        published = 0
+        while True:
+            run = scan.run()
+            published += run.published
+            if run.stopped_because != "budget":
+                break
+        scan_s = time.perf_counter() - started
+        scan.close()
+        scan_publisher.close()
+        messages = rig.drain_pull(topic.subscriber_client, topic.subscription)
+        topic.close()
+        client.close()
+    raw_rate, scan_rate = jobs / raw_s, published / scan_s
+    print(
+        f"raw:  {2 * jobs:,} updates in 500-write commits + {jobs:,} publishes in {raw_s:.1f} s"
+        f" = {raw_rate:,.0f} jobs/s ({2 * jobs / raw_s:,.0f} writes/s)"
+    )
+    print(
+        f"scan: {published:,} jobs claimed, published and marked in {scan_s:.1f} s = "
+        f"{scan_rate:,.0f} jobs/s ({len(messages):,} distinct IDs on the topic)"
+    )
+    print(f"scan / raw: {scan_rate / raw_rate:.0%}")
+
+
+def _raw(client: Any, publisher: Any, ids: list[str]) -> float:
+    from services.jobs import schema
+
+    collection = client.collection(schema.JOBS)
+
+    def commit(chunk: list[str], value: str) -> None:
+        batch = client.batch()
+        for job_id in chunk:
+            batch.update(collection.document(job_id), {"state": value})
+        batch.commit()
+
+    chunks = [ids[n : n + 500] for n in range(0, len(ids), 500)]
+    started = time.perf_counter()
+    futures = [publisher.publish(job_id, 1, "raw") for job_id in ids]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda c: commit(c, "claimed"), chunks))
+        list(pool.map(lambda c: commit(c, "enqueued"), chunks))
+    for future in futures:
+        future.result(timeout=60)
+    return time.perf_counter() - started

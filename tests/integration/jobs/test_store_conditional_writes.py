@@ -1,0 +1,122 @@
+"""The enqueue mark (a claim this store made) and the completion (with its delivery's basis) as
+one write conditioned on the previous write's update_time: the cost of a whole job when both
+apply, and the transaction each falls back to when it cannot."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+from services.jobs.clock import FakeClock
+from services.jobs.errors import LeaseLost
+from services.jobs.model import Job, Lease, Result
+from services.jobs.state import State
+from services.jobs.store import FirestoreJobStore
+from tests.integration.jobs.conftest import LEASE, WORKER, new_job
+
+
+def _started(store: FirestoreJobStore, job_id: str, **extra: Any) -> Job:
+    store.schedule(new_job(job_id, **extra))
+    (claim,) = [c for c in store.claim_due(store.clock.now(), "run-1", 100) if c.job_id == job_id]
+    store.mark_enqueued_many([(job_id, claim.generation, f"msg-{job_id}")])
+    return store.start(job_id, claim.generation, LEASE, WORKER)
+
+
+def _lease(job: Job) -> Lease:
+    assert job.lease is not None
+    return job.lease
+
+
+def _reads_writes(stats: Any) -> tuple[int, int]:
+    counts = stats.get()
+    return counts["document_reads"], counts["document_writes"]
+
+
+def test_a_whole_job_costs_six_billed_operations_claim_mark_start_complete(
+    store: FirestoreJobStore, clock: FakeClock, firestore_stats: Any
+) -> None:
+    store.schedule(new_job("j"))
+    firestore_stats.reset()
+    (claim,) = store.claim_due(clock.now(), "run-1", 10)
+    store.mark_enqueued_many([("j", claim.generation, "m-1")])
+    job = store.start("j", claim.generation, LEASE, WORKER)
+    done = store.complete(_lease(job), Result("deleted"), basis=job)
+    # claim 1 read + 1 write; mark 1 write; start 1 read + 1 write; complete 1 write.
+    assert _reads_writes(firestore_stats) == (2, 4)
+    assert done.state is State.COMPLETED
+    stored = store.get("j")
+    assert stored is not None and stored.state is State.COMPLETED
+    assert stored.message_id == "m-1"
+    assert stored.result is not None and stored.result.outcome == "deleted"
+    assert [e.to_state for e in stored.history][-4:] == [
+        State.CLAIMED,
+        State.ENQUEUED,
+        State.RUNNING,
+        State.COMPLETED,
+    ]
+
+
+def test_a_completion_after_a_heartbeat_reads_the_record_in_a_transaction(
+    store: FirestoreJobStore, clock: FakeClock, firestore_stats: Any
+) -> None:
+    job = _started(store, "j")
+    clock.advance(timedelta(seconds=30))
+    beaten = store.extend_lease(_lease(job), LEASE)
+    firestore_stats.reset()
+    done = store.complete(_lease(beaten), Result("deleted"), basis=job)
+    assert _reads_writes(firestore_stats) == (1, 1)
+    assert done.state is State.COMPLETED
+
+
+def test_a_stale_lease_is_refused_even_when_this_store_remembers_the_start(
+    store: FirestoreJobStore, clock: FakeClock
+) -> None:
+    first = _started(store, "j")
+    clock.advance(LEASE + timedelta(seconds=1))
+    second = store.start("j", first.generation, LEASE, "worker-2")  # took the lapsed lease
+    with pytest.raises(LeaseLost):
+        store.complete(_lease(first), Result("deleted"), basis=first)
+    stored = store.get("j")
+    assert stored is not None and stored.state is State.RUNNING
+    assert stored.lease_token == second.lease_token
+
+
+def test_a_cancel_request_after_start_makes_the_conditional_write_fail_over_to_the_rules(
+    store: FirestoreJobStore, firestore_stats: Any
+) -> None:
+    job = _started(store, "j")
+    store.cancel("j", "operator changed their mind", "ops")
+    firestore_stats.reset()
+    done = store.complete(_lease(job), Result("deleted"), basis=job)
+    # Refused by its condition (the cancel request wrote the record): read, then the rules.
+    assert _reads_writes(firestore_stats)[0] == 1
+    stored = store.get("j")
+    assert stored is not None and stored.state is done.state
+
+
+def test_a_completion_without_a_basis_reads_the_record_in_a_transaction(
+    store: FirestoreJobStore,
+    clock: FakeClock,
+    firestore_client: firestore.Client,
+    firestore_stats: Any,
+) -> None:
+    job = _started(store, "j")
+    other = FirestoreJobStore(firestore_client, clock)
+    firestore_stats.reset()
+    other.complete(_lease(job), Result("deleted"))
+    assert _reads_writes(firestore_stats) == (1, 1)
+
+
+def test_an_explicit_key_completes_in_a_transaction_with_its_key_document(
+    store: FirestoreJobStore, firestore_stats: Any, firestore_client: firestore.Client
+) -> None:
+    job = _started(store, "j", idempotency_key="shared-key-1")
+    firestore_stats.reset()
+    store.complete(_lease(job), Result("deleted"), basis=job)
+    # The job and its key document, both read and both written.
+    assert _reads_writes(firestore_stats) == (2, 2)
+    key = firestore_client.collection("idempotency").document("shared-key-1").get()
+    assert key.get("outcome") == "deleted"

@@ -1,0 +1,71 @@
+"""What a scan run with nothing due bills, from the emulator's counters, with and without the
+housekeeping interval; and that housekeeping still comes round."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from tests.integration.scan.conftest import T0, Rig
+
+
+def _billed(stats: Any) -> int:
+    counts = stats.get()
+    return int(counts["document_reads"] + counts["document_writes"])
+
+
+def _runs_recorded(rig: Rig) -> int:
+    return sum(1 for _ in rig.client.collection("scan_runs").stream())
+
+
+def test_with_an_interval_an_idle_run_bills_two_operations_whatever_the_store_holds(
+    scan_rig: Callable[..., Rig], firestore_stats: Any
+) -> None:
+    rig = scan_rig(housekeeping_interval_s=300)
+    rig.scan()  # the instance's first run does its housekeeping
+    firestore_stats.reset()
+    rig.clock.advance(timedelta(seconds=60))
+    empty = rig.scan()
+    assert _billed(firestore_stats) == 2  # the control document and the claim query
+    rig.seed(300, due_at=T0 + timedelta(days=30))  # future jobs only
+    firestore_stats.reset()
+    rig.clock.advance(timedelta(seconds=60))
+    busy = rig.scan()
+    assert _billed(firestore_stats) == 2
+    assert (empty["claimed"], busy["claimed"]) == (0, 0)
+    assert busy["due_count"] == 0
+
+
+def test_without_an_interval_every_run_does_its_housekeeping(
+    scan_rig: Callable[..., Rig], firestore_stats: Any
+) -> None:
+    rig = scan_rig()
+    rig.scan()
+    rig.seed(300, due_at=T0 + timedelta(days=30))
+    firestore_stats.reset()
+    rig.clock.advance(timedelta(seconds=60))
+    rig.scan()
+    # control, 3 rescuer queries, 2 due_at type checks (1 read each with future jobs), the
+    # claim query, 2 limit-1 and 3 count queries, and the scan_runs document.
+    assert _billed(firestore_stats) == 13
+    assert _runs_recorded(rig) == 2
+
+
+def test_housekeeping_comes_round_after_the_interval_and_reclaims_a_stuck_claim(
+    scan_rig: Callable[..., Rig],
+) -> None:
+    rig = scan_rig(housekeeping_interval_s=900)  # the claim timeout is 600 s
+    [job_id] = rig.seed(1, due_at=T0)
+    # A claim abandoned by a run that died (claimed, never published).
+    rig.store.claim_due(rig.clock.now(), "dead-run", 1)
+    first = rig.scan()
+    assert first["claimed"] == 0  # too early to reclaim
+    rig.clock.advance(timedelta(seconds=700))
+    assert rig.scan()["claimed"] == 0  # past the claim timeout, but within the interval
+    assert _runs_recorded(rig) == 1  # the idle run wrote no scan_runs document
+    rig.clock.advance(timedelta(seconds=250))  # 950 s since the first housekeeping
+    third = rig.scan()
+    assert third["reclaimed"] == 1 and third["claimed"] == 1
+    assert rig.pull()[job_id] == 1
+    assert _runs_recorded(rig) == 2
