@@ -153,6 +153,8 @@ DOCUMENT_FIELDS: dict[str, tuple[str, ...]] = {
         "message_id",
         "lease_until",
         "lease_owner",
+        "lease_token",
+        "progress",
         "cancel_requested",
         "result",
         "last_error",
