@@ -20,6 +20,12 @@ import pulumi
 from infra.cron import parse_cron
 from infra.errors import CronError, InfraConfigError
 from services.scan.settings import MIN_ENQUEUED_TIMEOUT_S
+from services.worker.deadline import HEARTBEATS_PER_LEASE
+from services.worker.settings import (
+    DEFAULT_DEADLINE_MARGIN_S,
+    DEFAULT_MAX_DELIVERY_S,
+    MAX_MAX_DELIVERY_S,
+)
 
 Kind = Literal["int", "bool", "str", "list"]
 
@@ -76,6 +82,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("claimTimeoutS", "int", 600, 16, _DAY, "claim age before the reclaimer takes it"),
     Setting("workerRequestTimeoutS", "int", 240, 1, 600, "worker Cloud Run request timeout"),
     Setting("workerLeaseS", "int", 270, 5, 600, "worker lease (request timeout < it < ack)"),
+    Setting(
+        "workerMaxDeliveryS",
+        "int",
+        0,
+        0,
+        MAX_MAX_DELIVERY_S,
+        "longest one delivery acts (< workerRequestTimeoutS); 0: 3/4 of it, at most "
+        f"{DEFAULT_MAX_DELIVERY_S}",
+    ),
+    Setting(
+        "workerDeadlineMarginS",
+        "int",
+        0,
+        0,
+        600,
+        "how long before its lease ends an action stops (< workerLeaseS / 3); 0: "
+        f"{DEFAULT_DEADLINE_MARGIN_S}, or less for a short lease",
+    ),
     Setting(
         "retryLaterDelayS", "int", 30 * _DAY, 60, 3650 * _DAY, "delay of a retry-later outcome"
     ),
@@ -172,6 +196,8 @@ class StackConfig:
     claim_timeout_s: int
     worker_request_timeout_s: int
     worker_lease_s: int
+    worker_max_delivery_s: int
+    worker_deadline_margin_s: int
     retry_later_delay_s: int
     retry_later_after_attempts: int
     push_ack_deadline_s: int
@@ -252,6 +278,8 @@ def parse_config(
         claim_timeout_s=values["claimTimeoutS"],
         worker_request_timeout_s=values["workerRequestTimeoutS"],
         worker_lease_s=values["workerLeaseS"],
+        worker_max_delivery_s=worker_max_delivery_s(values),
+        worker_deadline_margin_s=worker_deadline_margin_s(values),
         retry_later_delay_s=values["retryLaterDelayS"],
         retry_later_after_attempts=values["retryLaterAfterAttempts"],
         push_ack_deadline_s=values["pushAckDeadlineS"],
@@ -376,6 +404,7 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
             f"{values['pushAckDeadlineS']}: a redelivery after the ack deadline must find the "
             "lease expired"
         )
+    _check_worker_deadlines(values, errors)
     if values["retryLaterAfterAttempts"] >= values["deadLetterAttempts"]:
         errors.append(
             f"retryLaterAfterAttempts={values['retryLaterAfterAttempts']} must be less than "
@@ -416,6 +445,51 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
         if not _SERVICE_ACCOUNT.match(email):
             errors.append(f"apiCallers: {email!r} is not a service account email")
     return _check_schedule(values["schedule"], errors)
+
+
+def _check_worker_deadlines(values: dict[str, Any], errors: list[str]) -> None:
+    """The worker's own deadlines against Cloud Run's and the lease's."""
+    max_delivery = worker_max_delivery_s(values)
+    timeout = values["workerRequestTimeoutS"]
+    if max_delivery < 1:
+        errors.append(
+            f"workerRequestTimeoutS={timeout} leaves no whole second for a delivery to act in "
+            "(workerMaxDeliveryS 0 takes 3/4 of it): raise it"
+        )
+    elif max_delivery >= timeout:
+        # Cloud Run answers the push 504 at its request timeout and lets the handler run on
+        # (https://cloud.google.com/run/docs/configuring/request-timeout): a delivery must
+        # stop and answer before then, or Pub/Sub redelivers while it still acts.
+        errors.append(
+            f"workerMaxDeliveryS={max_delivery} must be less than "
+            f"workerRequestTimeoutS={timeout}: a delivery must stop and answer before Cloud "
+            "Run gives up on its request"
+        )
+    margin_limit = values["workerLeaseS"] // HEARTBEATS_PER_LEASE
+    if worker_deadline_margin_s(values) >= margin_limit:
+        errors.append(
+            f"workerDeadlineMarginS={values['workerDeadlineMarginS']} must be less than "
+            f"workerLeaseS / {HEARTBEATS_PER_LEASE} = {margin_limit}: a heartbeat (every "
+            "third of the lease) must come before the action's stop"
+        )
+
+
+def worker_max_delivery_s(values: Mapping[str, Any]) -> int:
+    """workerMaxDeliveryS, or when 0, 3/4 of the request timeout (at most the worker's
+    default): a quarter of the request left to write the outcome and answer."""
+    if values["workerMaxDeliveryS"]:
+        return int(values["workerMaxDeliveryS"])
+    return min(DEFAULT_MAX_DELIVERY_S, values["workerRequestTimeoutS"] * 3 // 4)
+
+
+def worker_deadline_margin_s(values: Mapping[str, Any]) -> int:
+    """workerDeadlineMarginS, or when 0, the worker's default where the lease allows it (the
+    worker's own rule for an unset JOBS_WORKER_DEADLINE_MARGIN_S)."""
+    if values["workerDeadlineMarginS"]:
+        return int(values["workerDeadlineMarginS"])
+    return max(
+        0, min(DEFAULT_DEADLINE_MARGIN_S, values["workerLeaseS"] // HEARTBEATS_PER_LEASE - 1)
+    )
 
 
 def pubsub_retry_path_s(attempts: int, ack_deadline_s: int, max_backoff_s: int) -> int:

@@ -70,6 +70,8 @@ WORKER_VARIABLES: tuple[str, ...] = (
     worker.WORKER_AUDIENCE,
     worker.WORKER_ALLOWED_INVOKERS,
     worker.WORKER_LEASE_S,
+    worker.WORKER_MAX_DELIVERY_S,
+    worker.WORKER_DEADLINE_MARGIN_S,
     worker.RETRY_LATER_DELAY_S,
     worker.WORKER_RETRY_LATER_AFTER_ATTEMPTS,
     worker.MEDIA_BUCKET,
@@ -114,6 +116,9 @@ def worker_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulu
         worker.WORKER_AUDIENCE: wiring.worker_url,
         worker.WORKER_ALLOWED_INVOKERS: wiring.push_invoker_email,  # comma-separated emails
         worker.WORKER_LEASE_S: str(config.worker_lease_s),
+        # Below the request timeout and a third of the lease (infra/config.py checks both).
+        worker.WORKER_MAX_DELIVERY_S: str(config.worker_max_delivery_s),
+        worker.WORKER_DEADLINE_MARGIN_S: str(config.worker_deadline_margin_s),
         worker.RETRY_LATER_DELAY_S: str(config.retry_later_delay_s),
         worker.WORKER_RETRY_LATER_AFTER_ATTEMPTS: str(config.retry_later_after_attempts),
         worker.MEDIA_BUCKET: config.media_bucket,

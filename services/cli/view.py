@@ -124,6 +124,7 @@ class Snapshot:
                     "claimed": r.claimed,
                     "published": r.published,
                     "publish_failed": r.publish_failed,
+                    "failure": r.failure.to_document() if r.failure else None,
                 }
                 for r in self.runs
             ],
@@ -193,6 +194,13 @@ def _rates(s: Snapshot) -> Table:
     return grid
 
 
+def _stopped(run: ScanRun) -> str:
+    """The stop reason, and for a run that failed, the status and error kind it failed with."""
+    if run.failure is None:
+        return run.stopped_because
+    return f"{run.stopped_because}: failed {run.failure.status} {run.failure.kind}"
+
+
 def _runs(s: Snapshot) -> Table:
     table = Table(title="last scan runs", title_justify="left")
     for header in ("started", "stopped", "budget", "claimed", "published", "failed"):
@@ -200,7 +208,7 @@ def _runs(s: Snapshot) -> Table:
     for run in s.runs:
         table.add_row(
             run.started_at.strftime("%H:%M:%S"),
-            run.stopped_because,
+            _stopped(run),
             f"{run.budget:,}",
             f"{run.claimed:,}",
             f"{run.published:,}",

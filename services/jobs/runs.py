@@ -1,7 +1,10 @@
 """The `scan_runs` collection: one document per scan run, kept for a while (TTL on expire_at).
 
 The scan writes a run's counts, duration, stop reason and the IDs whose publish failed; the
-operator CLI reads them back to see the drain rate after a pause. Document ID = run ID.
+operator CLI reads them back to see the drain rate after a pause. Document ID = run ID. A run
+that failed (the scan answered 500 or 503) also carries its `failure`: the status, an error kind
+and a bounded message; the scan's HTTP entry point writes it, best effort (when Firestore itself
+is down that write fails too, and the scan's log line is the only record).
 """
 
 from __future__ import annotations
@@ -22,9 +25,39 @@ logger = logging.getLogger(__name__)
 # (the records themselves carry the error), so it stays far below Firestore's 1 MiB limit.
 MAX_FAILED_IDS = 100
 
+# A failure's message is an exception's text (a gRPC status can carry a long debug string);
+# the run document keeps its head.
+MAX_FAILURE_MESSAGE = 500
+
 
 class RunLogError(Exception):
     """The scan run log could not be read or written."""
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """Why a run failed: the HTTP status the scan answered, an error kind (`firestore_unavailable`,
+    `firestore_refused`, `pubsub_unavailable`, `crashed`) and the error's message, bounded."""
+
+    status: int
+    kind: str
+    message: str
+
+    @classmethod
+    def of(cls, status: int, kind: str, message: str) -> RunFailure:
+        return cls(status, kind, bounded(message, MAX_FAILURE_MESSAGE))
+
+    def to_document(self) -> dict[str, Any]:
+        return {"status": self.status, "kind": self.kind, "message": self.message}
+
+    @classmethod
+    def from_document(cls, data: Mapping[str, Any]) -> RunFailure:
+        return cls.of(int(data["status"]), str(data["kind"]), str(data.get("message", "")))
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text`, cut to at most `limit` characters with an ellipsis when it was longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -51,6 +84,7 @@ class ScanRun:
     stale_enqueued: int = 0
     oldest_enqueued_age_s: float = 0.0
     quarantined: int = 0  # undecodable job documents moved aside (failed, invalid_record)
+    failure: RunFailure | None = None  # set when the scan answered 500 or 503 for this run
 
     @property
     def duration_s(self) -> float:
@@ -88,6 +122,7 @@ class ScanRun:
             "drain_rate_per_s": self.drain_rate_per_s,
             "failed_ids": list(self.failed_ids[:MAX_FAILED_IDS]),
             "failed_ids_truncated": len(self.failed_ids) > MAX_FAILED_IDS,
+            "failure": self.failure.to_document() if self.failure else None,
             schema.EXPIRE_AT: self.finished_at + retention,
         }
 
@@ -114,27 +149,43 @@ class ScanRun:
             stale_enqueued=int(data.get("stale_enqueued", 0)),
             oldest_enqueued_age_s=float(data.get("oldest_enqueued_age_s", 0.0)),
             quarantined=int(data.get("quarantined", 0)),
+            failure=RunFailure.from_document(failure) if (failure := data.get("failure")) else None,
         )
 
 
 class ScanRunLog:
-    """Writes and reads `scan_runs` documents with a `google.cloud.firestore.Client`."""
+    """Writes and reads `scan_runs` documents with a `google.cloud.firestore.Client`.
+
+    `timeout_s` bounds each write (each attempt, and its retries to twice that), so recording a
+    failed run while Firestore is down cannot hold the scan's answer for the client's minute.
+    """
 
     def __init__(
-        self, client: Any, *, retention: timedelta, collection: str = schema.SCAN_RUNS
+        self,
+        client: Any,
+        *,
+        retention: timedelta,
+        collection: str = schema.SCAN_RUNS,
+        timeout_s: float | None = None,
     ) -> None:
         if retention <= timedelta(0):
             raise ValueError(f"retention must be positive, got {retention}")
         self._client = client
         self._retention = retention
         self._collection = collection
+        self._bounds: dict[str, Any] = {}
+        if timeout_s is not None:
+            from services.jobs.transactions import CallBounds
+
+            # A set is idempotent, so the read bounds' retry of transient errors is safe here.
+            self._bounds = CallBounds(timeout_s).kwargs
 
     def record(self, run: ScanRun) -> None:
         """Write (or overwrite) the document of `run`."""
         doc = self._client.collection(self._collection).document(run.run_id)
         try:
-            doc.set(run.to_document(self._retention))
-        except gexc.GoogleAPICallError as exc:
+            doc.set(run.to_document(self._retention), **self._bounds)
+        except gexc.GoogleAPIError as exc:  # a call's error, or RetryError once bounds run out
             raise RunLogError(f"could not record scan run {run.run_id}: {exc}") from exc
 
     def get(self, run_id: str) -> ScanRun | None:

@@ -11,13 +11,19 @@ method other than POST; 503 when Firestore, Pub/Sub or the token certs cannot be
 refuses for a reason retrying cannot fix (permissions, index, database: a configuration error,
 not an outage); 500, after one ERROR line with event `scan_crashed`, for anything unexpected.
 The token never appears in a log line.
+
+A run that answers 500 or 503 once authenticated is recorded here in `scan_runs` with its
+`failure` (status, error kind, bounded message), so `jobsctl runs` lists it. Best effort: when
+Firestore itself is down that write fails too, and the run's ERROR line is its only record
+(a WARNING with event `scan_run_unrecorded` says so).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -37,11 +43,12 @@ from services.jobs.auth import (
 from services.jobs.clock import Clock, SystemClock
 from services.jobs.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink, build_sink
 from services.jobs.publisher import Publisher
-from services.jobs.runs import ScanRunLog
+from services.jobs.runs import RunFailure, RunLogError, ScanRun, ScanRunLog
 from services.scan.scanner import (
     JobPublisher,
     QueueUnreachable,
     RunRecorder,
+    ScanError,
     Scanner,
     ScanStore,
     StoreRefused,
@@ -57,6 +64,16 @@ EXTENSION_KEY = "deferred_jobs.scan"
 
 # The event of the one ERROR line written before an unexpected 500.
 EVENT_SCAN_CRASHED = "scan_crashed"
+# The WARNING when a failed run's record could not be written: its log lines are the record.
+EVENT_SCAN_RUN_UNRECORDED = "scan_run_unrecorded"
+
+# The error kinds of a failed run's record, by the exception that failed it.
+FAILURE_KINDS: tuple[tuple[type[Exception], HTTPStatus, str], ...] = (
+    (StoreUnreachable, HTTPStatus.SERVICE_UNAVAILABLE, "firestore_unavailable"),
+    (StoreRefused, HTTPStatus.INTERNAL_SERVER_ERROR, "firestore_refused"),
+    (QueueUnreachable, HTTPStatus.SERVICE_UNAVAILABLE, "pubsub_unavailable"),
+    (Exception, HTTPStatus.INTERNAL_SERVER_ERROR, "crashed"),
+)
 
 
 class Verifier(Protocol):
@@ -68,11 +85,19 @@ class Verifier(Protocol):
 class ScanHandler:
     """Turns one HTTP request into at most one scan run and a JSON response."""
 
-    def __init__(self, scanner: Scanner, verifier: Verifier, clock: Clock, project: str):
+    def __init__(
+        self,
+        scanner: Scanner,
+        verifier: Verifier,
+        clock: Clock,
+        project: str,
+        runs: RunRecorder | None = None,
+    ):
         self.scanner = scanner
         self._verifier = verifier
         self._clock = clock
         self._project = project
+        self._runs = runs
 
     def handle(self, request: flask.Request) -> flask.Response:
         run_id = Scanner.new_run_id(self._clock.now())
@@ -108,24 +133,38 @@ class ScanHandler:
         except TriggerError as exc:
             logger.warning("bad scan request: %s", exc)
             return _json(HTTPStatus.BAD_REQUEST, {"error": "bad request", "detail": str(exc)})
+        started_at = self._clock.now()
         try:
             run = self.scanner.run(dry_run=trigger.dry_run, run_id=run_id)
-        except StoreUnreachable as exc:
-            return _unavailable("firestore unavailable", exc)
-        except StoreRefused as exc:
-            # A configuration error: 500, so Cloud Scheduler records a failure, with its own
-            # ERROR event, never read as an outage.
-            fields = {LOG_EVENT: EVENT_STORE_REJECTED, "error_type": type(exc.__cause__).__name__}
-            if exc.run is not None:
-                fields.update(log_fields(exc.run), **{LOG_EVENT: EVENT_STORE_REJECTED})
-            logger.error("scan run stopped: Firestore refused: %s", exc, extra={"fields": fields})
-            refused: dict[str, Any] = {"error": "firestore refused", "detail": str(exc)}
-            if exc.run is not None:
-                refused.update(response_body(exc.run))
-            return _json(HTTPStatus.INTERNAL_SERVER_ERROR, refused)
-        except QueueUnreachable as exc:
-            return _unavailable("pubsub unavailable", exc)
+        except Exception as exc:
+            # Recorded first, whatever the failure: a crash is re-raised below, to the last
+            # resort in handle().
+            self._record_failure(run_id, started_at, exc)
+            return _failure_response(exc, run_id)
         return _json(HTTPStatus.OK, response_body(run))
+
+    def _record_failure(self, run_id: str, started_at: datetime, exc: Exception) -> None:
+        """Best effort: write the failed run's record; its log lines stay the record if not."""
+        if self._runs is None:
+            return
+        failed = failed_run(run_id, started_at, self._clock.now(), exc)
+        try:
+            self._runs.record(failed)
+        except RunLogError as err:
+            # Firestore is likely the cause of the failure too; never mask the run's answer.
+            assert failed.failure is not None
+            logger.warning(
+                "could not record the failed scan run; its log lines are its record: %s",
+                err,
+                extra={
+                    "fields": {
+                        LOG_EVENT: EVENT_SCAN_RUN_UNRECORDED,
+                        "run_id": run_id,
+                        "status": failed.failure.status,
+                        "error_kind": failed.failure.kind,
+                    }
+                },
+            )
 
     def _authenticate(self, request: flask.Request) -> flask.Response | None:
         try:
@@ -147,9 +186,43 @@ class ScanHandler:
         return None
 
 
-def _unavailable(error: str, exc: StoreUnreachable | QueueUnreachable) -> flask.Response:
+def failed_run(run_id: str, started_at: datetime, finished_at: datetime, exc: Exception) -> ScanRun:
+    """The record of a run that failed with `exc`: what it did, when the scanner knew, and why."""
+    status, kind = next((s, k) for t, s, k in FAILURE_KINDS if isinstance(exc, t))
+    failure = RunFailure.of(int(status), kind, str(exc) or type(exc).__qualname__)
+    known = exc.run if isinstance(exc, ScanError) else None
+    if known is not None:
+        return dataclasses.replace(known, failure=failure)
+    # Failed before the scanner had a tally (the control read, or a crash): no counts.
+    return ScanRun(run_id, started_at, finished_at, "unavailable", failure=failure)
+
+
+def _failure_response(exc: Exception, run_id: str) -> flask.Response:
+    """The answer to a run that failed with `exc` (its run ID always, so the answer and the
+    run's record meet); re-raises what no status describes."""
+    if isinstance(exc, StoreUnreachable):
+        return _unavailable("firestore unavailable", exc, run_id)
+    if isinstance(exc, QueueUnreachable):
+        return _unavailable("pubsub unavailable", exc, run_id)
+    if not isinstance(exc, StoreRefused):
+        raise exc
+    # A configuration error: 500, so Cloud Scheduler records a failure, with its own ERROR
+    # event, never read as an outage.
+    fields = {LOG_EVENT: EVENT_STORE_REJECTED, "error_type": type(exc.__cause__).__name__}
+    if exc.run is not None:
+        fields.update(log_fields(exc.run), **{LOG_EVENT: EVENT_STORE_REJECTED})
+    logger.error("scan run stopped: Firestore refused: %s", exc, extra={"fields": fields})
+    refused: dict[str, Any] = {"error": "firestore refused", "detail": str(exc), "run_id": run_id}
+    if exc.run is not None:
+        refused.update(response_body(exc.run))
+    return _json(HTTPStatus.INTERNAL_SERVER_ERROR, refused)
+
+
+def _unavailable(
+    error: str, exc: StoreUnreachable | QueueUnreachable, run_id: str
+) -> flask.Response:
     logger.error("scan run failed: %s: %s", error, exc)
-    body: dict[str, Any] = {"error": error, "detail": str(exc)}
+    body: dict[str, Any] = {"error": error, "detail": str(exc), "run_id": run_id}
     if exc.run is not None:
         body.update(response_body(exc.run))
     return _json(HTTPStatus.SERVICE_UNAVAILABLE, body)
@@ -185,7 +258,11 @@ def create_app(
     if store is None:
         store = _store(firestore_client, clock, settings)
     if runs is None:
-        runs = ScanRunLog(firestore_client, retention=timedelta(seconds=settings.run_retention_s))
+        runs = ScanRunLog(
+            firestore_client,
+            retention=timedelta(seconds=settings.run_retention_s),
+            timeout_s=settings.firestore_timeout_s,
+        )
     if publisher is None:
         publisher = Publisher.create(
             settings.project, settings.topic, timeout_s=settings.publish_timeout_s
@@ -207,7 +284,7 @@ def create_app(
         runs=runs,
         metrics=metrics or build_sink(settings.metrics, settings.project),
     )
-    handler = ScanHandler(scanner, verifier, clock, settings.project)
+    handler = ScanHandler(scanner, verifier, clock, settings.project, runs)
     app = flask.Flask(__name__)
     app.extensions[EXTENSION_KEY] = handler
     app.add_url_rule(

@@ -112,6 +112,18 @@ def test_values_at_the_edges_of_their_ranges_are_accepted(overrides: dict[str, A
         ),
         ({"minBackoffS": 60, "maxBackoffS": 30}, "minBackoffS=60 must be at most maxBackoffS=30"),
         ({"workerLeaseS": 240, "workerRequestTimeoutS": 240}, "workerLeaseS=240 must exceed"),
+        (
+            {"workerMaxDeliveryS": 240, "workerRequestTimeoutS": 240},
+            "workerMaxDeliveryS=240 must be less than workerRequestTimeoutS=240",
+        ),
+        (
+            {"workerDeadlineMarginS": 90, "workerLeaseS": 270},
+            "workerDeadlineMarginS=90 must be less than workerLeaseS / 3 = 90",
+        ),
+        (
+            {"workerRequestTimeoutS": 1, "workerLeaseS": 5, "pushAckDeadlineS": 10},
+            "workerRequestTimeoutS=1 leaves no whole second for a delivery",
+        ),
         ({"claimTimeoutS": 180, "scanAttemptDeadlineS": 180}, "claimTimeoutS=180 must exceed"),
         ({"workerMinInstances": 5, "workerMaxInstances": 2}, "workerMinInstances=5"),
         (
@@ -258,3 +270,24 @@ def test_pulumi_project_points_main_at_infra() -> None:
     assert "name: deferred-jobs" in text
     assert "main: infra/" in text
     assert Path(ROOT / "infra" / "__main__.py").is_file()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "max_delivery_s", "margin_s"),
+    [
+        ({}, 180, 5),  # the defaults: the worker's own
+        ({"workerRequestTimeoutS": 120, "workerLeaseS": 150}, 90, 5),  # 3/4 of the request
+        ({"pushAckDeadlineS": 10, "workerRequestTimeoutS": 5, "workerLeaseS": 9}, 3, 2),
+        ({"workerMaxDeliveryS": 200, "workerDeadlineMarginS": 30}, 200, 30),
+    ],
+)
+def test_the_workers_deadlines_default_inside_the_request_timeout_and_the_lease(
+    overrides: dict[str, Any], max_delivery_s: int, margin_s: int
+) -> None:
+    config = parse_config({**MINIMAL, **overrides})
+    assert (config.worker_max_delivery_s, config.worker_deadline_margin_s) == (
+        max_delivery_s,
+        margin_s,
+    )
+    assert config.worker_max_delivery_s < config.worker_request_timeout_s
+    assert config.worker_deadline_margin_s < config.worker_lease_s / 3

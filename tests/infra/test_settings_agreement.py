@@ -37,9 +37,14 @@ def accepted_configs(draw: st.DrawFn) -> dict[str, Any]:
     deadline = draw(st.integers(15, 1800))
     budget = draw(st.integers(1, deadline - 2))
     ack = draw(st.integers(10, 600))
-    # request timeout < lease < ack deadline
-    request = draw(st.integers(1, ack - 2))
+    # request timeout < lease < ack deadline; a delivery acts a whole second at least, so
+    # the request timeout is 2 s or more
+    request = draw(st.integers(2, ack - 2))
     lease = draw(st.integers(max(5, request + 1), ack - 1))
+    # 0 (automatic) or explicit, below the request timeout and a third of the lease
+    max_delivery = draw(st.sampled_from([0, draw(st.integers(1, request - 1))]))
+    margins = [0] + ([draw(st.integers(1, lease // 3 - 1))] if lease // 3 > 1 else [])
+    margin = draw(st.sampled_from(margins))
     dead_letter = draw(st.integers(5, 100))
     return {
         "image": "img",
@@ -55,6 +60,8 @@ def accepted_configs(draw: st.DrawFn) -> dict[str, Any]:
         "pushAckDeadlineS": ack,
         "workerRequestTimeoutS": request,
         "workerLeaseS": lease,
+        "workerMaxDeliveryS": max_delivery,
+        "workerDeadlineMarginS": margin,
         "retryLaterDelayS": draw(st.integers(60, 3650 * 86_400)),
         "deadLetterAttempts": dead_letter,
         "retryLaterAfterAttempts": draw(st.integers(1, dead_letter - 1)),
@@ -77,7 +84,16 @@ def test_every_accepted_stack_config_gives_environments_the_services_accept(
     config = parse_config(values)
     # WIRING holds plain strings, so every value here is a str.
     ScanSettings.from_env({k: str(v) for k, v in env.scan_environment(config, WIRING).items()})
-    WorkerSettings.from_env({k: str(v) for k, v in env.worker_environment(config, WIRING).items()})
+    worker = WorkerSettings.from_env(
+        {k: str(v) for k, v in env.worker_environment(config, WIRING).items()}
+    )
+    # What the worker reads keeps its deadlines inside Cloud Run's and the lease's.
+    assert 1 <= worker.max_delivery_s < config.worker_request_timeout_s
+    assert 0 <= worker.deadline_margin_s < worker.lease_s / 3
+    assert (worker.max_delivery_s, worker.deadline_margin_s) == (
+        values["workerMaxDeliveryS"] or worker.max_delivery_s,
+        values["workerDeadlineMarginS"] or worker.deadline_margin_s,
+    )
     if config.api_callers:  # no callers: no api service (infra/api.py)
         api = ApiSettings.from_env({k: str(v) for k, v in api_environment(config, API_URL).items()})
         assert api.allowed_callers == frozenset(config.api_callers)

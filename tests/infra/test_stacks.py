@@ -149,6 +149,33 @@ def test_push_ack_deadline_covers_the_worker_request_timeout(stack: StackRun) ->
     assert timeout < lease < ack
 
 
+def test_the_workers_deadlines_end_a_delivery_before_cloud_run_and_the_lease_do(
+    stack: StackRun,
+) -> None:
+    # Cloud Run answers 504 at its request timeout and lets the handler run on
+    # (https://cloud.google.com/run/docs/configuring/request-timeout): the delivery stops first.
+    environ = _envs(stack, "worker")
+    timeout = _seconds(_service(stack, "worker")["template"]["timeout"])
+    max_delivery = int(environ[worker_keys.WORKER_MAX_DELIVERY_S])
+    margin = int(environ[worker_keys.WORKER_DEADLINE_MARGIN_S])
+    lease = int(environ[worker_keys.WORKER_LEASE_S])
+    assert 1 <= max_delivery < timeout
+    assert 0 <= margin < lease / 3  # a heartbeat (every third of the lease) before the stop
+
+
+def test_an_enqueued_job_is_rescued_only_after_pub_sub_stopped_redelivering_it(
+    stack: StackRun,
+) -> None:
+    # Every delivery may run to the ack deadline and every wait be the longest backoff
+    # (https://cloud.google.com/pubsub/docs/handling-failures): past that the message is
+    # dead-lettered or lost, and only then may the scan's rescuer publish the job again.
+    push = _push_subscription(stack)
+    attempts = push["deadLetterPolicy"]["maxDeliveryAttempts"]
+    backoff = _seconds(push["retryPolicy"]["maximumBackoff"])
+    path = attempts * push["ackDeadlineSeconds"] + (attempts - 1) * backoff
+    assert int(_envs(stack, "scan")[scan_keys.ENQUEUED_TIMEOUT_S]) > path
+
+
 def test_dead_letter_policy_and_its_iam_are_present(stack: StackRun) -> None:
     push = _push_subscription(stack)
     dead_topic = stack.one(TOPIC, "dead-letter-topic").state

@@ -49,7 +49,7 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         [
             r.started_at,
             r.run_id,
-            run_outcome(r),
+            f"failed {r.failure.status}" if r.failure else run_outcome(r),
             r.stopped_because,
             r.budget,
             r.claimed,
@@ -97,15 +97,25 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         "burst/s: published / the run's duration; effective/s: published / time since the "
         "previous run started (the drain rate)"
     )
-    return Report(data={"runs": data}, text=f"{table(headers, rows)}\n{legend}")
+    reasons = "".join(f"\n{r.run_id}: {failure_reason(r)}" for r in recent if r.failure)
+    return Report(data={"runs": data}, text=f"{table(headers, rows)}\n{legend}{reasons}")
 
 
 def run_outcome(run: ScanRun) -> str:
-    """How the run ended for its caller: `failed` is a run that answered 503 because every
-    publish failed (the scan records it before answering), `partial` one with some failed."""
-    if run.publish_failed and not run.published:
+    """How the run ended for its caller: `failed` is a run that answered 500 or 503 (its record
+    names the status and the error kind; an older record without one, a run whose every
+    publish failed), `partial` one with some publishes failed."""
+    if run.failure is not None or (run.publish_failed and not run.published):
         return "failed"
     return "partial" if run.publish_failed else "ok"
+
+
+def failure_reason(run: ScanRun) -> str:
+    """The line under the table explaining a failed run."""
+    failure = run.failure
+    if failure is None:
+        return ""
+    return f"failed with {failure.status} ({failure.kind}): {failure.message}"
 
 
 def rejected(session: Session, args: argparse.Namespace) -> Report:

@@ -231,7 +231,11 @@ def scan_rig(
             project, TOPIC, timeout_s=settings.publish_timeout_s
         )
         sink = InMemorySink()
-        runs = ScanRunLog(firestore_client, retention=timedelta(seconds=settings.run_retention_s))
+        runs = ScanRunLog(  # as create_app builds it: every write bounded
+            firestore_client,
+            retention=timedelta(seconds=settings.run_retention_s),
+            timeout_s=settings.firestore_timeout_s,
+        )
         app = create_app(
             settings, clock=clock, store=store, publisher=publisher, metrics=sink, runs=runs
         )

@@ -48,9 +48,13 @@ def test_a_scan_whose_due_records_are_locked_answers_200_contention_not_503(
     assert (body["stopped_because"], body["claimed"]) == ("contention", 0)
     assert rig.states(ids) == {"deferred": 5}
     assert rig.pull() == {}
-    # (Not asserted: that the next run claims them. The built-in emulator lets a waiter whose
-    # client already rolled back take the lock once it is free, and keeps it until the idle
-    # timeout, 60 s; Firestore ends a wait whose RPC was cancelled.)
+    # Once the holder is gone the next run claims every record: the waits that timed out
+    # left no lock behind (Firestore ends a wait whose RPC was cancelled, and so does the
+    # built-in emulator).
+    later = rig.scan()
+    assert (later["claimed"], later["published"], later["stopped_because"]) == (5, 5, "drained")
+    assert rig.states(ids) == {"enqueued": 5}
+    assert rig.pull() == dict.fromkeys(ids, 1)
 
 
 def test_a_locked_expired_lease_never_stops_claiming_the_unrelated_due_jobs(
@@ -72,3 +76,8 @@ def test_a_locked_expired_lease_never_stops_claiming_the_unrelated_due_jobs(
     fields: list[dict[str, Any]] = [getattr(r, "fields", {}) for r in caplog.records]
     assert any(f.get("reason") == "reclaim_skipped" for f in fields)
     assert rig.states(["stuck-000000"]) == {State.RUNNING.value: 1}  # left for a later run
+
+    # The holder gone, the next run reclaims it: the skipped reclaim left no lock behind.
+    later = rig.scan()
+    assert (later["reclaimed"], later["claimed"], later["published"]) == (1, 1, 1), later
+    assert rig.states(["stuck-000000"]) == {"enqueued": 1}  # reclaimed, then claimed again

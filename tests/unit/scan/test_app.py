@@ -21,8 +21,8 @@ from services.jobs.auth import (
 from services.jobs.clock import FakeClock
 from services.jobs.log import JsonFormatter
 from services.jobs.metrics import InMemorySink
-from services.jobs.runs import ScanRun
-from services.scan.app import create_app
+from services.jobs.runs import MAX_FAILURE_MESSAGE, RunLogError, ScanRun
+from services.scan.app import EVENT_SCAN_RUN_UNRECORDED, create_app
 from services.scan.settings import ScanSettings
 from services.scan.summary import SUMMARY_KEYS
 from tests.unit.scan.fakes import T0, FakePublisher, FakeStore
@@ -214,3 +214,91 @@ def test_the_built_store_gets_the_terminal_retention_and_firestore_timeout() -> 
     assert isinstance(store, FirestoreJobStore)
     assert store._rules.retention == timedelta(days=3)
     assert store._bounds.timeout_s == 2.5
+
+
+# --- failed runs are recorded (issue 15, point 7) ---------------------------------------------
+
+
+class DownRecorder:
+    """A run log whose writes fail, as they do when Firestore is what failed the run."""
+
+    def record(self, run: ScanRun) -> None:
+        raise RunLogError(f"could not record scan run {run.run_id}: 503 unavailable")
+
+
+def test_a_run_that_answers_503_before_it_counts_anything_is_recorded_as_failed() -> None:
+    app, _, _, recorder = build(store=FakeStore(unavailable={"get_control"}))
+    response = post(app)
+    assert response.status_code == 503
+    (run,) = recorder.runs
+    assert run.run_id == response.get_json()["run_id"]
+    assert run.failure is not None
+    assert (run.failure.status, run.failure.kind) == (503, "firestore_unavailable")
+    assert "get_control: firestore down" in run.failure.message
+    assert (run.stopped_because, run.claimed, run.published) == ("unavailable", 0, 0)
+
+
+def test_a_run_whose_firestore_went_away_mid_run_keeps_its_counts_in_the_failed_record() -> None:
+    app, _, _, recorder = build(store=FakeStore(due=["a", "b"], unavailable={"backlog"}))
+    response = post(app)
+    assert response.status_code == 503
+    (run,) = recorder.runs
+    assert (run.claimed, run.published) == (2, 2)
+    assert run.failure is not None and run.failure.kind == "firestore_unavailable"
+
+
+def test_a_run_whose_every_publish_failed_is_recorded_again_with_its_failure() -> None:
+    app, _, _, recorder = build(publisher=FakePublisher(fail=lambda _id: True))
+    assert post(app).status_code == 503
+    finished, failed = recorder.runs  # the scanner's record, then the failure's, same run
+    assert finished.run_id == failed.run_id and finished.failure is None
+    assert failed.failure is not None
+    assert (failed.failure.status, failed.failure.kind) == (503, "pubsub_unavailable")
+    assert (failed.publish_failed, failed.published) == (finished.publish_failed, 0)
+
+
+def test_a_crashed_run_is_recorded_with_status_500_and_its_message_bounded() -> None:
+    def crash() -> None:
+        raise RuntimeError("x" * (MAX_FAILURE_MESSAGE * 3))
+
+    app, _, _, recorder = build(store=FakeStore(due=["a"], on_claim=crash))
+    response = post(app)
+    assert response.status_code == 500
+    assert response.get_json()["error"] == "internal error"
+    (run,) = recorder.runs
+    assert run.failure is not None
+    assert (run.failure.status, run.failure.kind) == (500, "crashed")
+    assert len(run.failure.message) == MAX_FAILURE_MESSAGE
+
+
+def test_a_failed_run_that_cannot_be_recorded_still_answers_and_says_so_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = create_app(
+        SETTINGS,
+        clock=FakeClock(T0),
+        store=FakeStore(unavailable={"get_control"}),
+        publisher=FakePublisher(),
+        metrics=InMemorySink(),
+        verifier=FakeVerifier(),
+        runs=DownRecorder(),
+    )
+    caplog.set_level(logging.WARNING)
+    response = post(app)
+    assert response.status_code == 503
+    assert response.get_json()["error"] == "firestore unavailable"
+    (line,) = [
+        r
+        for r in caplog.records
+        if getattr(r, "fields", {}).get("event") == (EVENT_SCAN_RUN_UNRECORDED)
+    ]
+    assert line.fields["status"] == 503  # type: ignore[attr-defined]
+    assert line.fields["error_kind"] == "firestore_unavailable"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("auth", [None, "Bearer other.token.sig", "Bearer certs.down.now"])
+def test_a_request_never_authenticated_leaves_no_run_record(auth: str | None) -> None:
+    # A refused caller started no run; recording one would let anyone write documents.
+    app, _, _, recorder = build()
+    assert post(app, auth=auth).status_code in (401, 403, 503)
+    assert recorder.runs == []

@@ -113,3 +113,20 @@ def test_a_run_that_took_no_time_has_a_zero_drain_rate() -> None:
     run = ScanRun("r0", T0, T0, "paused", published=0)
     assert run.drain_rate_per_s == 0.0
     assert response_body(run)["drain_rate_per_s"] == 0.0
+
+
+def test_a_failed_runs_document_round_trips_its_failure_with_the_message_bounded() -> None:
+    from services.jobs.runs import MAX_FAILURE_MESSAGE, RunFailure
+
+    failure = RunFailure.of(503, "firestore_unavailable", "down " * MAX_FAILURE_MESSAGE)
+    assert len(failure.message) == MAX_FAILURE_MESSAGE and failure.message.endswith("…")
+    run = ScanRun("r1", T0, T0 + timedelta(seconds=1), "unavailable", failure=failure)
+    document = run.to_document(timedelta(days=1))
+    assert document["failure"] == {
+        "status": 503,
+        "kind": "firestore_unavailable",
+        "message": failure.message,
+    }
+    assert document["expire_at"] == run.finished_at + timedelta(days=1)
+    assert ScanRun.from_document(document) == run
+    assert finished_run().to_document(timedelta(days=1))["failure"] is None
