@@ -13,7 +13,6 @@ reuses it.
 from __future__ import annotations
 
 import os
-import threading
 
 import flask
 import functions_framework
@@ -24,9 +23,6 @@ from services.jobs import startup
 from services.jobs.log import configure_logging
 
 SERVICE = "api"
-
-_lock = threading.Lock()
-_handler: ApiHandler | None = None
 
 startup.install_json_errors(functions_framework.errorhandler)
 
@@ -41,14 +37,13 @@ def check() -> int:
     return startup.check_settings(SERVICE, ApiSettings.from_env, os.environ)
 
 
-def _shared_handler() -> ApiHandler:
-    global _handler
-    with _lock:
-        if _handler is None:
-            settings = ApiSettings.from_env(os.environ)
-            configure_logging(settings.log_level)
-            _handler = handler_of(create_app(settings))
-        return _handler
+def _build() -> ApiHandler:
+    settings = ApiSettings.from_env(os.environ)
+    configure_logging(settings.log_level)
+    return handler_of(create_app(settings))
+
+
+_shared_handler = startup.SharedHandler(_build)
 
 
 if __name__ == "__main__":

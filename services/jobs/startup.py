@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
-from typing import IO, Any, Protocol
+from typing import IO, Any, Generic, Protocol, TypeVar
 
 import flask
 from werkzeug.exceptions import HTTPException
@@ -133,3 +134,26 @@ def install_json_errors(register: Callable[[type[Exception]], Any]) -> None:
     """Register `json_error` for every exception with `register` (functions_framework's
     `errorhandler`, which outside functions-framework is a no-op)."""
     register(Exception)(json_error)
+
+
+H = TypeVar("H")
+
+
+class SharedHandler(Generic[H]):
+    """The instance's one handler, built by `build` on the first request and then shared by
+    every request thread: importing an entry point builds no client and reads no setting."""
+
+    def __init__(self, build: Callable[[], H]) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self._handler: H | None = None
+
+    @property
+    def built(self) -> bool:
+        return self._handler is not None
+
+    def __call__(self) -> H:
+        with self._lock:
+            if self._handler is None:
+                self._handler = self._build()
+            return self._handler

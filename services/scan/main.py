@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import threading
 
 import flask
 import functions_framework
@@ -26,9 +25,6 @@ from services.scan.app import ScanHandler, create_app, handler_of
 from services.scan.settings import ScanSettings
 
 SERVICE = "scan"
-
-_lock = threading.Lock()
-_handler: ScanHandler | None = None
 
 startup.install_json_errors(functions_framework.errorhandler)
 
@@ -43,14 +39,6 @@ def check() -> int:
     return startup.check_settings(SERVICE, ScanSettings.from_env, os.environ)
 
 
-def _shared_handler() -> ScanHandler:
-    global _handler
-    with _lock:
-        if _handler is None:
-            _handler = _build()
-        return _handler
-
-
 def _build() -> ScanHandler:
     settings = ScanSettings.from_env()
     configure_logging(settings.log_level)
@@ -59,6 +47,9 @@ def _build() -> ScanHandler:
     )
     atexit.register(publisher.close)
     return handler_of(create_app(settings, publisher=publisher))
+
+
+_shared_handler = startup.SharedHandler(_build)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ the first request and then shared by every request of the instance.
 from __future__ import annotations
 
 import os
-import threading
 
 import flask
 import functions_framework
@@ -23,9 +22,6 @@ from services.worker.app import PushHandler, create_app, handler_of
 from services.worker.settings import WorkerSettings
 
 SERVICE = "worker"
-
-_lock = threading.Lock()
-_handler: PushHandler | None = None
 
 startup.install_json_errors(functions_framework.errorhandler)
 
@@ -40,14 +36,13 @@ def check() -> int:
     return startup.check_settings(SERVICE, WorkerSettings.from_env, os.environ)
 
 
-def _shared_handler() -> PushHandler:
-    global _handler
-    with _lock:
-        if _handler is None:
-            settings = WorkerSettings.from_env(os.environ)
-            configure_logging(settings.log_level)
-            _handler = handler_of(create_app(settings))
-        return _handler
+def _build() -> PushHandler:
+    settings = WorkerSettings.from_env(os.environ)
+    configure_logging(settings.log_level)
+    return handler_of(create_app(settings))
+
+
+_shared_handler = startup.SharedHandler(_build)
 
 
 if __name__ == "__main__":

@@ -6,5 +6,5 @@ import importlib
 def test_importing_the_entry_point_builds_nothing_and_reads_no_environment() -> None:
     # The test environment has no JOBS_ variables: an import that read settings would fail.
     main = importlib.import_module("services.scan.main")
-    assert main._handler is None
+    assert not main._shared_handler.built
     assert callable(main.scan)

@@ -9,7 +9,7 @@ import flask
 
 def test_importing_the_entry_point_builds_no_app() -> None:
     main = importlib.import_module("services.worker.main")
-    assert main._handler is None
+    assert not main._shared_handler.built
     assert callable(main.worker)
 
 
@@ -24,4 +24,4 @@ def test_first_request_with_missing_settings_answers_json_naming_the_keys() -> N
     body = response.get_json()
     assert body["error"] == "invalid settings"
     assert "JOBS_WORKER_AUDIENCE" in body["keys"]
-    assert main._handler is None
+    assert not main._shared_handler.built
