@@ -35,6 +35,9 @@ from services.jobs.errors import (
 from services.jobs.model import Job
 
 logger = logging.getLogger(__name__)
+# Our own generator: backoff jitter must not move the global `random` state other code (and
+# Hypothesis, which checks it around every draw) relies on.
+_JITTER = random.Random()
 
 T = TypeVar("T")
 
@@ -176,7 +179,7 @@ class TransactionRunner:
                 with store_errors():
                     return self._commit_run(transaction, body, *args)
             except Contention:
-                time.sleep(random.uniform(0, min(0.5, 0.01 * 2**round_)))
+                time.sleep(_JITTER.uniform(0, min(0.5, 0.01 * 2**round_)))
             except StoreUnavailable as exc:
                 if transaction.began and is_deadline(exc.__cause__):
                     # Each such wait already cost a whole call timeout: give up at once.

@@ -47,3 +47,17 @@ def test_every_test_that_starts_a_whole_local_stack_is_in_the_local_stack_group(
             path.parent.name == "local" and '"services.local"' in text
         ):
             assert grouped in text, path.name
+
+
+def test_no_test_module_draws_from_the_global_random_state() -> None:
+    """pyproject.toml filters Hypothesis's "random inside strategies" warning because client
+    libraries' retry jitter moves the global state from background threads; that is only sound
+    while our own tests (and strategies) never use the global `random` module."""
+    # A private random.Random(seed) is fine; the module's own functions share global state.
+    uses = re.compile(r"\brandom\.(?!Random\b)\w+\(|from random import")
+    offenders = [
+        path.relative_to(ROOT).as_posix()
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if path != Path(__file__).resolve() and uses.search(path.read_text())
+    ]
+    assert offenders == []
