@@ -13,6 +13,7 @@ import google.cloud.storage as storage
 import pytest
 from google.cloud import firestore
 
+from services.jobs import startup
 from services.jobs.clock import SystemClock
 from services.jobs.model import NewJob
 from services.jobs.state import State
@@ -36,7 +37,7 @@ def entry_point_env(
         keys.LOG_LEVEL: "WARNING",
     }.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr(main, "_handler", None)
+    monkeypatch.setattr(main, "_shared_handler", startup.SharedHandler(main._build))
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     yield
