@@ -49,10 +49,10 @@ INDEXES: tuple[CompositeIndex, ...] = (
     # claim_due with JOBS_SHARDS > 1: one due query per shard (`state == deferred and shard
     # == k and due_at <= T order by due_at`). Firestore takes a composite index's equality
     # fields in any order before the range field
-    # (https://firebase.google.com/docs/firestore/query-data/index-overview#composite_indexes),
+    # (https://cloud.google.com/firestore/docs/query-data/index-overview),
     # so `shard, state, due_at` would serve it as well. Either way the sequential `due_at`
     # tail sits under a (state, shard) prefix, N key ranges instead of one hot spot
-    # (https://cloud.google.com/firestore/docs/best-practices#high_read_write_and_delete_rates_to_a_narrow_document_range);
+    # (https://cloud.google.com/firestore/docs/best-practices#high_read_write_and_delete_rates);
     # `state` first keeps every index here led by the state it serves.
     CompositeIndex(JOBS, (IndexField("state"), IndexField("shard"), IndexField("due_at"))),
     # reclaim_expired (stuck claims), stats (stuck_claims), list(claimed_before=…)
