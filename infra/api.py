@@ -43,6 +43,7 @@ API_VARIABLES: tuple[str, ...] = (
     api_keys.API_ALLOWED_CALLERS,
     common.TERMINAL_RETENTION_S,
     common.BEHIND_CLOUD_RUN_IAM,
+    common.SHARDS,
 )
 
 
@@ -95,6 +96,8 @@ def api_environment(config: StackConfig, url: pulumi.Input[str]) -> Mapping[str,
         # Behind Cloud Run's invoker check (one run.invoker binding per caller, never
         # invoker_iam_disabled), tokens arrive with their signature removed by Google.
         common.BEHIND_CLOUD_RUN_IAM: service_env.BEHIND_CLOUD_RUN_IAM,
+        # The API schedules jobs: it writes the shard the scan claims them from.
+        common.SHARDS: str(config.shards),
     }
 
 

@@ -19,6 +19,7 @@ import pulumi
 
 from infra.cron import parse_cron
 from infra.errors import CronError, InfraConfigError
+from services.jobs.shard import MAX_SHARDS
 from services.scan.settings import MIN_ENQUEUED_TIMEOUT_S
 from services.worker.deadline import HEARTBEATS_PER_LEASE
 from services.worker.settings import (
@@ -145,6 +146,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("apiMaxInstances", "int", 10, 1, 1000, "api maximum instances"),
     Setting("apiConcurrency", "int", 80, 1, 1000, "api requests per instance"),
     Setting("slackChannel", "str", "", doc="Slack channel; needs the secret slackAuthToken"),
+    Setting(
+        "shards",
+        "int",
+        1,
+        1,
+        MAX_SHARDS,
+        "due-index shards (JOBS_SHARDS); above 1 only after the backfill (docs/capacity.md)",
+    ),
 )
 
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
@@ -219,6 +228,7 @@ class StackConfig:
     slack_auth_token: pulumi.Output[str] | None = None
     api_callers: tuple[str, ...] = ()
     api_scaling: Scaling = Scaling(0, 10, 80)
+    shards: int = 1
 
     @property
     def terminal_retention_s(self) -> int:
@@ -305,6 +315,7 @@ def parse_config(
         slack_auth_token=slack_auth_token,
         api_callers=tuple(values["apiCallers"]),
         api_scaling=Scaling(0, values["apiMaxInstances"], values["apiConcurrency"]),
+        shards=values["shards"],
     )
 
 

@@ -62,6 +62,7 @@ SCAN_VARIABLES: tuple[str, ...] = (
     scan.ENQUEUED_TIMEOUT_S,
     common.TERMINAL_RETENTION_S,
     common.BEHIND_CLOUD_RUN_IAM,
+    common.SHARDS,
 )
 WORKER_VARIABLES: tuple[str, ...] = (
     worker.PROJECT,
@@ -75,6 +76,7 @@ WORKER_VARIABLES: tuple[str, ...] = (
     worker.RETRY_LATER_DELAY_S,
     worker.WORKER_RETRY_LATER_AFTER_ATTEMPTS,
     worker.MEDIA_BUCKET,
+    common.SHARDS,
 )
 
 
@@ -106,6 +108,9 @@ def scan_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi
         # Both services finish jobs (the scan's reclaimer fails them), so both set expire_at.
         common.TERMINAL_RETENTION_S: str(config.terminal_retention_s),
         common.BEHIND_CLOUD_RUN_IAM: BEHIND_CLOUD_RUN_IAM,
+        # Every service that writes a new job (the worker's retries reschedule in place, but
+        # all three share the key) computes its shard from the same count.
+        common.SHARDS: str(config.shards),
     }
 
 
@@ -124,6 +129,7 @@ def worker_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulu
         worker.MEDIA_BUCKET: config.media_bucket,
         common.TERMINAL_RETENTION_S: str(config.terminal_retention_s),
         common.BEHIND_CLOUD_RUN_IAM: BEHIND_CLOUD_RUN_IAM,
+        common.SHARDS: str(config.shards),
     }
 
 

@@ -320,6 +320,7 @@ def create_app(
             clock,
             terminal_retention=settings.terminal_retention,
             timeout_s=settings.firestore_timeout_s,
+            shards=settings.shards,
         )
     if verifier is None:
         verifier = TokenVerifier(

@@ -53,6 +53,8 @@ class ApiSettings:
     # Cloud Run's IAM invoker check stands in front (the stack says so): forwarded tokens
     # arrive with their signature removed by Google, and only then are they accepted.
     behind_cloud_run_iam: bool = False
+    # JOBS_SHARDS: the due index\'s shard count (services/jobs/shard.py).
+    shards: int = 1
 
     @property
     def terminal_retention(self) -> datetime.timedelta:
@@ -83,6 +85,7 @@ class ApiSettings:
             terminal_retention_s=common.terminal_retention_s,
             firestore_timeout_s=common.firestore_timeout_s,
             behind_cloud_run_iam=common.behind_cloud_run_iam,
+            shards=common.shards,
         )
         env.finish()
         return settings

@@ -15,6 +15,7 @@ from typing import Any, overload
 
 from services.jobs.errors import InvalidRecord, JobsError, ValidationError
 from services.jobs.params import MEDIA_DELETE_SOURCE, params_problems
+from services.jobs.shard import shard_of
 from services.jobs.state import HistoryEntry, State
 
 SCHEMA_VERSION = 1
@@ -257,6 +258,15 @@ def _opt(data: Mapping[str, Any], key: str) -> Any:
     return data.get(key)
 
 
+def _shard(value: Any) -> int:
+    """A stored shard; absent (records older than the field) is shard 0."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"shard must be a non-negative integer, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Job:
     """One `jobs` document, immutable. The store returns new copies after each transition."""
@@ -290,6 +300,9 @@ class Job:
     # What an interrupted action finished (media: the objects already handled), so the next
     # delivery resumes with what is left; cleared on completion.
     progress: Mapping[str, Any] | None = None
+    # Which slice of the due index holds this job (`shard_of`); records written before the
+    # field existed read as shard 0.
+    shard: int = 0
     # The document's update_time when it was read or last written (not a stored field).
     update_time: datetime | None = field(default=None, compare=False)
 
@@ -322,8 +335,15 @@ class Job:
         return self.lease_until is not None and self.lease_until > now
 
     @classmethod
-    def create(cls, new: NewJob, now: datetime, history: tuple[HistoryEntry, ...] = ()) -> Job:
-        """A fresh deferred job from a validated NewJob."""
+    def create(
+        cls,
+        new: NewJob,
+        now: datetime,
+        history: tuple[HistoryEntry, ...] = (),
+        *,
+        shards: int = 1,
+    ) -> Job:
+        """A fresh deferred job from a validated NewJob, in its shard of `shards`."""
         return cls(
             job_id=new.job_id,
             action=new.action,
@@ -338,6 +358,7 @@ class Job:
             created_at=now,
             updated_at=now,
             history=history,
+            shard=shard_of(new.job_id, shards),
         )
 
     def to_document(self) -> dict[str, Any]:
@@ -399,6 +420,7 @@ class Job:
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "expire_at": self.expire_at,
+            "shard": self.shard,
         }
 
     @classmethod
@@ -442,6 +464,7 @@ class Job:
             lease_owner=_opt_str(data, "lease_owner"),
             lease_token=_opt_str(data, "lease_token"),
             progress=_opt_map(data, "progress"),
+            shard=_shard(_opt(data, "shard")),
             cancel_requested=(
                 CancelRequest(
                     reason=str(cancel.get("reason", "")),

@@ -38,11 +38,15 @@ class QuerySpec:
         )
 
 
-def due_query(now: datetime, limit: int | None) -> QuerySpec:
-    """Deferred jobs due at or before `now`, oldest due first."""
+def due_query(now: datetime, limit: int | None, shard: int | None = None) -> QuerySpec:
+    """Deferred jobs due at or before `now`, oldest due first: every job (shard None, what
+    JOBS_SHARDS=1 runs, so records without a `shard` field are found), or one shard's."""
+    equals: tuple[tuple[str, Any], ...] = (("state", State.DEFERRED.value),)
+    if shard is not None:
+        equals = (("shard", shard), *equals)
     return QuerySpec(
         schema.JOBS,
-        equals=(("state", State.DEFERRED.value),),
+        equals=equals,
         ranges=(("due_at", "<=", now),),
         order_by=("due_at",),
         limit=limit,

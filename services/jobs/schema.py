@@ -46,6 +46,15 @@ class CompositeIndex:
 INDEXES: tuple[CompositeIndex, ...] = (
     # claim_due, stats (due count, oldest overdue), list(state=…, due_before/overdue_at=…)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("due_at"))),
+    # claim_due with JOBS_SHARDS > 1: one due query per shard (`state == deferred and shard
+    # == k and due_at <= T order by due_at`). Firestore takes a composite index's equality
+    # fields in any order before the range field
+    # (https://cloud.google.com/firestore/docs/query-data/index-overview),
+    # so `shard, state, due_at` would serve it as well. Either way the sequential `due_at`
+    # tail sits under a (state, shard) prefix, N key ranges instead of one hot spot
+    # (https://cloud.google.com/firestore/docs/best-practices#high_read_write_and_delete_rates);
+    # `state` first keeps every index here led by the state it serves.
+    CompositeIndex(JOBS, (IndexField("state"), IndexField("shard"), IndexField("due_at"))),
     # reclaim_expired (stuck claims), stats (stuck_claims), list(claimed_before=…)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("claim.claimed_at"))),
     # reclaim_expired (expired leases), stats (expired_leases)
@@ -114,6 +123,8 @@ def is_served(
 QUERY_SHAPES: tuple[QueryShape, ...] = (
     # claim_due, stats, list(overdue_at=…), list(state=deferred)
     QueryShape(JOBS, frozenset({"state"}), (IndexField("due_at"),)),
+    # claim_due with JOBS_SHARDS > 1: one shard's due jobs
+    QueryShape(JOBS, frozenset({"shard", "state"}), (IndexField("due_at"),)),
     # reclaim_expired (stuck claims), stats, list(claimed_before=…)
     QueryShape(JOBS, frozenset({"state"}), (IndexField("claim.claimed_at"),)),
     # reclaim_expired (expired leases), stats
@@ -162,6 +173,7 @@ DOCUMENT_FIELDS: dict[str, tuple[str, ...]] = {
         "created_at",
         "updated_at",
         "expire_at",
+        "shard",
     ),
     IDEMPOTENCY: (
         "job_id",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
+from services.jobs.shard import MAX_SHARDS
 from services.jobs.store import DEFAULT_TERMINAL_RETENTION
 from services.jobs.transactions import DEFAULT_CALL_TIMEOUT_S
 
@@ -38,6 +39,9 @@ AUTH_CLOCK_SKEW_S = "JOBS_AUTH_CLOCK_SKEW_S"
 TERMINAL_RETENTION_S = "JOBS_TERMINAL_RETENTION_S"
 FIRESTORE_TIMEOUT_S = "JOBS_FIRESTORE_TIMEOUT_S"
 BEHIND_CLOUD_RUN_IAM = "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM"
+# How many shards the due index has: the scan claims from each, and every producer (API,
+# worker, scan) writes a new job's shard from it, so all three read the one key.
+SHARDS = "JOBS_SHARDS"
 COMMON_KEYS = (
     PROJECT,
     LOG_LEVEL,
@@ -46,6 +50,7 @@ COMMON_KEYS = (
     TERMINAL_RETENTION_S,
     FIRESTORE_TIMEOUT_S,
     BEHIND_CLOUD_RUN_IAM,
+    SHARDS,
 )
 
 DEFAULT_TERMINAL_RETENTION_S = int(DEFAULT_TERMINAL_RETENTION.total_seconds())
@@ -289,6 +294,7 @@ class CommonSettings:
     firestore_timeout_s: builtins.float = DEFAULT_FIRESTORE_TIMEOUT_S
     # Whether Cloud Run's IAM invoker check stands in front of the service (the stack says so).
     behind_cloud_run_iam: builtins.bool = False
+    shards: builtins.int = 1
 
     @classmethod
     def read(cls, env: EnvReader) -> CommonSettings:
@@ -315,6 +321,7 @@ class CommonSettings:
             # True only where Cloud Run's IAM invoker check (or the local front end,
             # emulators/cloudrun) verified each token before the service sees it.
             behind_cloud_run_iam=env.bool(BEHIND_CLOUD_RUN_IAM, default=False),
+            shards=env.int(SHARDS, default=1, min=1, max=MAX_SHARDS),
         )
 
     @property

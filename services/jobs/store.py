@@ -10,12 +10,14 @@ internals in `transactions.py`.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import logging
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from concurrent import futures
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -75,6 +77,7 @@ from services.jobs.queries import (
     misfiled_due_queries,
     state_query,
 )
+from services.jobs.shard import MAX_SHARD_WORKERS, require_shards, split_budget
 from services.jobs.state import (
     DEFAULT_HISTORY_LIMIT,
     HistoryEntry,
@@ -174,7 +177,9 @@ class FirestoreJobStore:
         query_observer: Callable[[QuerySpec], None] | None = None,
         timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         retry: api_retry.Retry | None = None,
+        shards: int = 1,
     ) -> None:
+        self._shards = require_shards(shards)
         self._rules = Transitions(history_limit, terminal_retention)
         self._client = client
         self._clock = clock
@@ -292,7 +297,7 @@ class FirestoreJobStore:
     def _new_record(self, valid: NewJob, by: str) -> Job:
         now = self._clock.now()
         created = HistoryEntry(now, None, State.DEFERRED, f"{Role.APPLICATION}:{by}", "scheduled")
-        return Job.create(valid, now, history=(created,))
+        return Job.create(valid, now, history=(created,), shards=self._shards)
 
     # -- operator --------------------------------------------------------------------------
 
@@ -485,11 +490,73 @@ class FirestoreJobStore:
         _require_text(run_id=run_id)
         if limit < 0 or page_size < 1:
             raise ValidationError("limit must be >= 0 and page_size >= 1")
+        if self._shards == 1:
+            # One unsharded query, as before the field existed: records without `shard`
+            # are claimed too.
+            return self._claim_shard(now, run_id, limit, page_size, on_quarantine, None)
+        return self._claim_sharded(now, run_id, limit, page_size, on_quarantine)
+
+    def _claim_sharded(
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        page_size: int,
+        on_quarantine: Callable[[str], None] | None,
+    ) -> list[ClaimedJob]:
+        """`limit` split evenly over the shards still holding due jobs, each shard claimed in
+        its own due order on a bounded pool; a shard that returns less than its share is
+        drained, and what it left over goes to the others in the next round."""
+        claimed: list[ClaimedJob] = []
+        active = list(range(self._shards))
+        errors_seen: list[LostRace] = []
+        workers = min(len(active), MAX_SHARD_WORKERS)
+        with futures.ThreadPoolExecutor(workers, thread_name_prefix="claim-shard") as pool:
+            while active and len(claimed) < limit:
+                shares = split_budget(limit - len(claimed), len(active))
+                rounds = {
+                    shard: pool.submit(
+                        contextvars.copy_context().run,
+                        self._claim_shard,
+                        now,
+                        run_id,
+                        share,
+                        page_size,
+                        on_quarantine,
+                        shard,
+                    )
+                    for shard, share in zip(active, shares, strict=True)
+                    if share > 0
+                }
+                still = []
+                for shard, future in rounds.items():
+                    try:
+                        page = future.result()
+                    except LostRace as exc:
+                        errors_seen.append(exc)
+                        continue
+                    claimed.extend(page)
+                    if len(page) == shares[active.index(shard)]:
+                        still.append(shard)
+                active = still
+        if not claimed and errors_seen:
+            raise errors_seen[0]
+        return claimed
+
+    def _claim_shard(
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        page_size: int,
+        on_quarantine: Callable[[str], None] | None,
+        shard: int | None,
+    ) -> list[ClaimedJob]:
         claimed: list[ClaimedJob] = []
         while len(claimed) < limit:
             want = min(page_size, limit - len(claimed))
             try:
-                page, invalid = self._claim_remembering(now, run_id, want)
+                page, invalid = self._claim_remembering(now, run_id, want, shard)
             except LostRace:
                 if not claimed:
                     raise
@@ -506,12 +573,17 @@ class FirestoreJobStore:
         return claimed
 
     def _claim_page(
-        self, transaction: firestore.Transaction, now: datetime, run_id: str, want: int
+        self,
+        transaction: firestore.Transaction,
+        now: datetime,
+        run_id: str,
+        want: int,
+        shard: int | None,
     ) -> tuple[list[ClaimedJob], list[str]]:
         at = self._clock.now()
         claimed = []
         invalid = []
-        for snapshot in self._stream(due_query(now, want), transaction):
+        for snapshot in self._stream(due_query(now, want, shard), transaction):
             try:
                 job = _decoded(snapshot)
             except InvalidRecord:
@@ -524,7 +596,7 @@ class FirestoreJobStore:
         return claimed, invalid
 
     def _claim_remembering(
-        self, now: datetime, run_id: str, want: int
+        self, now: datetime, run_id: str, want: int, shard: int | None
     ) -> tuple[list[ClaimedJob], list[str]]:
         """A claim page; each claimed job is remembered with the update_time its write got."""
 
@@ -535,7 +607,7 @@ class FirestoreJobStore:
             self._pending.transaction = transaction
             return self._claim_page(transaction, *args)
 
-        result = self._tx.run(attempt, now, run_id, want)
+        result = self._tx.run(attempt, now, run_id, want, shard)
         transaction = self._pending.transaction
         names = getattr(transaction, "written_names", [])
         written = getattr(transaction, "write_results", None) or []

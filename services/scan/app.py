@@ -316,5 +316,6 @@ def _store(client: Any, clock: Clock, settings: ScanSettings) -> ScanStore:
         clock,
         terminal_retention=timedelta(seconds=settings.terminal_retention_s),
         timeout_s=settings.firestore_timeout_s,
+        shards=settings.shards,
     )
     return store

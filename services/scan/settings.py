@@ -126,6 +126,8 @@ class ScanSettings:
     terminal_retention_s: float = DEFAULT_TERMINAL_RETENTION_S
     firestore_timeout_s: float = DEFAULT_FIRESTORE_TIMEOUT_S
     behind_cloud_run_iam: bool = False
+    # JOBS_SHARDS: the due index\'s shard count (services/jobs/shard.py).
+    shards: int = 1
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ScanSettings:
@@ -176,6 +178,7 @@ class ScanSettings:
             terminal_retention_s=common.terminal_retention_s,
             firestore_timeout_s=common.firestore_timeout_s,
             behind_cloud_run_iam=common.behind_cloud_run_iam,
+            shards=common.shards,
         )
         if "/" in settings.topic:
             env.problem(TOPIC, f"must be a topic ID, not a path; got {settings.topic!r}")

@@ -108,6 +108,8 @@ class WorkerSettings:
     terminal_retention_s: float = DEFAULT_TERMINAL_RETENTION_S
     firestore_timeout_s: float = DEFAULT_FIRESTORE_TIMEOUT_S
     behind_cloud_run_iam: bool = False
+    # JOBS_SHARDS: the due index\'s shard count (services/jobs/shard.py).
+    shards: int = 1
     deadline_margin_s: int = DEFAULT_DEADLINE_MARGIN_S
     max_delivery_s: int = DEFAULT_MAX_DELIVERY_S
 
@@ -189,6 +191,7 @@ class WorkerSettings:
             terminal_retention_s=common.terminal_retention_s,
             firestore_timeout_s=common.firestore_timeout_s,
             behind_cloud_run_iam=common.behind_cloud_run_iam,
+            shards=common.shards,
         )
         env.finish()
         return settings

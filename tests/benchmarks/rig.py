@@ -215,8 +215,10 @@ def seed_due(
     params: Callable[[int], dict[str, Any]] | None = None,
     idempotency_key: Callable[[int], str | None] | None = None,
     spacing: timedelta = timedelta(0),
+    shards: int = 1,
 ) -> list[str]:
-    """`count` deferred jobs as `schedule` writes them, in 500-write batches (4 at a time)."""
+    """`count` deferred jobs as `schedule` writes them (with JOBS_SHARDS=`shards`), in
+    500-write batches (4 at a time)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from services.jobs import schema
@@ -236,7 +238,7 @@ def seed_due(
                 params(n) if params else {"bucket": bucket, "objects": [f"src/{prefix}-{n}"]},
                 idempotency_key=idempotency_key(n) if idempotency_key else None,
             )
-            job = Job.create(new.validated(), due_at)
+            job = Job.create(new.validated(), due_at, shards=shards)
             writes.set(collection.document(ids[n]), job.to_document())
         writes.commit()
 

@@ -3,6 +3,7 @@ and a query observer that fails the test on any query no declared index serves."
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -73,6 +74,27 @@ def seed(firestore_client: firestore.Client, clock: FakeClock) -> Callable[..., 
         return ids
 
     return write
+
+
+def run_together(callers: int, target: Callable[[int], None]) -> list[BaseException]:
+    """`target(i)` for each caller on its own thread, released at once by a barrier; the
+    errors they raised (none lost inside a thread)."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(callers)
+
+    def run(index: int) -> None:
+        try:
+            start.wait()
+            target(index)
+        except BaseException as exc:  # reported to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
 
 
 LEASE = timedelta(minutes=5)

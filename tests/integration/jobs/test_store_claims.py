@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,7 +13,7 @@ from services.jobs.clock import FakeClock
 from services.jobs.model import ClaimedJob
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
-from tests.integration.jobs.conftest import T0, new_job
+from tests.integration.jobs.conftest import T0, new_job, run_together
 
 
 def _claim_until_empty(store: FirestoreJobStore, run_id: str, out: list[ClaimedJob]) -> None:
@@ -29,23 +28,11 @@ def test_concurrent_claimers_claim_each_of_1000_due_jobs_exactly_once(
 ) -> None:
     ids = seed(1000)
     results: list[list[ClaimedJob]] = [[] for _ in range(callers)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(callers)
 
     def run(index: int) -> None:
-        try:
-            start.wait()
-            _claim_until_empty(store, f"run-{index}", results[index])
-        except BaseException as exc:  # reported below, not lost in the thread
-            errors.append(exc)
+        _claim_until_empty(store, f"run-{index}", results[index])
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(callers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    assert errors == []
+    assert run_together(callers, run) == []
     claimed = Counter(c.job_id for batch in results for c in batch)
     assert set(claimed) == set(ids)
     assert max(claimed.values()) == 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from google.cloud import firestore
+
 from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.state import State
@@ -14,12 +16,18 @@ from tests.unit.jobs.test_indexes import every_store_query
 
 
 def test_every_query_the_store_runs_is_an_enumerated_and_served_shape(
-    store: FirestoreJobStore, clock: FakeClock, query_log: QueryLog
+    store: FirestoreJobStore,
+    clock: FakeClock,
+    query_log: QueryLog,
+    firestore_client: firestore.Client,
 ) -> None:
     for n in range(3):
         store.schedule(new_job(f"j{n}"))
     now = clock.now()
     store.claim_due(now, "run-1", 2)
+    # JOBS_SHARDS > 1 claims with one query per shard.
+    sharded = FirestoreJobStore(firestore_client, clock, query_observer=query_log, shards=2)
+    sharded.claim_due(now, "run-1", 2)
     store.reclaim_expired(now, timedelta(minutes=1), 10, "run-2")
     store.stats(now, timedelta(minutes=1))
     store.backlog(now, timedelta(minutes=1), timedelta(days=1))

@@ -136,7 +136,7 @@ class Rig:
             for job_id in ids[start : start + 500]:
                 params = {"object": f"media-{job_id}/source.mp4"}
                 new = NewJob(job_id, ACTION, f"media-{job_id}", due_at, params)
-                job = Job.create(new.validated(), self.clock.now())
+                job = Job.create(new.validated(), self.clock.now(), shards=self.settings.shards)
                 batch.set(self.client.collection(schema.JOBS).document(job_id), job.to_document())
             batch.commit()
         return ids
@@ -226,7 +226,9 @@ def scan_rig(
             **{"max_per_run": 100, "page_size": 50, "publish_timeout_s": 5.0, **overrides},
         )
         clock = clock or FakeClock(T0 + timedelta(minutes=1))
-        store = FirestoreJobStore(firestore_client, clock, timeout_s=settings.firestore_timeout_s)
+        store = FirestoreJobStore(
+            firestore_client, clock, timeout_s=settings.firestore_timeout_s, shards=settings.shards
+        )
         publisher = publisher or Publisher.create(
             project, TOPIC, timeout_s=settings.publish_timeout_s
         )

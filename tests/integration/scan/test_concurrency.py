@@ -7,19 +7,24 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
+import pytest
 import requests
 
 from tests.integration.scan.conftest import Rig
 
 
+@pytest.mark.parametrize("shards", [1, 4])
 def test_two_concurrent_scan_requests_publish_every_job_exactly_once(
-    scan_rig: Callable[..., Rig],
+    scan_rig: Callable[..., Rig], shards: int
 ) -> None:
     # Two scan instances (own app, own publisher) over the same records, as two Cloud Run
-    # instances would be if a slow run overlapped a manual trigger.
-    first = scan_rig(max_per_run=1000, page_size=40)
-    second = scan_rig(max_per_run=1000, page_size=40)
+    # instances would be if a slow run overlapped a manual trigger; with JOBS_SHARDS=4 each
+    # also claims its shards on parallel threads.
+    first = scan_rig(max_per_run=1000, page_size=40, shards=shards)
+    second = scan_rig(max_per_run=1000, page_size=40, shards=shards)
     ids = first.seed(600)
+    stored = {s.get("shard") for s in first.client.collection("jobs").stream()}
+    assert stored == set(range(shards))
     barrier = threading.Barrier(2)
     results: list[dict[str, Any]] = []
     lock = threading.Lock()

@@ -29,6 +29,7 @@ def every_store_query() -> list[QuerySpec]:
     specs = [
         due_query(T, 100),
         due_query(T, None),
+        due_query(T, 100, shard=3),  # claim_due with JOBS_SHARDS > 1
         expired_claims_query(T, 10),
         expired_claims_query(T, None),
         expired_leases_query(T, 10),

@@ -189,6 +189,7 @@ def test_common_key_names_are_the_module_constants() -> None:
         TERMINAL_RETENTION_S,
         FIRESTORE_TIMEOUT_S,
         BEHIND_CLOUD_RUN_IAM,
+        "JOBS_SHARDS",
     }
 
 

@@ -47,9 +47,11 @@ def test_every_key_is_read() -> None:
         "JOBS_TERMINAL_RETENTION_S": "14d",
         "JOBS_FIRESTORE_TIMEOUT_S": "5s",
         "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "true",
+        "JOBS_SHARDS": "4",
     }
     assert set(env) == set(ALL_KEYS)
     s = ScanSettings.from_env(env)
+    assert s.shards == 4
     assert (s.time_budget_s, s.max_per_run, s.page_size, s.interval_s) == (120, 5000, 500, 300)
     assert (s.publish_timeout_s, s.claim_timeout_s, s.reclaim_limit) == (10, 900, 100)
     assert (s.metrics, s.run_retention_s, s.log_level) == ("log", 7 * 86400, "DEBUG")
