@@ -15,7 +15,6 @@ the token certs cannot be reached (retry with backoff); 500, after one ERROR lin
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -47,6 +46,7 @@ from services.jobs.clock import Clock, SystemClock
 from services.jobs.errors import AlreadyTerminal, JobsError
 from services.jobs.metrics import LOG_EVENT
 from services.jobs.model import Job, NewJob, ScheduleResult, job_id_problems
+from services.jobs.startup import json_response
 from services.jobs.state import State
 
 logger = logging.getLogger(__name__)
@@ -290,13 +290,8 @@ def _request_id(header: str | None) -> str:
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> flask.Response:
-    # A plain Response, not jsonify: the functions-framework target runs outside our app.
-    return flask.Response(
-        json.dumps(body, ensure_ascii=False) + "\n",
-        status=int(status),
-        mimetype="application/json",
-        headers=headers,
-    )
+    # Non-ASCII stays UTF-8 in the API's answers (subjects and reasons come from producers).
+    return json_response(status, body, headers, ensure_ascii=False)
 
 
 def create_app(

@@ -80,8 +80,21 @@ def check_settings(
     return 0
 
 
-def json_response(status: int, body: Mapping[str, Any]) -> flask.Response:
-    return flask.Response(json.dumps(dict(body)) + "\n", status=status, mimetype="application/json")
+def json_response(
+    status: int,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
+    *,
+    ensure_ascii: bool = True,
+) -> flask.Response:
+    """A JSON answer. A plain Response, not jsonify: functions-framework calls the target
+    outside any app context of ours."""
+    return flask.Response(
+        json.dumps(dict(body), ensure_ascii=ensure_ascii) + "\n",
+        status=int(status),
+        mimetype="application/json",
+        headers=dict(headers) if headers else None,
+    )
 
 
 def settings_failure(service: str, error: SettingsError) -> flask.Response:

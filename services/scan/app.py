@@ -21,7 +21,6 @@ Firestore itself is down that write fails too, and the run's ERROR line is its o
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from datetime import datetime, timedelta
 from http import HTTPStatus
@@ -44,6 +43,7 @@ from services.jobs.clock import Clock, SystemClock
 from services.jobs.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink, build_sink
 from services.jobs.publisher import Publisher
 from services.jobs.runs import RunFailure, RunLogError, ScanRun, ScanRunLog
+from services.jobs.startup import json_response
 from services.scan.scanner import (
     JobPublisher,
     QueueUnreachable,
@@ -117,13 +117,15 @@ class ScanHandler:
                         }
                     },
                 )
-                return _json(
+                return json_response(
                     HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error", "run_id": run_id}
                 )
 
     def _handle(self, request: flask.Request, run_id: str) -> flask.Response:
         if request.method != "POST":
-            return _json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "use POST"}, {"Allow": "POST"})
+            return json_response(
+                HTTPStatus.METHOD_NOT_ALLOWED, {"error": "use POST"}, {"Allow": "POST"}
+            )
         refusal = self._authenticate(request)
         if refusal is not None:
             return refusal
@@ -132,7 +134,9 @@ class ScanHandler:
             trigger = parse_trigger(body)
         except TriggerError as exc:
             logger.warning("bad scan request: %s", exc)
-            return _json(HTTPStatus.BAD_REQUEST, {"error": "bad request", "detail": str(exc)})
+            return json_response(
+                HTTPStatus.BAD_REQUEST, {"error": "bad request", "detail": str(exc)}
+            )
         started_at = self._clock.now()
         try:
             run = self.scanner.run(dry_run=trigger.dry_run, run_id=run_id)
@@ -141,7 +145,7 @@ class ScanHandler:
             # resort in handle().
             self._record_failure(run_id, started_at, exc)
             return _failure_response(exc, run_id)
-        return _json(HTTPStatus.OK, response_body(run))
+        return json_response(HTTPStatus.OK, response_body(run))
 
     def _record_failure(self, run_id: str, started_at: datetime, exc: Exception) -> None:
         """Best effort: write the failed run's record; its log lines stay the record if not."""
@@ -171,17 +175,19 @@ class ScanHandler:
             caller = self._verifier.verify_request(request.headers)
         except Unauthenticated as exc:
             logger.warning("scan request refused: %s", exc)
-            return _json(
+            return json_response(
                 HTTPStatus.UNAUTHORIZED,
                 {"error": "unauthenticated", "detail": str(exc)},
                 {"WWW-Authenticate": "Bearer"},
             )
         except Forbidden as exc:
             logger.warning("scan request refused: %s", exc)
-            return _json(HTTPStatus.FORBIDDEN, {"error": "forbidden", "detail": str(exc)})
+            return json_response(HTTPStatus.FORBIDDEN, {"error": "forbidden", "detail": str(exc)})
         except CertsUnavailable as exc:
             logger.error("cannot verify the scan trigger: %s", exc)
-            return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "token certs unavailable"})
+            return json_response(
+                HTTPStatus.SERVICE_UNAVAILABLE, {"error": "token certs unavailable"}
+            )
         logger.debug("scan triggered", extra={"fields": {"caller": caller.email}})
         return None
 
@@ -215,7 +221,7 @@ def _failure_response(exc: Exception, run_id: str) -> flask.Response:
     refused: dict[str, Any] = {"error": "firestore refused", "detail": str(exc), "run_id": run_id}
     if exc.run is not None:
         refused.update(response_body(exc.run))
-    return _json(HTTPStatus.INTERNAL_SERVER_ERROR, refused)
+    return json_response(HTTPStatus.INTERNAL_SERVER_ERROR, refused)
 
 
 def _unavailable(
@@ -225,19 +231,7 @@ def _unavailable(
     body: dict[str, Any] = {"error": error, "detail": str(exc), "run_id": run_id}
     if exc.run is not None:
         body.update(response_body(exc.run))
-    return _json(HTTPStatus.SERVICE_UNAVAILABLE, body)
-
-
-def _json(
-    status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None
-) -> flask.Response:
-    # A plain Response, not jsonify: the functions-framework target runs outside our app.
-    return flask.Response(
-        json.dumps(body) + "\n",
-        status=int(status),
-        mimetype="application/json",
-        headers=headers,
-    )
+    return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
 
 
 def create_app(

@@ -10,7 +10,6 @@ and recorded in the `rejected` collection for an operator.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -32,6 +31,7 @@ from services.jobs.auth import (
 from services.jobs.clock import Clock, SystemClock
 from services.jobs.errors import StoreUnavailable
 from services.jobs.rejections import PAYLOAD_LIMIT, RejectionStore, rejection_of
+from services.jobs.startup import json_response
 from services.worker import envelope
 from services.worker.actions import ActionRegistry
 from services.worker.errors import MalformedDelivery
@@ -86,7 +86,7 @@ class PushHandler:
         with log.bind_request(request.headers.get(log.TRACE_HEADER), self._project):
             try:
                 if request.method != "POST":
-                    return _json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "POST only"})
+                    return json_response(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "POST only"})
                 refused = self._authenticate(request)
                 if refused is not None:
                     return refused
@@ -99,13 +99,13 @@ class PushHandler:
             self._verifier.verify_request(request.headers)
         except Unauthenticated as exc:
             logger.warning("push refused: %s", exc)
-            return _json(HTTPStatus.UNAUTHORIZED, {"error": "unauthenticated"})
+            return json_response(HTTPStatus.UNAUTHORIZED, {"error": "unauthenticated"})
         except Forbidden as exc:
             logger.warning("push refused: %s", exc)
-            return _json(HTTPStatus.FORBIDDEN, {"error": "forbidden"})
+            return json_response(HTTPStatus.FORBIDDEN, {"error": "forbidden"})
         except CertsUnavailable as exc:
             logger.error("cannot verify push tokens: %s", exc)
-            return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "certs unavailable"})
+            return json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "certs unavailable"})
         return None
 
     def _handle_push(self, request: flask.Request, seen: _Seen) -> flask.Response:
@@ -192,7 +192,7 @@ class PushHandler:
             # Still acknowledged: a redelivery could not be processed either, and the log
             # line above keeps the reason for the operator.
             logger.error("could not record the rejection: %s", exc)
-        return _json(
+        return json_response(
             HTTPStatus.OK,
             {"outcome": "rejected", "reason": reason, "rejection_id": rejection_id},
         )
@@ -226,7 +226,7 @@ def _unexpected(exc: Exception, seen: _Seen) -> flask.Response:
             }
         },
     )
-    return _json(HTTPStatus.INTERNAL_SERVER_ERROR, {"outcome": OUTCOME_INTERNAL_ERROR})
+    return json_response(HTTPStatus.INTERNAL_SERVER_ERROR, {"outcome": OUTCOME_INTERNAL_ERROR})
 
 
 def read_body(request: flask.Request, limit: int) -> tuple[bytes, int | None, bool]:
@@ -246,14 +246,10 @@ def response_for(outcome: Outcome) -> flask.Response:
     status = _STATUS.get(outcome.kind, HTTPStatus.OK)
     if status is HTTPStatus.NO_CONTENT:
         return flask.Response(status=status)
-    response = _json(status, {"outcome": outcome.kind.value, "job_id": outcome.job_id})
+    response = json_response(status, {"outcome": outcome.kind.value, "job_id": outcome.job_id})
     if status is HTTPStatus.TOO_MANY_REQUESTS:
         response.headers["Retry-After"] = "10"
     return response
-
-
-def _json(status: HTTPStatus, body: dict[str, Any]) -> flask.Response:
-    return flask.Response(json.dumps(body), status=status, mimetype="application/json")
 
 
 def default_worker_id() -> str:
