@@ -1,7 +1,9 @@
 """The Firestore database, its composite indexes, TTL policies, index exemptions and backups.
 
 services.jobs.schema is the one source of truth: whatever indexes, TTL fields and index
-exemptions it declares are created here, by iterating over them, never by copying.
+exemptions it declares for the stack's `shards` are created here, by iterating over them, never
+by copying. Raising `shards` above 1 drops the unsharded indexes and exempts `due_at`; the
+sharded indexes the new queries need exist at N = 1 already (schema.SHARDED_INDEXES says why).
 """
 
 from __future__ import annotations
@@ -118,11 +120,11 @@ def create_database(config: StackConfig, opts: pulumi.ResourceOptions) -> Databa
         return pulumi.ResourceOptions.merge(children, pulumi.ResourceOptions(depends_on=previous))
 
     indexes: list[firestore.Index] = []
-    for index in schema.INDEXES:
+    for index in schema.composite_indexes(config.shards):
         indexes.append(_index(config, index, in_turn()))
         previous = [indexes[-1]]
     fields: list[firestore.Field] = []
-    for override in field_overrides():
+    for override in field_overrides(exemptions=schema.exemptions(config.shards)):
         fields.append(_field(config, override, in_turn()))
         previous = [fields[-1]]
     return Database(DATABASE_NAME, database, indexes, fields, _backup_schedule(config, in_turn()))

@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from emulators.firestore.indexes import IndexSet
+from emulators.firestore.names import DatabaseKey
 from emulators.firestore.write_rates import WriteRates
 
 _FIELDS = ("document_reads", "document_writes", "document_deletes", "index_entries_counted")
@@ -20,15 +22,16 @@ _FIELDS = ("document_reads", "document_writes", "document_deletes", "index_entri
 class Billing:
     """Thread-safe counters keyed by project, with the write-rate peaks (`write_rates`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, indexes: IndexSet | None = None) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, Counter[str]] = {}
         self._calls: dict[str, Counter[str]] = {}
-        self._rates = WriteRates()
+        self._rates = WriteRates(indexes)
 
-    def observe_writes(self, project: str, outcomes: Iterable[Any]) -> None:
-        """Feed committed writes to the per-(collection, field, shard) peak rates."""
-        self._rates.observe(project, outcomes)
+    def observe_writes(self, database: DatabaseKey, outcomes: Iterable[Any]) -> None:
+        """Feed committed writes to the per-(collection, indexed field, shard) peak rates, as
+        the index set serving `database` holds them."""
+        self._rates.observe(database, outcomes)
 
     def add(self, project: str, **amounts: int) -> None:
         with self._lock:

@@ -148,59 +148,81 @@ class Definitions:
 
 
 class IndexSet:
-    """Indexes every database has (from the definitions loaded at start) plus the ones added
-    to one (project, database) at run time, as CreateIndex would."""
+    """Indexes every database has (from the definitions loaded at start), unless a project was
+    given definitions of its own (`use`, as one deployment differs from another), plus the
+    ones added to one (project, database) at run time, as CreateIndex would."""
 
     def __init__(self, indexes: Iterable[CompositeIndex] = ()) -> None:
-        self._exempt = indexes.exemptions if isinstance(indexes, Definitions) else frozenset()
-        self._everywhere = tuple(indexes)
+        base = indexes if isinstance(indexes, Definitions) else Definitions(tuple(indexes))
+        self._everywhere = Definitions(tuple(base), base.exemptions)
         self._lock = threading.Lock()
         self._added: dict[DatabaseKey, list[CompositeIndex]] = {}
+        self._projects: dict[str, Definitions] = {}
 
     def add(self, database: DatabaseKey, index: CompositeIndex) -> None:
         with self._lock:
             self._added.setdefault(database, []).append(index)
 
+    def use(self, project: str, definitions: Definitions) -> None:
+        """Serve `project`'s databases from `definitions` instead of the start-up ones."""
+        with self._lock:
+            self._projects[project] = definitions
+
     def drop(self, project: str | None = None) -> None:
-        """Forget run-time indexes (of one project), as a reset forgets its documents."""
+        """Forget run-time indexes and definitions (of one project), as a reset forgets its
+        documents."""
         with self._lock:
             for key in list(self._added):
                 if project is None or key[0] == project:
                     del self._added[key]
+            for name in list(self._projects):
+                if project is None or name == project:
+                    del self._projects[name]
+
+    def definitions(self, database: DatabaseKey) -> Definitions:
+        """What serves `database`: its project's definitions with the run-time additions."""
+        with self._lock:
+            base = self._projects.get(database[0], self._everywhere)
+            return Definitions((*base.indexes, *self._added.get(database, [])), base.exemptions)
 
     def of(self, database: DatabaseKey) -> list[CompositeIndex]:
-        with self._lock:
-            return [*self._everywhere, *self._added.get(database, [])]
+        return list(self.definitions(database).indexes)
 
     def check(
         self, database: DatabaseKey, parent: str, pb: Any, aggregated: Iterable[FieldPath] = ()
     ) -> None:
         """Raise FAILED_PRECONDITION, as production does, when no index serves the query
         ``pb`` (a StructuredQuery) run under ``parent``."""
-        indexes = self.of(database)
+        served = self.definitions(database)
         for needs in requirements(pb, aggregated):
             if not needs.needs_composite():
-                self._check_single_field(needs)
-            elif not any(needs.served_by(i) for i in indexes):
+                _check_single_field(needs, served.exemptions)
+            elif not any(needs.served_by(i) for i in served.indexes):
                 raise FailedPrecondition(
                     "The query requires an index. You can create it here: "
                     + create_link(database, needs)
                 )
 
-    def _check_single_field(self, needs: Needs) -> None:
-        """A query single-field indexes serve fails when one of its fields has them switched
-        off (an exemption covers the field and, for a map, everything inside it)."""
-        paths = [*needs.equality, *[p for p, _ in needs.ordered]]
-        if needs.contains is not None:
-            paths.append(needs.contains)
-        for path in paths:
-            for depth in range(1, len(path) + 1):
-                if (needs.collection_group, path[:depth]) in self._exempt:
-                    raise FailedPrecondition(
-                        f"The query requires an index: the single-field indexes of "
-                        f"{format_field_path(path)} in collection group "
-                        f"{needs.collection_group} are disabled by an exemption."
-                    )
+
+def _check_single_field(needs: Needs, exempt: frozenset[Exemption]) -> None:
+    """A query single-field indexes serve fails when one of its fields has them switched off
+    (an exemption covers the field and, for a map, everything inside it)."""
+    paths = [*needs.equality, *[p for p, _ in needs.ordered]]
+    if needs.contains is not None:
+        paths.append(needs.contains)
+    for path in paths:
+        if is_exempt(needs.collection_group, path, exempt):
+            raise FailedPrecondition(
+                f"The query requires an index: the single-field indexes of "
+                f"{format_field_path(path)} in collection group "
+                f"{needs.collection_group} are disabled by an exemption."
+            )
+
+
+def is_exempt(collection_group: str, path: FieldPath, exempt: frozenset[Exemption]) -> bool:
+    """Whether an exemption switched off `path`'s single-field indexes (its own, or a map's
+    it lies in)."""
+    return any((collection_group, path[:depth]) in exempt for depth in range(1, len(path) + 1))
 
 
 def requirements(pb: Any, aggregated: Iterable[FieldPath] = ()) -> list[Needs]:
@@ -308,22 +330,40 @@ def create_link(database: DatabaseKey, needs: Needs) -> str:
 
 def load(spec: str) -> Definitions:
     """Definitions from a firestore.indexes.json path, a module (its ``INDEXES`` and
-    ``INDEX_EXEMPTIONS``), or a ``module:NAME`` list of index declarations."""
+    ``INDEX_EXEMPTIONS``), a ``module:NAME`` list of index declarations, or
+    ``module?key=value&...``: what the module's ``index_definitions(key=value, ...)`` returns,
+    (indexes, exemptions), for a project whose index set depends on its configuration
+    (``services.jobs.schema?shards=4``)."""
     path = Path(spec)
     if path.suffix == ".json" or path.exists():
         return Definitions(tuple(from_json(path)), _exemptions_from_json(path))
-    module_name, sep, attribute = spec.partition(":")
-    if not module_name or (sep and not attribute):
+    reference, _, query = spec.partition("?")
+    module_name, sep, attribute = reference.partition(":")
+    if not module_name or (sep and not attribute) or (query and sep):
         raise IndexDefinitionError(
-            f"{spec!r} is neither a firestore.indexes.json file nor a module[:NAME] reference"
+            f"{spec!r} is neither a firestore.indexes.json file nor a module[:NAME] or "
+            "module?key=value reference"
         )
     try:
         module = importlib.import_module(module_name)
-        declared = getattr(module, attribute or "INDEXES")
-        exempted = () if attribute else getattr(module, "INDEX_EXEMPTIONS", ())
-    except (ImportError, AttributeError) as exc:
+        if query:
+            declared, exempted = module.index_definitions(**_options(spec, query))
+        else:
+            declared = getattr(module, attribute or "INDEXES")
+            exempted = () if attribute else getattr(module, "INDEX_EXEMPTIONS", ())
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
         raise IndexDefinitionError(f"cannot load index declarations {spec!r}: {exc}") from exc
     return Definitions(tuple(from_declarations(declared)), exemptions_from(exempted))
+
+
+def _options(spec: str, query: str) -> dict[str, str]:
+    options = {}
+    for pair in query.split("&"):
+        key, eq, value = pair.partition("=")
+        if not key or not eq:
+            raise IndexDefinitionError(f"{spec!r}: {pair!r} is not key=value")
+        options[key] = value
+    return options
 
 
 def exemptions_from(declared: Iterable[Any]) -> frozenset[Exemption]:

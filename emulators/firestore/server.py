@@ -16,7 +16,7 @@ from emulators.firestore.billing import Billing
 from emulators.firestore.engine import Engine
 from emulators.firestore.errors import EmulatorError, InvalidArgument
 from emulators.firestore.faults import FaultPlan
-from emulators.firestore.indexes import CompositeIndex, IndexSet
+from emulators.firestore.indexes import CompositeIndex, Definitions, IndexSet
 from emulators.firestore.service import FirestoreService
 
 logger = logging.getLogger(__name__)
@@ -90,6 +90,13 @@ class Emulator:
             raise InvalidArgument("The emulator is not strict: every query is served already.")
         self.indexes.add((project, database), index)
 
+    def use_indexes(self, project: str, definitions: Definitions) -> None:
+        """Serve one project from other index definitions (strict mode), as a deployment
+        with another configuration would have; a reset of the project forgets them."""
+        if self.indexes is None:
+            raise InvalidArgument("The emulator is not strict: every query is served already.")
+        self.indexes.use(project, definitions)
+
     def stats(self, project: str | None = None) -> dict[str, Any]:
         return self.billing.snapshot(project)
 
@@ -155,9 +162,9 @@ def start(
     engine = Engine(
         transaction_timeout_s, transaction_idle_timeout_s, lock_timeout_s, read_abort_rate, seed
     )
-    billing = Billing()
     faults = FaultPlan()
     index_set = IndexSet(indexes) if indexes is not None else None
+    billing = Billing(index_set)  # write rates count what this index set holds
     if data_file is not None:
         saved = snapshot.read(data_file, SNAPSHOT_KIND)
         if saved is not None:

@@ -457,7 +457,7 @@ class FirestoreService:
             else:
                 writes += 1
         self.billing.add(database[0], document_writes=writes, document_deletes=deletes)
-        self.billing.observe_writes(database[0], outcomes)
+        self.billing.observe_writes(database, outcomes)
 
     def commit(self, request: Any, call: Call) -> Any:
         database = parse_database(request.database)

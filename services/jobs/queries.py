@@ -1,5 +1,8 @@
 """The queries the store runs, as data: `QuerySpec` values a test can check against the
-declared indexes (`schema.INDEXES`) without running them, and the listing cursor.
+declared indexes (`schema.composite_indexes(N)`) without running them, and the listing cursor.
+
+Every builder of a query that orders or ranges on a timestamp takes `shard`: None for the
+unsharded query JOBS_SHARDS = 1 runs, k for shard k's part of it with N > 1.
 """
 
 from __future__ import annotations
@@ -38,51 +41,60 @@ class QuerySpec:
         )
 
 
+def _in_shard(
+    equals: tuple[tuple[str, Any], ...], shard: int | None
+) -> tuple[tuple[str, Any], ...]:
+    """`equals` with `shard == k` first, or unchanged for shard None (what JOBS_SHARDS = 1
+    runs, so records without a `shard` field are found too)."""
+    return equals if shard is None else ((schema.SHARD, shard), *equals)
+
+
 def due_query(now: datetime, limit: int | None, shard: int | None = None) -> QuerySpec:
-    """Deferred jobs due at or before `now`, oldest due first: every job (shard None, what
-    JOBS_SHARDS=1 runs, so records without a `shard` field are found), or one shard's."""
-    equals: tuple[tuple[str, Any], ...] = (("state", State.DEFERRED.value),)
-    if shard is not None:
-        equals = (("shard", shard), *equals)
+    """Deferred jobs due at or before `now`, oldest due first: every job (shard None), or one
+    shard's. Every builder below takes `shard` the same way."""
     return QuerySpec(
         schema.JOBS,
-        equals=equals,
+        equals=_in_shard((("state", State.DEFERRED.value),), shard),
         ranges=(("due_at", "<=", now),),
         order_by=("due_at",),
         limit=limit,
     )
 
 
-def expired_claims_query(cutoff: datetime, limit: int | None) -> QuerySpec:
+def expired_claims_query(
+    cutoff: datetime, limit: int | None, shard: int | None = None
+) -> QuerySpec:
     """Claimed jobs whose claim was taken before `cutoff`, oldest first."""
     return QuerySpec(
         schema.JOBS,
-        equals=(("state", State.CLAIMED.value),),
+        equals=_in_shard((("state", State.CLAIMED.value),), shard),
         ranges=(("claim.claimed_at", "<", cutoff),),
         order_by=("claim.claimed_at",),
         limit=limit,
     )
 
 
-def expired_leases_query(now: datetime, limit: int | None) -> QuerySpec:
+def expired_leases_query(now: datetime, limit: int | None, shard: int | None = None) -> QuerySpec:
     """Running jobs whose lease ended before `now`, oldest first."""
     return QuerySpec(
         schema.JOBS,
-        equals=(("state", State.RUNNING.value),),
+        equals=_in_shard((("state", State.RUNNING.value),), shard),
         ranges=(("lease_until", "<", now),),
         order_by=("lease_until",),
         limit=limit,
     )
 
 
-def enqueued_query(before: datetime | None, limit: int | None) -> QuerySpec:
+def enqueued_query(
+    before: datetime | None, limit: int | None, shard: int | None = None
+) -> QuerySpec:
     """Enqueued jobs (published before `before`, when given), oldest publish first."""
     ranges: tuple[tuple[str, str, Any], ...] = ()
     if before is not None:
         ranges = (("enqueued_at", "<", before),)
     return QuerySpec(
         schema.JOBS,
-        equals=(("state", State.ENQUEUED.value),),
+        equals=_in_shard((("state", State.ENQUEUED.value),), shard),
         ranges=ranges,
         order_by=("enqueued_at",),
         limit=limit,
@@ -102,8 +114,10 @@ def list_query(
     claimed_before: datetime | None = None,
     limit: int = 50,
     after: tuple[Any, ...] | None = None,
+    shard: int | None = None,
 ) -> QuerySpec:
-    """The operator's listing: one optional state, at most one time filter, in time order.
+    """The operator's listing: one optional state, at most one time filter, in time order
+    (one shard's with `shard`; the store merges the shards' pages).
 
     `due_before`: due_at < T. `overdue_at`: deferred with due_at <= T. `claimed_before`:
     claimed with claim.claimed_at < T. Raises ValidationError for combinations no index serves.
@@ -128,7 +142,7 @@ def list_query(
         ranges = (("due_at", "<", due_before),)
     return QuerySpec(
         schema.JOBS,
-        equals=equals,
+        equals=_in_shard(equals, shard),
         ranges=ranges,
         order_by=(order,),
         limit=limit,
@@ -150,13 +164,13 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise ValidationError(f"cursor {cursor[:40]!r} is not one this store returned") from exc
 
 
-def misfiled_due_queries(limit: int) -> tuple[QuerySpec, QuerySpec]:
+def misfiled_due_queries(limit: int, shard: int | None = None) -> tuple[QuerySpec, QuerySpec]:
     """Deferred records whose due_at sorts before every timestamp (null, boolean, number: the
     first in due_at order, no range) and those whose due_at is a string. Firestore range filters
     only match values of the operand's type, so no due query returns either
     (https://firebase.google.com/docs/firestore/manage-data/data-types#value_type_ordering).
-    Both are served by the (state, due_at) index."""
-    deferred = (("state", State.DEFERRED.value),)
+    Both are served by the (state, due_at) index, or per shard by (state, shard, due_at)."""
+    deferred = _in_shard((("state", State.DEFERRED.value),), shard)
     return (
         QuerySpec(schema.JOBS, equals=deferred, order_by=("due_at",), limit=limit),
         QuerySpec(

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from services.jobs.shard import require_shards
+
 JOBS = "jobs"
 IDEMPOTENCY = "idempotency"
 CONTROL = "control"
@@ -41,27 +43,61 @@ class CompositeIndex:
         return tuple(f.path for f in self.fields)
 
 
+SHARD = "shard"
+
 # `state == X and <field> <= T order by <field>`: equality field first, then the range field.
-# Each serves the store's queries named beside it (tests/unit/jobs/test_indexes.py proves it).
-INDEXES: tuple[CompositeIndex, ...] = (
+# Each serves the store's queries named beside it with JOBS_SHARDS = 1 (tests/unit/jobs/
+# test_indexes.py proves it). Each ends in a timestamp that grows with time, so each is one hot
+# key range capping the collection near 500 writes/s
+# (https://cloud.google.com/firestore/docs/best-practices, "High read, write, and delete
+# rates"): they exist only while N = 1.
+UNSHARDED_INDEXES: tuple[CompositeIndex, ...] = (
     # claim_due, stats (due count, oldest overdue), list(state=…, due_before/overdue_at=…)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("due_at"))),
-    # claim_due with JOBS_SHARDS > 1: one due query per shard (`state == deferred and shard
-    # == k and due_at <= T order by due_at`). Firestore takes a composite index's equality
-    # fields in any order before the range field
-    # (https://cloud.google.com/firestore/docs/query-data/index-overview),
-    # so `shard, state, due_at` would serve it as well. Either way the sequential `due_at`
-    # tail sits under a (state, shard) prefix, N key ranges instead of one hot spot
-    # (https://cloud.google.com/firestore/docs/best-practices#high_read_write_and_delete_rates);
-    # `state` first keeps every index here led by the state it serves.
-    CompositeIndex(JOBS, (IndexField("state"), IndexField("shard"), IndexField("due_at"))),
     # reclaim_expired (stuck claims), stats (stuck_claims), list(claimed_before=…)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("claim.claimed_at"))),
     # reclaim_expired (expired leases), stats (expired_leases)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("lease_until"))),
-    # backlog (stale_enqueued, oldest enqueued age)
+    # backlog (stale_enqueued, oldest enqueued age), reclaim_expired (rescue)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("enqueued_at"))),
 )
+
+# The same queries with JOBS_SHARDS > 1, one per shard (`... and shard == k`). Firestore takes
+# a composite index's equality fields in any order before the range field
+# (https://cloud.google.com/firestore/docs/query-data/index-overview), so `shard, state, …`
+# would serve them as well. Either way each growing timestamp sits under N `shard` prefixes: N
+# key ranges instead of one hot spot
+# (https://cloud.google.com/firestore/docs/best-practices#high_read_write_and_delete_rates);
+# `state` first keeps every index led by the state it serves.
+#
+# These exist at every N, N = 1 included (where every record has shard 0, so they carry the
+# same load as the unsharded ones): raising N then switches the services to indexes that are
+# already built, and the unsharded ones are dropped only after, in the same `pulumi up`
+# (Pulumi deletes what left the program after creating and updating the rest). Building them
+# only when N changes would leave the new queries without an index for the minutes an index
+# build takes.
+SHARDED_INDEXES: tuple[CompositeIndex, ...] = (
+    CompositeIndex(JOBS, (IndexField("state"), IndexField(SHARD), IndexField("due_at"))),
+    CompositeIndex(JOBS, (IndexField("state"), IndexField(SHARD), IndexField("claim.claimed_at"))),
+    CompositeIndex(JOBS, (IndexField("state"), IndexField(SHARD), IndexField("lease_until"))),
+    CompositeIndex(JOBS, (IndexField("state"), IndexField(SHARD), IndexField("enqueued_at"))),
+    # list() and list(due_before=…) over every state: with N = 1 the single-field `due_at`
+    # index serves them; with N > 1 that index is switched off (an exemption) and this one
+    # serves each shard's page.
+    CompositeIndex(JOBS, (IndexField(SHARD), IndexField("due_at"))),
+)
+
+
+def composite_indexes(shards: int) -> tuple[CompositeIndex, ...]:
+    """The composite indexes a deployment with `shards` shards declares: both sets at N = 1
+    (the unsharded queries use the first, the second waits for N > 1), the sharded ones only
+    above."""
+    if require_shards(shards) == 1:
+        return UNSHARDED_INDEXES + SHARDED_INDEXES
+    return SHARDED_INDEXES
+
+
+INDEXES: tuple[CompositeIndex, ...] = composite_indexes(1)
 
 
 @dataclass(frozen=True)
@@ -117,29 +153,48 @@ def is_served(
     )
 
 
-# Every query shape the services and jobsctl run, by collection. The store builds its jobs
-# queries from these shapes (tests/infra/test_database.py proves each store query's shape is
-# one of them); ScanRunLog.recent and RejectionStore.recent are the two others.
-QUERY_SHAPES: tuple[QueryShape, ...] = (
-    # claim_due, stats, list(overdue_at=…), list(state=deferred)
+# The jobs queries that order or range on a timestamp, as JOBS_SHARDS = 1 runs them. With
+# N > 1 each runs once per shard instead, with `shard == k` added (`sharded`).
+TIMESTAMP_SHAPES: tuple[QueryShape, ...] = (
+    # claim_due, stats, backlog, list(overdue_at=…), list(state=…), the due_at type check
     QueryShape(JOBS, frozenset({"state"}), (IndexField("due_at"),)),
-    # claim_due with JOBS_SHARDS > 1: one shard's due jobs
-    QueryShape(JOBS, frozenset({"shard", "state"}), (IndexField("due_at"),)),
-    # reclaim_expired (stuck claims), stats, list(claimed_before=…)
+    # reclaim_expired (stuck claims), stats, backlog, list(claimed_before=…)
     QueryShape(JOBS, frozenset({"state"}), (IndexField("claim.claimed_at"),)),
     # reclaim_expired (expired leases), stats
     QueryShape(JOBS, frozenset({"state"}), (IndexField("lease_until"),)),
-    # backlog (stale enqueued, oldest enqueued age)
+    # backlog (stale enqueued, oldest enqueued age), reclaim_expired (rescue)
     QueryShape(JOBS, frozenset({"state"}), (IndexField("enqueued_at"),)),
-    # stats: the count of each state
-    QueryShape(JOBS, frozenset({"state"}), ()),
     # list() and list(due_before=…): every state, in due order
     QueryShape(JOBS, frozenset(), (IndexField("due_at"),)),
+)
+
+# The queries whatever N is: none orders or ranges on a value growing with time in a
+# collection written per job.
+COMMON_SHAPES: tuple[QueryShape, ...] = (
+    # stats: the count of each state; jobsctl backfill-shards: each state's records by ID
+    QueryShape(JOBS, frozenset({"state"}), ()),
     # jobsctl runs: the latest scan runs
     QueryShape(SCAN_RUNS, frozenset(), (IndexField("started_at", "DESCENDING"),)),
     # jobsctl rejections: the newest rejected deliveries
     QueryShape(REJECTED, frozenset(), (IndexField("received_at", "DESCENDING"),)),
 )
+
+
+def sharded(shape: QueryShape) -> QueryShape:
+    """`shape` with `shard == k` added: the per-shard form of a timestamp query."""
+    return QueryShape(shape.collection, shape.equality | {SHARD}, shape.ordered)
+
+
+def query_shapes(shards: int) -> tuple[QueryShape, ...]:
+    """Every query shape the services and jobsctl run with `shards` shards. The store builds
+    its jobs queries from these (tests/infra/test_database.py proves each store query's shape
+    is one of them); ScanRunLog.recent and RejectionStore.recent are the two others."""
+    if require_shards(shards) == 1:
+        return TIMESTAMP_SHAPES + COMMON_SHAPES
+    return tuple(sharded(shape) for shape in TIMESTAMP_SHAPES) + COMMON_SHAPES
+
+
+QUERY_SHAPES: tuple[QueryShape, ...] = query_shapes(1)
 
 # The top-level fields of the documents in the collections written once or more per job
 # (tests/infra/test_database.py proves the model writes no other). Firestore indexes every
@@ -245,7 +300,23 @@ def index_exemptions(
     )
 
 
-INDEX_EXEMPTIONS: tuple[IndexExemption, ...] = index_exemptions()
+def exemptions(shards: int) -> tuple[IndexExemption, ...]:
+    """The index exemptions of a deployment with `shards` shards. With N > 1 no query leans on
+    the single-field `due_at` index any more, so it is exempt like every other timestamp here:
+    no index of the jobs collection then ends in a growing value without a `shard` before it."""
+    return index_exemptions(DOCUMENT_FIELDS, query_shapes(shards))
+
+
+def index_definitions(
+    shards: int | str = 1,
+) -> tuple[tuple[CompositeIndex, ...], tuple[IndexExemption, ...]]:
+    """(composite indexes, exemptions) for `shards`: what the Pulumi program creates and what
+    the Firestore emulator's strict mode enforces (`services.jobs.schema?shards=4`)."""
+    count = int(shards)
+    return composite_indexes(count), exemptions(count)
+
+
+INDEX_EXEMPTIONS: tuple[IndexExemption, ...] = exemptions(1)
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,27 @@
-"""The due index's shards: which shard a job ID belongs to, and how a claim budget is split.
+"""The jobs indexes' shards: which shard a job ID belongs to, how a budget is split over the
+shards, and how one query runs on every shard.
 
-A `shard` field leads the sharded due index (`schema.INDEXES`), so each shard's `due_at`
-entries are their own key range; N shards spread the sequential index writes over N ranges
-(docs/capacity.md has the arithmetic).
+With N > 1 a `shard` field stands before the timestamp in every jobs index
+(`schema.composite_indexes(N)`), so each shard's entries are their own key range; N shards
+spread the sequential index writes over N ranges (docs/capacity.md has the arithmetic). Every
+query that orders or ranges on a timestamp then runs once per shard: `fan_out` runs one
+function per shard on a bounded pool, `spend_over_shards` spends a budget (a claim's, a
+reclaim's) over the shards that still have work.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
+from collections.abc import Callable
+from concurrent import futures
+from typing import TypeVar
+
+T = TypeVar("T")
 
 MAX_SHARDS = 64
-# Claim transactions run side by side, at most this many at once, whatever N is.
+# Per-shard queries and claim transactions run side by side, at most this many at once,
+# whatever N is.
 MAX_SHARD_WORKERS = 8
 
 
@@ -36,3 +47,55 @@ def split_budget(budget: int, shards: int) -> list[int]:
     ones: 10 over 4 is [3, 3, 2, 2]; the shares always add up to `budget`."""
     base, extra = divmod(max(budget, 0), require_shards(shards))
     return [base + (1 if index < extra else 0) for index in range(shards)]
+
+
+def fan_out(shards: int, run: Callable[[int | None], T]) -> list[T]:
+    """`[run(None)]` with one shard (the unsharded query, which also finds records without a
+    `shard` field); else run(k) for every shard k, at most MAX_SHARD_WORKERS at once, the
+    results in shard order. Each call runs in a copy of the caller's context (its log
+    fields). The first exception raised is re-raised, once every call has ended."""
+    if require_shards(shards) == 1:
+        return [run(None)]
+    with futures.ThreadPoolExecutor(
+        min(shards, MAX_SHARD_WORKERS), thread_name_prefix="shard"
+    ) as pool:
+        calls = [pool.submit(contextvars.copy_context().run, run, k) for k in range(shards)]
+        futures.wait(calls)
+    return [call.result() for call in calls]
+
+
+def spend_over_shards(
+    budget: int,
+    shards: int,
+    take: Callable[[int, int], list[T]],
+    tolerated: tuple[type[Exception], ...] = (),
+) -> tuple[list[T], list[Exception]]:
+    """Spend `budget` over shards 0..N-1: each round splits what is left evenly over the
+    shards still full and calls take(shard, share) for each, at most MAX_SHARD_WORKERS at
+    once. A shard that returns less than its share is done, and what it left goes to the
+    others in the next round; so the items add up to `budget` whenever that many exist.
+    Exceptions of the `tolerated` types end that shard and are returned; others propagate."""
+    taken: list[T] = []
+    errors: list[Exception] = []
+    active = list(range(require_shards(shards)))
+    with futures.ThreadPoolExecutor(
+        min(shards, MAX_SHARD_WORKERS), thread_name_prefix="shard"
+    ) as pool:
+        while active and len(taken) < budget:
+            shares = split_budget(budget - len(taken), len(active))
+            rounds = {
+                shard: (share, pool.submit(contextvars.copy_context().run, take, shard, share))
+                for shard, share in zip(active, shares, strict=True)
+                if share > 0
+            }
+            active = []
+            for shard, (share, call) in rounds.items():
+                try:
+                    items = call.result()
+                except tolerated as exc:
+                    errors.append(exc)
+                    continue
+                taken.extend(items)
+                if len(items) == share:
+                    active.append(shard)
+    return taken, errors

@@ -10,14 +10,14 @@ internals in `transactions.py`.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
+import heapq
+import itertools
 import json
 import logging
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from concurrent import futures
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -77,7 +77,7 @@ from services.jobs.queries import (
     misfiled_due_queries,
     state_query,
 )
-from services.jobs.shard import MAX_SHARD_WORKERS, require_shards, split_budget
+from services.jobs.shard import fan_out, require_shards, spend_over_shards
 from services.jobs.state import (
     DEFAULT_HISTORY_LIMIT,
     HistoryEntry,
@@ -363,16 +363,24 @@ class FirestoreJobStore:
             if value is not None:
                 _require_aware(value, name)
         after = decode_cursor(cursor) if cursor else None
-        spec = list_query(
-            state=state,
-            due_before=due_before,
-            overdue_at=overdue_at,
-            claimed_before=claimed_before,
-            limit=limit + 1,  # one more tells whether another page exists
-            after=after,
-        )
+        order_field = "claim.claimed_at" if claimed_before else "due_at"
+
+        def page(shard: int | None) -> list[Any]:
+            spec = list_query(
+                state=state,
+                due_before=due_before,
+                overdue_at=overdue_at,
+                claimed_before=claimed_before,
+                limit=limit + 1,  # one more tells whether another page exists
+                after=after,
+                shard=shard,
+            )
+            return list(self._stream(spec))
+
         with store_errors():
-            snapshots = list(self._stream(spec))
+            # With N > 1 each shard's page is in (order field, ID) order from the same cursor:
+            # their merge is the global order, and its first limit + 1 the global page.
+            snapshots = _merged(fan_out(self._shards, page), order_field, limit + 1)
         more = len(snapshots) > limit
         snapshots = snapshots[:limit]
         jobs: list[Job] = []
@@ -385,8 +393,7 @@ class FirestoreJobStore:
         next_cursor = None
         if more:
             last = snapshots[-1]
-            field_path = "claim.claimed_at" if claimed_before else "due_at"
-            next_cursor = encode_cursor(last.get(field_path), last.id)
+            next_cursor = encode_cursor(last.get(order_field), last.id)
         return Page(tuple(jobs), next_cursor, tuple(invalid))
 
     def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
@@ -405,12 +412,24 @@ class FirestoreJobStore:
                 for state in State
                 if state is not State.DEFERRED
             }
-            oldest = list(self._stream(due_query(now, 1), read_time=read_time))
-            due_count = self._count(due_query(now, None), read_time=read_time)
-            stuck = self._count(
-                expired_claims_query(now - claim_timeout, None), read_time=read_time
-            )
-            expired = self._count(expired_leases_query(now, None), read_time=read_time)
+
+            def figures(shard: int | None) -> tuple[list[Any], int, int, int]:
+                return (
+                    list(self._stream(due_query(now, 1, shard), read_time=read_time)),
+                    self._count(due_query(now, None, shard), read_time=read_time),
+                    self._count(
+                        expired_claims_query(now - claim_timeout, None, shard), read_time=read_time
+                    ),
+                    self._count(expired_leases_query(now, None, shard), read_time=read_time),
+                )
+
+            # With N > 1, one set of queries per shard at the same read time: counts add up,
+            # the oldest is the oldest of the shards' oldest.
+            parts = fan_out(self._shards, figures)
+        oldest = _merged([p[0] for p in parts], "due_at", 1)
+        due_count = sum(p[1] for p in parts)
+        stuck = sum(p[2] for p in parts)
+        expired = sum(p[3] for p in parts)
         return Stats(
             oldest_overdue_age_s=_age(now, oldest, "due_at"),
             due_count=due_count,
@@ -423,7 +442,8 @@ class FirestoreJobStore:
     def backlog(
         self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
     ) -> Backlog:
-        """What the scan measures every run: 3 count aggregations and 2 limit-1 queries.
+        """What the scan measures every run: 3 count aggregations and 2 limit-1 queries (per
+        shard with JOBS_SHARDS > 1).
 
         `stale_enqueued` counts jobs enqueued (published) before now - enqueued_timeout: their
         message may be gone (dead letter expired, subscription recreated), so nothing else
@@ -432,12 +452,24 @@ class FirestoreJobStore:
         """
         if claim_timeout <= timedelta(0) or enqueued_timeout <= timedelta(0):
             raise ValidationError("claim_timeout and enqueued_timeout must be positive")
+
+        def figures(shard: int | None) -> tuple[list[Any], list[Any], int, int, int]:
+            return (
+                list(self._stream(due_query(now, 1, shard))),
+                list(self._stream(enqueued_query(None, 1, shard))),
+                self._count(due_query(now, None, shard)),
+                self._count(expired_claims_query(now - claim_timeout, None, shard)),
+                self._count(enqueued_query(now - enqueued_timeout, None, shard)),
+            )
+
         with store_errors():
-            oldest_due = list(self._stream(due_query(now, 1)))
-            oldest_enqueued = list(self._stream(enqueued_query(None, 1)))
-            due_count = self._count(due_query(now, None))
-            stuck = self._count(expired_claims_query(now - claim_timeout, None))
-            stale = self._count(enqueued_query(now - enqueued_timeout, None))
+            # One set per shard with N > 1: 5 queries each, counts summed, oldest of oldest.
+            parts = fan_out(self._shards, figures)
+        oldest_due = _merged([p[0] for p in parts], "due_at", 1)
+        oldest_enqueued = _merged([p[1] for p in parts], "enqueued_at", 1)
+        due_count = sum(p[2] for p in parts)
+        stuck = sum(p[3] for p in parts)
+        stale = sum(p[4] for p in parts)
         return Backlog(
             oldest_overdue_age_s=_age(now, oldest_due, "due_at"),
             due_count=due_count,
@@ -507,38 +539,11 @@ class FirestoreJobStore:
         """`limit` split evenly over the shards still holding due jobs, each shard claimed in
         its own due order on a bounded pool; a shard that returns less than its share is
         drained, and what it left over goes to the others in the next round."""
-        claimed: list[ClaimedJob] = []
-        active = list(range(self._shards))
-        errors_seen: list[LostRace] = []
-        workers = min(len(active), MAX_SHARD_WORKERS)
-        with futures.ThreadPoolExecutor(workers, thread_name_prefix="claim-shard") as pool:
-            while active and len(claimed) < limit:
-                shares = split_budget(limit - len(claimed), len(active))
-                rounds = {
-                    shard: pool.submit(
-                        contextvars.copy_context().run,
-                        self._claim_shard,
-                        now,
-                        run_id,
-                        share,
-                        page_size,
-                        on_quarantine,
-                        shard,
-                    )
-                    for shard, share in zip(active, shares, strict=True)
-                    if share > 0
-                }
-                still = []
-                for shard, future in rounds.items():
-                    try:
-                        page = future.result()
-                    except LostRace as exc:
-                        errors_seen.append(exc)
-                        continue
-                    claimed.extend(page)
-                    if len(page) == shares[active.index(shard)]:
-                        still.append(shard)
-                active = still
+
+        def take(shard: int, share: int) -> list[ClaimedJob]:
+            return self._claim_shard(now, run_id, share, page_size, on_quarantine, shard)
+
+        claimed, errors_seen = spend_over_shards(limit, self._shards, take, (LostRace,))
         if not claimed and errors_seen:
             raise errors_seen[0]
         return claimed
@@ -830,7 +835,7 @@ class FirestoreJobStore:
         steps: list[_ReclaimStep] = [
             _ReclaimStep(
                 "claim_timeout",
-                lambda n: expired_claims_query(cutoff, n),
+                lambda n, shard: expired_claims_query(cutoff, n, shard),
                 lambda j: (
                     j.state is State.CLAIMED and j.claim is not None and j.claim.claimed_at < cutoff
                 ),
@@ -838,7 +843,7 @@ class FirestoreJobStore:
             ),
             _ReclaimStep(
                 "lease_expired",
-                lambda n: expired_leases_query(now, n),
+                lambda n, shard: expired_leases_query(now, n, shard),
                 lambda j: j.state is State.RUNNING and not j.lease_live(now),
                 self._rules.reclaim_lease,
             ),
@@ -848,7 +853,7 @@ class FirestoreJobStore:
             steps.append(
                 _ReclaimStep(
                     "enqueued_timeout",
-                    lambda n: enqueued_query(before, n),
+                    lambda n, shard: enqueued_query(before, n, shard),
                     lambda j: (
                         j.state is State.ENQUEUED
                         and j.enqueued_at is not None
@@ -874,9 +879,28 @@ class FirestoreJobStore:
         return report
 
     def _reclaim_step(self, step: _ReclaimStep, limit: int, tally: _ReclaimTally) -> None:
+        """One step up to `limit` reclaimed in all: the unsharded query with N = 1, else the
+        budget left spent over the shards (each shard's query in its own time order)."""
+        if self._shards == 1:
+            self._reclaim_shard(step, limit, tally, None)
+            return
+
+        def take(shard: int, share: int) -> list[Reclaimed]:
+            part = _ReclaimTally(tally.run_id)
+            try:
+                self._reclaim_shard(step, share, part, shard)
+            finally:
+                tally.absorb(part)  # committed changes are reported even when one shard fails
+            return part.reclaimed
+
+        spend_over_shards(limit - len(tally.reclaimed), self._shards, take)
+
+    def _reclaim_shard(
+        self, step: _ReclaimStep, limit: int, tally: _ReclaimTally, shard: int | None
+    ) -> None:
         while len(tally.reclaimed) < limit:
             want = min(CLAIM_PAGE_SIZE, limit - len(tally.reclaimed))
-            spec = step.spec(want)
+            spec = step.spec(want, shard)
             try:
                 page, invalid = self._tx.run(self._reclaim_page, spec, step, tally.run_id)
             except StoreUnavailable:
@@ -972,11 +996,16 @@ class FirestoreJobStore:
         data-types#value_type_ordering), so no due query ever returns it. Two limit queries
         on the (state, due_at) index find the common mistakes: a null, boolean or number sorts
         before every timestamp, a string (an ISO date) after. 1 read each when none exist."""
-        specs = misfiled_due_queries(MISFILED_CHECK_LIMIT)
+        found = fan_out(self._shards, lambda shard: self._misfiled_due(shard, tally))
+        self._quarantine_all([job_id for part in found for job_id in part], tally)
+
+    def _misfiled_due(self, shard: int | None, tally: _ReclaimTally) -> list[str]:
+        """The IDs of one shard's deferred jobs whose due_at is not a timestamp (all of them
+        with shard None)."""
         misfiled: list[str] = []
         try:
             with store_errors():
-                for spec in specs:
+                for spec in misfiled_due_queries(MISFILED_CHECK_LIMIT, shard):
                     # Look at the first record alone (1 read); only when it is misfiled is the
                     # page worth its reads: with many future jobs the first query would
                     # otherwise bill MISFILED_CHECK_LIMIT reads every run.
@@ -989,7 +1018,7 @@ class FirestoreJobStore:
                         misfiled.append(snapshot.id)
         except StoreRejected as exc:
             tally.stopped_by = tally.stopped_by or exc
-        self._quarantine_all(misfiled, tally)
+        return misfiled
 
     # -- worker ----------------------------------------------------------------------------
     # cancel_running, extend_lease, release, complete, retry_later and fail take the `Lease`
@@ -1376,7 +1405,7 @@ class _ReclaimStep:
     change, and the reason name logged and reported for it."""
 
     name: str
-    spec: Callable[[int], QuerySpec]
+    spec: Callable[[int, int | None], QuerySpec]  # (limit, shard or None for all)
     applies: Callable[[Job], bool]
     change: Callable[[Job, datetime, str], Job]
 
@@ -1388,6 +1417,15 @@ class _ReclaimTally:
     quarantined: list[str] = dataclasses.field(default_factory=list)
     skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     stopped_by: JobsError | None = None
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+    def absorb(self, part: _ReclaimTally) -> None:
+        """Add what one shard's part did (called from the shards' threads)."""
+        with self._lock:
+            self.reclaimed.extend(part.reclaimed)
+            self.quarantined.extend(part.quarantined)
+            self.skipped.extend(part.skipped)
+            self.stopped_by = self.stopped_by or part.stopped_by
 
     def report(self) -> ReclaimReport:
         return ReclaimReport(
@@ -1412,6 +1450,45 @@ def _write(transaction: firestore.Transaction, ref: Any, old: Job, new: Job) -> 
 def _diff(old: Job, new: Job) -> dict[str, Any]:
     before, after = old.to_document(), new.to_document()
     return {k: v for k, v in after.items() if before.get(k) != v}
+
+
+# Firestore's order of value types: null < boolean < number < timestamp < string < bytes <
+# reference < geo point < array < map
+# (https://firebase.google.com/docs/firestore/manage-data/data-types#value_type_ordering).
+_TYPE_RANK: tuple[tuple[type, int], ...] = (
+    (bool, 1),  # before int: a bool is an int in Python
+    (int, 2),
+    (float, 2),
+    (datetime, 3),
+    (str, 4),
+    (bytes, 5),
+)
+
+
+def _order_key(snapshot: Any, field_path: str) -> tuple[int, Any, str]:
+    """`snapshot`'s place in `order by field_path, __name__`, as Firestore orders it (values of
+    kinds this store never orders by sort after, by their text)."""
+    try:
+        value = snapshot.get(field_path)
+    except KeyError:
+        value = None
+    if value is None:
+        return (0, 0, snapshot.id)
+    for kind, rank in _TYPE_RANK:
+        if isinstance(value, kind):
+            if isinstance(value, datetime):
+                value = value.astimezone(UTC)
+            return (rank, value, snapshot.id)
+    return (6, repr(value), snapshot.id)
+
+
+def _merged(pages: Sequence[list[Any]], field_path: str, limit: int) -> list[Any]:
+    """The first `limit` of the shards' pages, each in (field_path, ID) order, merged into
+    that order: the k-way merge that makes N per-shard queries one ordered answer."""
+    if len(pages) == 1:
+        return pages[0][:limit]
+    merged = heapq.merge(*pages, key=lambda snapshot: _order_key(snapshot, field_path))
+    return list(itertools.islice(merged, limit))
 
 
 def _age(now: datetime, snapshots: list[Any], field: str) -> float | None:

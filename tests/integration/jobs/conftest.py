@@ -21,13 +21,18 @@ ACTION = "media.delete_source"
 
 
 class QueryLog:
-    """Every query spec a store ran; refuses unserved shapes at once."""
+    """Every query spec a store ran; refuses at once a shape that the index set of a
+    deployment with `shards` shards does not serve, or that is not one of its query shapes."""
 
-    def __init__(self) -> None:
+    def __init__(self, shards: int = 1) -> None:
         self.specs: list[QuerySpec] = []
+        self._shapes = schema.query_shapes(shards)
+        self._indexes, self._exemptions = schema.index_definitions(shards)
 
     def __call__(self, spec: QuerySpec) -> None:
-        assert schema.is_served(spec.shape), f"no declared index serves {spec.shape}"
+        assert spec.shape in self._shapes, f"{spec.shape} is not a declared query shape"
+        served = schema.is_served(spec.shape, self._indexes, self._exemptions)
+        assert served, f"no declared index serves {spec.shape}"
         self.specs.append(spec)
 
 

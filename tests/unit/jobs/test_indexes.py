@@ -1,4 +1,5 @@
-"""Every query shape the store builds is served by an index declared in schema.INDEXES.
+"""Every query shape the store builds, with JOBS_SHARDS = 1 and > 1, is served by the index set
+schema declares for that N, and every declared index serves some query.
 
 The store builds all its queries through the QuerySpec builders below (and the integration
 suite records, through the store's query observer, that it runs nothing else).
@@ -18,24 +19,28 @@ from services.jobs.queries import (
     expired_claims_query,
     expired_leases_query,
     list_query,
+    misfiled_due_queries,
     state_query,
 )
 from services.jobs.state import State
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
+SHARD_COUNTS = (1, 4)
 
 
-def every_store_query() -> list[QuerySpec]:
+def every_store_query(shards: int = 1) -> list[QuerySpec]:
+    """Every query the store builds with `shards` shards (with N > 1, shard 3's)."""
+    k = None if shards == 1 else 3
     specs = [
-        due_query(T, 100),
-        due_query(T, None),
-        due_query(T, 100, shard=3),  # claim_due with JOBS_SHARDS > 1
-        expired_claims_query(T, 10),
-        expired_claims_query(T, None),
-        expired_leases_query(T, 10),
-        expired_leases_query(T, None),
-        enqueued_query(None, 1),
-        enqueued_query(T, None),
+        due_query(T, 100, k),
+        due_query(T, None, k),
+        expired_claims_query(T, 10, k),
+        expired_claims_query(T, None, k),
+        expired_leases_query(T, 10, k),
+        expired_leases_query(T, None, k),
+        enqueued_query(None, 1, k),
+        enqueued_query(T, None, k),
+        *misfiled_due_queries(20, k),
         *(state_query(state) for state in State),
     ]
     for state, time_filter, after in itertools.product(
@@ -43,7 +48,7 @@ def every_store_query() -> list[QuerySpec]:
     ):
         kwargs = {time_filter: T} if time_filter else {}
         try:
-            specs.append(list_query(state=state, after=after, **kwargs))  # type: ignore[arg-type]
+            specs.append(list_query(state=state, after=after, shard=k, **kwargs))  # type: ignore[arg-type]
         except ValidationError:
             continue  # refused combinations never reach Firestore
     return specs
@@ -57,14 +62,61 @@ def _shape_id(spec: QuerySpec) -> str:
     return f"{shape.collection}:{'+'.join(sorted(shape.equality))}|{ordered}"
 
 
+def _served(shape: schema.QueryShape, shards: int) -> bool:
+    indexes, exemptions = schema.index_definitions(shards)
+    return schema.is_served(shape, indexes, exemptions)
+
+
+@pytest.mark.parametrize("shards", SHARD_COUNTS)
 @pytest.mark.parametrize("spec", every_store_query(), ids=_shape_id)
-def test_each_store_query_is_served_by_a_declared_index(spec: QuerySpec) -> None:
-    assert schema.is_served(spec.shape), f"no declared index serves {spec.shape}"
+def test_each_unsharded_store_query_is_served_at_n_1_only(spec: QuerySpec, shards: int) -> None:
+    # N = 1's timestamp queries lose their indexes above 1: a deployment at N > 1 must not run
+    # them (the state counts order on nothing and run at every N).
+    expected = shards == 1 or spec.shape in schema.COMMON_SHAPES
+    assert _served(spec.shape, shards) == expected, spec.shape
 
 
-def test_every_declared_index_serves_some_store_query() -> None:
-    used = {schema.serving_index(spec.shape) for spec in every_store_query()}
-    assert set(schema.INDEXES) <= used
+@pytest.mark.parametrize("shards", SHARD_COUNTS)
+@pytest.mark.parametrize("spec", every_store_query(4), ids=_shape_id)
+def test_each_sharded_store_query_is_served_at_every_n(spec: QuerySpec, shards: int) -> None:
+    # The sharded indexes exist at N = 1 already, so raising N never meets a missing index.
+    assert _served(spec.shape, shards), spec.shape
+
+
+@pytest.mark.parametrize("shards", SHARD_COUNTS)
+def test_the_store_queries_are_the_declared_shapes(shards: int) -> None:
+    built = {spec.shape for spec in every_store_query(shards)}
+    assert built == {s for s in schema.query_shapes(shards) if s.collection == schema.JOBS}
+
+
+@pytest.mark.parametrize("shards", SHARD_COUNTS)
+def test_every_declared_index_serves_some_query_of_that_n_or_above(shards: int) -> None:
+    indexes = schema.composite_indexes(shards)
+    used = {schema.serving_index(s.shape, indexes) for s in every_store_query(shards)}
+    sharded = [s.shape for s in every_store_query(4) if schema.needs_composite_index(s.shape)]
+    waiting = {schema.serving_index(shape, indexes) for shape in sharded}
+    assert set(indexes) <= used | waiting
+    assert None not in waiting  # each sharded query has its index at this N
+
+
+def test_above_one_shard_every_timestamp_index_has_the_shard_before_the_timestamp() -> None:
+    timestamps = {"due_at", "claim.claimed_at", "lease_until", "enqueued_at"}
+    for index in schema.composite_indexes(4):
+        paths = index.field_paths
+        assert paths[-1] in timestamps
+        assert schema.SHARD in paths[:-1], paths
+    exempt = {(e.collection, e.field) for e in schema.exemptions(4)}
+    # ... and no single-field index of a timestamp is left: each is one hot range.
+    for name in ("due_at", "claim", "lease_until", "enqueued_at", "created_at", "updated_at"):
+        assert (schema.JOBS, name) in exempt, name
+    assert (schema.JOBS, "due_at") not in {(e.collection, e.field) for e in schema.exemptions(1)}
+
+
+def test_one_shard_keeps_every_index_it_had() -> None:
+    assert set(schema.UNSHARDED_INDEXES) <= set(schema.composite_indexes(1))
+    assert not set(schema.UNSHARDED_INDEXES) & set(schema.composite_indexes(2))
+    assert schema.composite_indexes(1) == schema.INDEXES
+    assert schema.exemptions(1) == schema.INDEX_EXEMPTIONS
 
 
 def test_a_query_without_its_index_is_reported_unserved() -> None:
@@ -78,6 +130,7 @@ def test_single_field_and_equality_only_queries_need_no_composite_index() -> Non
     assert not schema.needs_composite_index(state_query(State.DEFERRED).shape)
     assert not schema.needs_composite_index(list_query(due_before=T).shape)
     assert not schema.needs_composite_index(list_query().shape)
+    assert schema.needs_composite_index(list_query(shard=0).shape)
 
 
 def test_a_descending_order_is_not_served_by_an_ascending_index() -> None:
