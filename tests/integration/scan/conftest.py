@@ -184,8 +184,11 @@ def scan_rig(
     oidc_server: Any,
     publisher_client: pubsub_v1.PublisherClient,
     subscriber_client: pubsub_v1.SubscriberClient,
+    shard_indexes: Callable[[int], None],
 ) -> Iterator[Callable[..., Rig]]:
-    """A factory: `scan_rig(max_per_run=..., page_size=..., clock=..., publisher=...)`."""
+    """A factory: `scan_rig(max_per_run=..., page_size=..., clock=..., publisher=...)`. With
+    `shards=N` the emulator serves the project with that N's index set, as a deployment with
+    that `shards` key has."""
     project = firestore_project
     topic_path = publisher_client.topic_path(project, TOPIC)
     subscription = subscriber_client.subscription_path(project, SUBSCRIPTION)
@@ -225,6 +228,7 @@ def scan_rig(
             behind_cloud_run_iam=cloud_run,
             **{"max_per_run": 100, "page_size": 50, "publish_timeout_s": 5.0, **overrides},
         )
+        shard_indexes(settings.shards)
         clock = clock or FakeClock(T0 + timedelta(minutes=1))
         store = FirestoreJobStore(
             firestore_client, clock, timeout_s=settings.firestore_timeout_s, shards=settings.shards

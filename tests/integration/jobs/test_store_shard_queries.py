@@ -1,0 +1,145 @@
+"""With JOBS_SHARDS > 1 every query on a timestamp runs per shard, on the emulator serving the
+N = 4 index set (no unsharded timestamp index; an unsharded query fails as in production), and
+the answers are the ones one unsharded query would give: counts summed, the oldest of the
+shards' oldest, listings in one global order with the limit and cursor kept, reclaim, rescue
+and the due_at type check reaching every shard."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from services.jobs import schema
+from services.jobs.clock import FakeClock
+from services.jobs.errors import StoreRejected
+from services.jobs.shard import shard_of
+from services.jobs.state import State
+from services.jobs.store import FirestoreJobStore
+from tests.integration.jobs.conftest import T0, QueryLog, new_job
+
+SHARDS = 4
+TIMEOUT = timedelta(minutes=10)
+
+
+@pytest.fixture
+def sharded(
+    firestore_client: firestore.Client,
+    clock: FakeClock,
+    shard_indexes: Callable[[int], None],
+) -> FirestoreJobStore:
+    shard_indexes(SHARDS)
+    log = QueryLog(SHARDS)
+    return FirestoreJobStore(firestore_client, clock, query_observer=log, shards=SHARDS)
+
+
+def _ids(count: int, prefix: str = "job") -> list[str]:
+    return [f"{prefix}-{n:03d}" for n in range(count)]
+
+
+def _schedule(store: FirestoreJobStore, ids: list[str], step: timedelta) -> None:
+    # Due times interleave the shards: a global order is not any one shard's.
+    outcomes = store.schedule_many([new_job(j, T0 + step * n) for n, j in enumerate(ids)])
+    assert all(not isinstance(o, Exception) and o.created for o in outcomes)
+
+
+def test_the_emulator_refuses_the_unsharded_queries_at_four_shards(
+    firestore_client: firestore.Client, clock: FakeClock, shard_indexes: Callable[[int], None]
+) -> None:
+    # The N = 4 index set has no (state, due_at) index: a store left at N = 1 fails, loudly.
+    shard_indexes(SHARDS)
+    unsharded = FirestoreJobStore(firestore_client, clock)
+    with pytest.raises((StoreRejected, gexc.FailedPrecondition)):
+        unsharded.backlog(clock.now(), TIMEOUT, TIMEOUT)
+
+
+def test_stats_and_backlog_sum_the_shards_and_take_the_oldest_of_them(
+    sharded: FirestoreJobStore, clock: FakeClock
+) -> None:
+    ids = _ids(40)
+    _schedule(sharded, ids, timedelta(minutes=1))  # due T0, T0+1m, ..., T0+39m
+    assert len({shard_of(j, SHARDS) for j in ids}) == SHARDS
+    clock.set(T0 + timedelta(minutes=29, seconds=30))  # 30 due: T0 .. T0+29m
+    claimed = sharded.claim_due(clock.now(), "run-1", 5)  # the 5 oldest due... per shard order
+    assert len(claimed) == 5
+    clock.advance(TIMEOUT + timedelta(seconds=1))  # those 5 claims are stuck now
+    now = clock.now()
+    due = [j for n, j in enumerate(ids) if T0 + timedelta(minutes=n) <= now]
+    left_due = [j for j in due if j not in {c.job_id for c in claimed}]
+    oldest = min(T0 + timedelta(minutes=ids.index(j)) for j in left_due)
+
+    stats = sharded.stats(now, TIMEOUT)
+    backlog = sharded.backlog(now, TIMEOUT, TIMEOUT)
+
+    assert stats.due_count == backlog.due_count == len(left_due)
+    assert stats.stuck_claims == backlog.stuck_claims == 5
+    assert stats.per_state[State.DEFERRED] == 35 and stats.per_state[State.CLAIMED] == 5
+    expected_age = (now - oldest).total_seconds()
+    assert stats.oldest_overdue_age_s == backlog.oldest_overdue_age_s == expected_age
+
+
+@pytest.mark.parametrize("page_size", [1, 7, 50])
+def test_listing_merges_the_shards_into_one_due_order_page_by_page(
+    sharded: FirestoreJobStore, page_size: int
+) -> None:
+    ids = _ids(30)
+    # Two jobs per due time: the ID breaks the tie, as Firestore's __name__ order does.
+    _schedule(sharded, ids, timedelta(0))
+    _schedule(sharded, _ids(10, "late"), timedelta(seconds=1))
+    expected = sorted(ids) + sorted(_ids(10, "late"), key=lambda j: int(j.split("-")[1]))
+    listed: list[str] = []
+    cursor = None
+    while True:
+        page = sharded.list_jobs(limit=page_size, cursor=cursor)
+        assert len(page.jobs) <= page_size
+        listed.extend(j.job_id for j in page.jobs)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert listed == expected
+
+    first = sharded.list_jobs(state=State.DEFERRED, due_before=T0 + timedelta(seconds=3), limit=5)
+    assert [j.job_id for j in first.jobs] == expected[:5]
+
+
+def test_reclaim_and_rescue_reach_every_shard_within_the_limit(
+    sharded: FirestoreJobStore, clock: FakeClock
+) -> None:
+    ids = _ids(24)
+    _schedule(sharded, ids, timedelta(0))
+    claims = sharded.claim_due(clock.now(), "run-1", 24)
+    assert len(claims) == 24
+    enqueued = claims[:8]
+    marks = sharded.mark_enqueued_many(
+        [(c.job_id, c.generation, f"m-{c.job_id}") for c in enqueued]
+    )
+    assert all(m.error is None for m in marks)
+    clock.advance(TIMEOUT + timedelta(seconds=1))
+
+    first = sharded.reclaim_expired(clock.now(), TIMEOUT, 10, "r-1", enqueued_timeout=TIMEOUT)
+    assert len(first.reclaimed) == 10  # the limit holds across shards
+    rest = sharded.reclaim_expired(clock.now(), TIMEOUT, 100, "r-2", enqueued_timeout=TIMEOUT)
+
+    reclaimed = [r.job_id for r in (*first.reclaimed, *rest.reclaimed)]
+    assert sorted(reclaimed) == sorted(ids)  # each once: 16 stuck claims, 8 lost messages
+    reasons = {r.job_id: r.reason for r in (*first.reclaimed, *rest.reclaimed)}
+    assert {reasons[c.job_id] for c in enqueued} == {"enqueued_timeout"}
+    assert sharded.stats(clock.now(), TIMEOUT).per_state[State.DEFERRED] == 24
+
+
+def test_a_wrong_typed_due_at_is_found_in_whichever_shard_it_sits(
+    sharded: FirestoreJobStore, firestore_client: firestore.Client, clock: FakeClock
+) -> None:
+    ids = _ids(12)
+    _schedule(sharded, ids, timedelta(days=1))  # all in the future
+    spoiled = {shard_of(j, SHARDS): j for j in ids}  # one per shard
+    assert len(spoiled) == SHARDS
+    for job_id in spoiled.values():
+        firestore_client.collection(schema.JOBS).document(job_id).update({"due_at": "soon"})
+
+    report = sharded.reclaim_expired(clock.now(), TIMEOUT, 10, "rescuer-1")
+
+    assert sorted(report.quarantined) == sorted(spoiled.values())
