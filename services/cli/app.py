@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from services.cli.backends import FIRESTORE_DATABASE, OPERATOR
-from services.cli.commands import backlog, control, deadletter, job, runs, watch
+from services.cli.commands import backlog, control, deadletter, job, runs, shards, watch
 from services.cli.errors import ExitCode
 from services.cli.session import Session, run_command, write_error
 from services.jobs.settings import PROJECT
@@ -32,7 +32,8 @@ with --json, errors are JSON on stderr: {"error": MESSAGE, "exit_code": CODE}.
 
 environment: JOBS_PROJECT (or --project), JOBS_FIRESTORE_DATABASE, FIRESTORE_EMULATOR_HOST,
 PUBSUB_EMULATOR_HOST, JOBS_TOPIC and JOBS_DEAD_LETTER_SUBSCRIPTION (dead-letters),
-JOBS_OPERATOR (who you are in audit trails; default: your login name)
+JOBS_OPERATOR (who you are in audit trails; default: your login name), JOBS_SHARDS (the
+deployment's shard count, as the services have it: list, stats and reclaim query each shard)
 """
 
 TIME_FLAGS = frozenset({"--due", "--due-before", "--claimed-before"})
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (job, backlog, control, runs, deadletter, watch):
+    for module in (job, backlog, control, runs, deadletter, watch, shards):
         module.register(commands, common)
     return parser
 

@@ -29,10 +29,12 @@ from services.jobs.settings import (
     MAX_TERMINAL_RETENTION_S,
     MIN_FIRESTORE_TIMEOUT_S,
     MIN_TERMINAL_RETENTION_S,
+    SHARDS,
     TERMINAL_RETENTION_S,
     EnvReader,
     SettingsError,
 )
+from services.jobs.shard import MAX_SHARDS
 from services.jobs.store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
@@ -81,6 +83,7 @@ class Session:
                 clock=self.clock,
                 terminal_retention=retention,
                 timeout_s=timeout_s,
+                shards=store_shards(self.environ),
             )
         return self._store
 
@@ -113,6 +116,19 @@ def store_bounds(environ: Mapping[str, str]) -> tuple[timedelta, float]:
     except SettingsError as exc:
         raise UsageError(str(exc)) from exc
     return timedelta(seconds=retention_s), timeout_s
+
+
+def store_shards(environ: Mapping[str, str]) -> int:
+    """JOBS_SHARDS, read as the services read it: with N > 1 the deployment has only sharded
+    timestamp indexes, so jobsctl's queries must be the per-shard ones too, and a job it
+    schedules gets the shard the scan looks for."""
+    env = EnvReader(environ)
+    shards = env.int(SHARDS, default=1, min=1, max=MAX_SHARDS)
+    try:
+        env.finish()
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from exc
+    return shards
 
 
 def run_command(session: Session, args: argparse.Namespace) -> int:
