@@ -67,7 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=PROJECT_INDEXES,
         metavar="SPEC",
         help="indexes Firestore enforces, as production does: a firestore.indexes.json, a module"
-        " (its INDEXES and INDEX_EXEMPTIONS) or module:NAME (default: %(default)s); 'off' serves"
+        " (its index_definitions(), else INDEXES and INDEX_EXEMPTIONS), module?shards=4 (the"
+        " set of that configuration) or module:NAME (default: %(default)s); 'off' serves"
         " every query",
     )
     parser.add_argument("--log-level", default="WARNING", help="emulator log level on stderr")

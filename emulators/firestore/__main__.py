@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--indexes",
         metavar="SPEC",
-        help="strict mode: indexes from a firestore.indexes.json, a module or module:NAME",
+        help="strict mode: indexes from a firestore.indexes.json, a module, module?key=value"
+        " (services.jobs.schema?shards=4) or module:NAME",
     )
     args = parser.parse_args(argv)
     if not 0.0 <= args.read_abort_rate <= 1.0:

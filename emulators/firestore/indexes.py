@@ -329,11 +329,11 @@ def create_link(database: DatabaseKey, needs: Needs) -> str:
 
 
 def load(spec: str) -> Definitions:
-    """Definitions from a firestore.indexes.json path, a module (its ``INDEXES`` and
+    """Definitions from a firestore.indexes.json path, a module (what its
+    ``index_definitions()`` returns, (indexes, exemptions), or else its ``INDEXES`` and
     ``INDEX_EXEMPTIONS``), a ``module:NAME`` list of index declarations, or
-    ``module?key=value&...``: what the module's ``index_definitions(key=value, ...)`` returns,
-    (indexes, exemptions), for a project whose index set depends on its configuration
-    (``services.jobs.schema?shards=4``)."""
+    ``module?key=value&...``: the module's ``index_definitions(key=value, ...)``, for a
+    project whose index set depends on its configuration (``services.jobs.schema?shards=4``)."""
     path = Path(spec)
     if path.suffix == ".json" or path.exists():
         return Definitions(tuple(from_json(path)), _exemptions_from_json(path))
@@ -348,6 +348,8 @@ def load(spec: str) -> Definitions:
         module = importlib.import_module(module_name)
         if query:
             declared, exempted = module.index_definitions(**_options(spec, query))
+        elif not attribute and hasattr(module, "index_definitions"):
+            declared, exempted = module.index_definitions()
         else:
             declared = getattr(module, attribute or "INDEXES")
             exempted = () if attribute else getattr(module, "INDEX_EXEMPTIONS", ())

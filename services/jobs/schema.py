@@ -310,10 +310,18 @@ def exemptions(shards: int) -> tuple[IndexExemption, ...]:
 def index_definitions(
     shards: int | str = 1,
 ) -> tuple[tuple[CompositeIndex, ...], tuple[IndexExemption, ...]]:
-    """(composite indexes, exemptions) for `shards`: what the Pulumi program creates and what
-    the Firestore emulator's strict mode enforces (`services.jobs.schema?shards=4`)."""
+    """(composite indexes, fields without single-field indexes) of a deployment with `shards`
+    shards, as the Pulumi program leaves the database: the exemptions plus the TTL fields, which
+    it exempts as well (infra/database.py). What the Firestore emulator's strict mode enforces
+    (`services.jobs.schema?shards=4`; the plain module name loads N = 1)."""
     count = int(shards)
-    return composite_indexes(count), exemptions(count)
+    declared = exemptions(count)
+    ttl = tuple(
+        IndexExemption(t.collection, t.field)
+        for t in TTL_FIELDS
+        if IndexExemption(t.collection, t.field) not in declared
+    )
+    return composite_indexes(count), declared + ttl
 
 
 INDEX_EXEMPTIONS: tuple[IndexExemption, ...] = exemptions(1)

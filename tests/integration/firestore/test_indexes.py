@@ -240,12 +240,34 @@ def test_python_declarations_load_like_the_schema(firestore_emulator: Emulator) 
     assert [(i.collection_group, [f.path for f in i.fields]) for i in loaded] == [
         (i.collection, [tuple(f.path.split(".")) for f in i.fields]) for i in schema.INDEXES
     ]
-    assert loaded.exemptions == {(e.collection, (e.field,)) for e in schema.INDEX_EXEMPTIONS}
+    # The exemptions as the Pulumi program leaves them: the schema's and the TTL fields.
+    exempt = {(e.collection, (e.field,)) for e in schema.INDEX_EXEMPTIONS}
+    exempt |= {(t.collection, (t.field,)) for t in schema.TTL_FIELDS}
+    assert loaded.exemptions == exempt
     assert list(indexes.load("services.jobs.schema:INDEXES")) == list(loaded)
+    assert indexes.load("services.jobs.schema?shards=1") == loaded
     assert indexes.load("services.jobs.schema:INDEXES").exemptions == frozenset()
     assert firestore_emulator.strict
     with pytest.raises(indexes.IndexDefinitionError, match="cannot load"):
         indexes.load("services.jobs.schema:NO_SUCH_NAME")
+
+
+def test_a_module_query_loads_the_index_set_of_that_configuration() -> None:
+    four = indexes.load("services.jobs.schema?shards=4")
+    declared, exempted = schema.index_definitions(4)
+    assert [[f.path for f in i.fields] for i in four] == [
+        [tuple(f.path.split(".")) for f in i.fields] for i in declared
+    ]
+    assert four.exemptions == {(e.collection, (e.field,)) for e in exempted}
+    assert ("jobs", ("due_at",)) in four.exemptions
+    for bad, complaint in [
+        ("services.jobs.schema?shards=0", "cannot load"),
+        ("services.jobs.schema?shards", "not key=value"),
+        ("services.jobs.schema?colour=red", "cannot load"),
+        ("services.jobs.schema:INDEXES?shards=4", "neither"),
+    ]:
+        with pytest.raises(indexes.IndexDefinitionError, match=complaint):
+            indexes.load(bad)
 
 
 def test_a_query_on_a_field_exempted_from_indexing_is_refused(firestore_client: Any) -> None:
