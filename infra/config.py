@@ -152,7 +152,7 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         1,
         MAX_SHARDS,
-        "due-index shards (JOBS_SHARDS); above 1 only after the backfill (docs/capacity.md)",
+        "jobs index shards (JOBS_SHARDS) and the index set; change only as docs/capacity.md says",
     ),
 )
 

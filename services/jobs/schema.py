@@ -73,7 +73,8 @@ UNSHARDED_INDEXES: tuple[CompositeIndex, ...] = (
 # These exist at every N, N = 1 included (where every record has shard 0, so they carry the
 # same load as the unsharded ones): raising N then switches the services to indexes that are
 # already built, and the unsharded ones are dropped only after, in the same `pulumi up`
-# (Pulumi deletes what left the program after creating and updating the rest). Building them
+# (Pulumi's engine issues the deletes of resources the program no longer registers once the
+# program has run, https://www.pulumi.com/docs/reference/how/). Building them
 # only when N changes would leave the new queries without an index for the minutes an index
 # build takes.
 SHARDED_INDEXES: tuple[CompositeIndex, ...] = (
