@@ -2,8 +2,10 @@
 
 This module is the one source of truth: the store runs its queries against these collections,
 and the Pulumi program (`infra/`) creates exactly these indexes, TTL policies and index
-exemptions. Tests prove each query the store runs is served by an index declared here, and
-that a field is indexed only if a declared query needs it.
+exemptions. Which queries run, and so which indexes exist, depends on the shard count N
+(`JOBS_SHARDS`, Pulumi key `shards`): `query_shapes(N)`, `composite_indexes(N)`,
+`exemptions(N)`. Tests prove, for N = 1 and N > 1, each query the store runs is served by an
+index declared here, and that a field is indexed only if a declared query needs it.
 """
 
 from __future__ import annotations
