@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from emulators.firestore.indexes import Definitions, IndexSet, is_exempt
+from emulators.firestore.indexes import Definitions, Exemption, IndexSet, is_exempt
 from emulators.firestore.names import DatabaseKey
 from emulators.firestore.values import format_field_path
 
@@ -60,14 +60,18 @@ class WriteRates:
         self._indexes = indexes
         self._lock = threading.Lock()
         self._windows: dict[str, dict[Key, _Window]] = {}
+        self._plans: dict[Definitions | None, _Plan] = {}
 
     def observe(self, database: DatabaseKey, outcomes: Iterable[Any]) -> None:
         served = self._indexes.definitions(database) if self._indexes is not None else None
+        plan = self._plans.get(served)
+        if plan is None:
+            plan = self._plans[served] = _Plan(served)
         seen = [
             (key, o.doc.update_time.seconds)
             for o in outcomes
             if o.doc is not None
-            for key in _keys(o.doc, served)
+            for key in plan.keys(o.doc)
         ]
         if not seen:
             return
@@ -108,40 +112,116 @@ class WriteRates:
                 self._windows.pop(project, None)
 
 
-def _keys(doc: Any, served: Definitions | None) -> set[Key]:
-    collection = doc.name.split("/")[-2]
-    values = dict(_leaves(doc.fields, ()))
-    shard_value = values.get((SHARD_FIELD,))
-    shard = (
-        int(shard_value.integer_value)
-        if shard_value is not None and shard_value.WhichOneof("value_type") == "integer_value"
-        else None
-    )
-    keys: set[Key] = set()
-    for path, value in values.items():
-        if value.WhichOneof("value_type") != "timestamp_value":
-            continue
-        field = format_field_path(path)
-        if served is None or not is_exempt(collection, path, served.exemptions):
-            keys.add((collection, field, None))
-        if served is None:
-            continue
-        for index in served.indexes:
-            paths = [f.path for f in index.fields]
-            if index.collection_group != collection or path not in paths:
-                continue
-            if not all(p in values for p in paths):
-                continue  # Firestore leaves a document missing a field out of the index
-            sharded = (SHARD_FIELD,) in paths[: paths.index(path)]
-            keys.add((collection, field, shard if sharded else None))
-    return keys
+@dataclass(frozen=True)
+class _Holder:
+    """One composite index holding a timestamp path: every path it needs present, and whether
+    `shard` stands before the timestamp."""
+
+    paths: tuple[Path, ...]
+    sharded: bool
 
 
-def _leaves(fields: Any, prefix: Path) -> Iterable[tuple[Path, Any]]:
-    """(path, value) of every field, maps walked into (a map's own path is listed too, so a
-    composite index on a map field finds it)."""
-    for name, value in fields.items():
+@dataclass(frozen=True)
+class _Collection:
+    """One collection under one index set, precomputed: top-level fields no index can reach
+    (skipped unread), the composite indexes holding each path, the maps on their paths."""
+
+    unreachable: frozenset[str]
+    holders: dict[Path, tuple[_Holder, ...]]
+    prefixes: frozenset[Path]
+    exempt: frozenset[Exemption]
+
+
+class _Plan:
+    """What one index set holds, per collection (computed once per index set)."""
+
+    def __init__(self, served: Definitions | None) -> None:
+        self._served = served
+        self._collections: dict[str, _Collection] = {}
+        self._names: dict[Path, str] = {}
+
+    def keys(self, doc: Any) -> set[Key]:
+        collection = doc.name.split("/")[-2]
+        plan = self._of(collection)
+        timestamps: list[Path] = []
+        _walk(doc.fields, (), collection, plan, timestamps)
+        keys: set[Key] = set()
+        for path in timestamps:
+            field = self._names.get(path) or self._names.setdefault(path, format_field_path(path))
+            if self._served is None or not is_exempt(collection, path, plan.exempt):
+                keys.add((collection, field, None))
+            for holder in plan.holders.get(path, ()):
+                if all(_value(doc.fields, p) is not None for p in holder.paths):
+                    # (Firestore leaves a document missing a field out of the index.)
+                    keys.add((collection, field, _shard(doc.fields) if holder.sharded else None))
+        return keys
+
+    def _of(self, collection: str) -> _Collection:
+        known = self._collections.get(collection)
+        if known is not None:
+            return known
+        indexes = self._served.indexes if self._served is not None else ()
+        exempt = self._served.exemptions if self._served is not None else frozenset()
+        composites = [
+            tuple(f.path for f in i.fields) for i in indexes if i.collection_group == collection
+        ]
+        holders: dict[Path, list[_Holder]] = {}
+        for paths in composites:
+            for n, path in enumerate(paths):
+                holders.setdefault(path, []).append(_Holder(paths, (SHARD_FIELD,) in paths[:n]))
+        on_paths = {p[:n] for c in composites for p in c for n in range(1, len(p) + 1)}
+        unreachable = frozenset(
+            name
+            for (group, path) in exempt
+            if group == collection and len(path) == 1
+            for name in path
+            if path not in on_paths
+        )
+        known = _Collection(
+            unreachable,
+            {path: tuple(h) for path, h in holders.items()},
+            frozenset(on_paths),
+            exempt,
+        )
+        self._collections[collection] = known
+        return known
+
+
+def _walk(fields: Any, prefix: Path, collection: str, plan: _Collection, out: list[Path]) -> None:
+    """The timestamp fields' paths, reading only fields some index can reach (not exempt, or on
+    a composite index's path)."""
+    for name in fields:
+        if not prefix and name in plan.unreachable:
+            continue
+        value = fields[name]
+        kind = value.WhichOneof("value_type")
         path = (*prefix, name)
-        yield path, value
-        if value.WhichOneof("value_type") == "map_value":
-            yield from _leaves(value.map_value.fields, path)
+        if kind == "timestamp_value":
+            out.append(path)
+        elif kind == "map_value" and (
+            path in plan.prefixes or not is_exempt(collection, path, plan.exempt)
+        ):
+            _walk(value.map_value.fields, path, collection, plan, out)
+
+
+def _value(fields: Any, path: Path) -> Any:
+    """The value at `path`, or None when absent."""
+    container = fields
+    value: Any = None
+    for name in path:
+        if container is None or name not in container:
+            return None
+        value = container[name]
+        container = (
+            value.map_value.fields if value.WhichOneof("value_type") == "map_value" else None
+        )
+    return value
+
+
+def _shard(fields: Any) -> int | None:
+    if SHARD_FIELD not in fields:
+        return None
+    value = fields[SHARD_FIELD]
+    if value.WhichOneof("value_type") == "integer_value":
+        return int(value.integer_value)
+    return None
