@@ -24,6 +24,14 @@ MAX_CLAIM_TIMEOUT = timedelta(days=30)
 logger = logging.getLogger(__name__)
 
 SETTINGS = frozenset({"paused", "claim_budget", "catch_up_rate", "claim_timeout"})
+# The control document's map the scan writes after its housekeeping (never an operator).
+HOUSEKEEPING_FIELD = "housekeeping"
+# The backlog figures a housekeeping run measured, kept with it for the idle runs after it.
+BACKLOG_FIGURES = (
+    "stuck_claims",
+    "stale_enqueued",
+    "oldest_enqueued_age_s",
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,45 @@ class ControlChange:
     by: str
     reason: str
     changes: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class HousekeepingMark:
+    """When a scan run last did its housekeeping (rescue, backlog counts, run record), in
+    any instance, and what it measured then. Kept in the control document because the scan
+    reads that document once per run anyway: a cold instance knows the mark at no extra read.
+    """
+
+    at: datetime
+    backlog: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def to_document(self) -> dict[str, Any]:
+        return {"at": self.at, "backlog": dict(self.backlog)}
+
+    @classmethod
+    def from_document(cls, data: Any) -> HousekeepingMark | None:
+        """The stored mark, or None when absent or malformed (then the next run does its
+        housekeeping: the safe side)."""
+        if data is None:
+            return None
+        at = data.get("at") if isinstance(data, Mapping) else None
+        backlog = data.get("backlog") if isinstance(data, Mapping) else None
+        figures = {
+            key: value
+            for key, value in (backlog.items() if isinstance(backlog, Mapping) else ())
+            if key in BACKLOG_FIGURES
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and 0 <= value < float("inf")
+        }
+        if not isinstance(at, datetime) or at.tzinfo is None:
+            logger.error(
+                "control document: %s is malformed; the next run does its housekeeping",
+                HOUSEKEEPING_FIELD,
+                extra={"fields": {"event": "control_invalid", "setting": HOUSEKEEPING_FIELD}},
+            )
+            return None
+        return cls(at=at.astimezone(UTC), backlog=figures)
 
 
 @dataclass(frozen=True)
@@ -48,6 +95,8 @@ class Control:
     changed_by: str | None = None
     changed_at: datetime | None = None
     history: tuple[ControlChange, ...] = ()
+    # Written by the scan, not an operator setting; carried through operator changes.
+    housekeeping: HousekeepingMark | None = None
 
     def changed(self, *, by: str, reason: str, at: datetime, **changes: Any) -> Control:
         """A validated copy with `changes` applied and the change audited; ValidationError
@@ -76,7 +125,7 @@ class Control:
         )
 
     def to_document(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "paused": self.paused,
             "reason": self.reason,
             "claim_budget": self.claim_budget,
@@ -94,6 +143,9 @@ class Control:
                 for c in self.history
             ],
         }
+        if self.housekeeping is not None:
+            document[HOUSEKEEPING_FIELD] = self.housekeeping.to_document()
+        return document
 
     @classmethod
     def from_document(cls, data: Mapping[str, Any] | None) -> Control:
@@ -145,6 +197,7 @@ class Control:
                 )
                 for c in data.get("history") or ()
             ),
+            housekeeping=HousekeepingMark.from_document(data.get(HOUSEKEEPING_FIELD)),
         )
 
 

@@ -30,7 +30,7 @@ from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 
 from services.jobs import metrics, schema
 from services.jobs.clock import Clock
-from services.jobs.control import Control
+from services.jobs.control import HOUSEKEEPING_FIELD, Control, HousekeepingMark
 from services.jobs.errors import (
     InvalidRecord,
     InvalidTransition,
@@ -498,6 +498,16 @@ class FirestoreJobStore:
             return updated
 
         return self._tx.run(body)
+
+    def record_housekeeping(self, mark: HousekeepingMark) -> None:
+        """Store the scan's housekeeping mark in the control document: one write, replacing
+        only that map (operator settings and their history are left as they are)."""
+        with store_errors():
+            self._control_ref.set(
+                {HOUSEKEEPING_FIELD: mark.to_document()},
+                merge=[HOUSEKEEPING_FIELD],
+                **self._bounds.kwargs,
+            )
 
     # -- scan --------------------------------------------------------------------------------
 

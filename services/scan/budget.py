@@ -92,6 +92,14 @@ def effective_claim_timeout(control_timeout: timedelta, floor_s: float | None) -
 DEFAULT_ENQUEUED_TIMEOUT_S = 3 * 3600.0
 
 
+# How often, at most, a run that finds nothing due does its housekeeping (the rescuer, the
+# backlog counts, its scan_runs record). 15 min is three runs of the default 5-minute
+# schedule, so two idle runs in three bill 2 operations; the rescuer is a backstop (Pub/Sub
+# redelivers a crashed worker's message by itself), so a stuck claim or an expired lease
+# waiting up to 15 min past its own timeout costs a delay, never a job.
+DEFAULT_HOUSEKEEPING_INTERVAL_S = 900.0
+
+
 @dataclass(frozen=True)
 class ScanLimits:
     """The deployment's bounds on a run (from Settings); the control document works inside them.
@@ -112,4 +120,4 @@ class ScanLimits:
     # deployment sets it (JOBS_ENQUEUED_TIMEOUT_S) above Pub/Sub's whole retry path.
     enqueued_timeout_s: float = DEFAULT_ENQUEUED_TIMEOUT_S
     # 0: every run does its housekeeping; above 0, see services/scan/housekeeping.py.
-    housekeeping_interval_s: float = 0.0
+    housekeeping_interval_s: float = DEFAULT_HOUSEKEEPING_INTERVAL_S

@@ -11,7 +11,7 @@ from concurrent import futures
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from services.jobs.control import Control
+from services.jobs.control import Control, HousekeepingMark
 from services.jobs.model import Backlog as StoreBacklog
 from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, ReclaimReport
 from services.jobs.runs import ScanRun
@@ -21,6 +21,8 @@ class ScanStore(Protocol):
     """The store operations a scan run uses (FirestoreJobStore provides them)."""
 
     def get_control(self) -> Control: ...
+
+    def record_housekeeping(self, mark: HousekeepingMark) -> None: ...
 
     def reclaim_expired(
         self,

@@ -1,50 +1,61 @@
-"""`Housekeeping`: when this instance last did a run's housekeeping (the rescuer, the backlog
-counts, the scan_runs record), and the backlog it measured then.
+"""`Housekeeping`: whether a scan run must do its housekeeping (the rescuer, the backlog
+counts, the scan_runs record and the mark of when it was done), and what an idle run between
+housekeepings reports.
 
-With `JOBS_SCAN_HOUSEKEEPING_INTERVAL_S` above 0, a run that finds nothing due does its
-housekeeping only when that long has passed since this instance last did (and on its first
-run), so an idle run bills 2 reads: the control document and the empty claim query. Such a
-run reports the last measured backlog with nothing due (its claim query just said so): stuck
-claims and stale enqueued jobs appear through work a run claimed, and any run that claims
-measures again; a crashed worker's lease waits for the next housekeeping, at most the
-interval. 0 (the default) keeps housekeeping on every run.
+A run that finds nothing due bills 2 reads (the control document and the empty claim query)
+unless `JOBS_SCAN_HOUSEKEEPING_INTERVAL_S` has passed since any instance last did its
+housekeeping. The mark of that (`HousekeepingMark`) lives in the control document, which every
+run reads first anyway, so a cold instance knows it at no extra read, and a run that does its
+housekeeping writes it (1 write). A run that claims something always measures the backlog and
+records itself; only the rescuer waits for the interval, so a crashed worker's lease or a
+dead scan's claim is taken back at most the interval later than its timeout. 0 keeps
+housekeeping on every run. An idle run reports the backlog measured at the last
+housekeeping, with nothing due (its claim query just said so).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import threading
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from services.jobs.control import BACKLOG_FIGURES, HousekeepingMark
 from services.scan.summary import Backlog
 
 
 class Housekeeping:
-    """Thread-safe: overlapping runs of one Scanner share it."""
+    """Stateless over the stored mark, so overlapping runs and instances agree."""
 
     def __init__(self, interval_s: float) -> None:
         self._interval = timedelta(seconds=interval_s)
-        self._last: datetime | None = None
-        self._backlog = Backlog()
-        self._lock = threading.Lock()
-
-    def due(self, now: datetime) -> bool:
-        """Whether a run starting at `now` must do its housekeeping whatever it finds."""
-        with self._lock:
-            return (
-                self._interval <= timedelta(0)
-                or self._last is None
-                or now - self._last >= self._interval
-                or now < self._last  # the clock went back: do not trust the gap
-            )
-
-    def done(self, at: datetime, backlog: Backlog) -> None:
-        with self._lock:
-            self._last = at
-            self._backlog = backlog
 
     @property
-    def idle_backlog(self) -> Backlog:
+    def spaced(self) -> bool:
+        """Whether runs may skip it (an interval is set), so its mark is worth a write."""
+        return self._interval > timedelta(0)
+
+    def due(self, now: datetime, last: HousekeepingMark | None) -> bool:
+        """Whether a run starting at `now` must do its housekeeping whatever it finds."""
+        return (
+            not self.spaced
+            or last is None
+            or now - last.at >= self._interval
+            or now < last.at  # the clock went back, or another clock is ahead: do it
+        )
+
+    @staticmethod
+    def mark(at: datetime, backlog: Backlog) -> HousekeepingMark:
+        return HousekeepingMark(
+            at=at, backlog={name: getattr(backlog, name) for name in BACKLOG_FIGURES}
+        )
+
+    @staticmethod
+    def idle_backlog(last: HousekeepingMark | None) -> Backlog:
         """The last measured backlog, with nothing due."""
-        with self._lock:
-            return dataclasses.replace(self._backlog, due_count=0, oldest_overdue_age_s=0.0)
+        figures: Mapping[str, float] = last.backlog if last is not None else {}
+        return Backlog(
+            due_count=0,
+            oldest_overdue_age_s=0.0,
+            stuck_claims=int(figures.get("stuck_claims", 0)),
+            stale_enqueued=int(figures.get("stale_enqueued", 0)),
+            oldest_enqueued_age_s=float(figures.get("oldest_enqueued_age_s", 0.0)),
+        )

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from services.jobs import errors
 from services.jobs.clock import Clock
-from services.jobs.control import Control
+from services.jobs.control import Control, HousekeepingMark
 from services.jobs.metrics import LOG_EVENT, MetricsSink, NullSink
 from services.jobs.runs import ScanRun
 from services.scan.budget import (
@@ -116,7 +116,7 @@ class Scanner:
                 backlog=backlog,
             )
 
-        housekeeping = self.housekeeping.due(started_at)
+        housekeeping = self.housekeeping.due(started_at, control.housekeeping)
         try:
             if control.paused:
                 stopped: StopReason = "paused"
@@ -130,12 +130,12 @@ class Scanner:
             idle = not (housekeeping or control.paused or dry_run or tally.claimed)
             if idle and stopped == "drained":
                 # Nothing was due and the last housekeeping is recent: no counts, no record.
-                run = finish(self.housekeeping.idle_backlog, stopped)
+                run = finish(self.housekeeping.idle_backlog(control.housekeeping), stopped)
                 self.gauges.report(run, record=False)
                 return run
             backlog = self.gauges.measure(claim_timeout)
-            if housekeeping:
-                self.housekeeping.done(started_at, backlog)
+            if housekeeping and self.housekeeping.spaced and not (control.paused or dry_run):
+                self._record_housekeeping(self.housekeeping.mark(started_at, backlog))
         except StoreRefused as exc:
             exc.run = finish(Backlog(), "unavailable")
             raise
@@ -167,6 +167,18 @@ class Scanner:
             rate_per_s=control.catch_up_rate,
             cap_override=min(self._limits.max_per_run, control.claim_budget),
         )
+
+    def _record_housekeeping(self, mark: HousekeepingMark) -> None:
+        # Best effort: without the mark the next run does its housekeeping again, which
+        # costs reads but loses nothing.
+        try:
+            self._store.record_housekeeping(mark)
+        except errors.JobsError as exc:
+            logger.warning(
+                "could not record the housekeeping mark: %s",
+                exc,
+                extra={"fields": {"reason": "housekeeping_unrecorded"}},
+            )
 
     def claim_timeout_for(self, control: Control) -> timedelta:
         return effective_claim_timeout(control.claim_timeout, self._limits.claim_timeout_s)

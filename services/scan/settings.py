@@ -28,6 +28,7 @@ from services.jobs.settings import (
     EnvReader,
     SettingsError,
 )
+from services.scan.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S
 from services.scan.scanner import DEFAULT_ENQUEUED_TIMEOUT_S, ScanLimits
 
 __all__ = [
@@ -118,7 +119,7 @@ class ScanSettings:
     publish_timeout_s: float = DEFAULT_PUBLISH_TIMEOUT_S
     claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S
     reclaim_limit: int = DEFAULT_RECLAIM_LIMIT
-    housekeeping_interval_s: float = 0.0
+    housekeeping_interval_s: float = DEFAULT_HOUSEKEEPING_INTERVAL_S
     metrics: metrics.MetricsKind = "cloud"
     run_retention_s: float = DEFAULT_RUN_RETENTION_S
     log_level: str = "INFO"
@@ -162,7 +163,10 @@ class ScanSettings:
             ),
             reclaim_limit=env.int(RECLAIM_LIMIT, DEFAULT_RECLAIM_LIMIT, min=0, max=MAX_PAGE_SIZE),
             housekeeping_interval_s=env.duration_s(
-                HOUSEKEEPING_INTERVAL_S, 0.0, min=0.0, max=_MAX_HOUSEKEEPING_INTERVAL_S
+                HOUSEKEEPING_INTERVAL_S,
+                DEFAULT_HOUSEKEEPING_INTERVAL_S,
+                min=0.0,
+                max=_MAX_HOUSEKEEPING_INTERVAL_S,
             ),
             metrics=_metrics_kind(env.choice(METRICS, metrics.METRICS_KINDS, default="cloud")),
             run_retention_s=env.duration_s(

@@ -226,7 +226,15 @@ def scan_rig(
             certs_url=oidc_server.certs_url,
             metrics="none",
             behind_cloud_run_iam=cloud_run,
-            **{"max_per_run": 100, "page_size": 50, "publish_timeout_s": 5.0, **overrides},
+            # Housekeeping on every run unless a test sets the interval: the rescuer's tests
+            # expect each run to rescue; test_idle_cost.py covers the interval and its default.
+            **{
+                "max_per_run": 100,
+                "page_size": 50,
+                "publish_timeout_s": 5.0,
+                "housekeeping_interval_s": 0.0,
+                **overrides,
+            },
         )
         shard_indexes(settings.shards)
         clock = clock or FakeClock(T0 + timedelta(minutes=1))

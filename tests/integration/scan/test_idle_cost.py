@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from services.scan.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S
 from tests.integration.scan.conftest import T0, Rig
 
 
@@ -22,8 +23,11 @@ def _runs_recorded(rig: Rig) -> int:
 def test_with_an_interval_an_idle_run_bills_two_operations_whatever_the_store_holds(
     scan_rig: Callable[..., Rig], firestore_stats: Any
 ) -> None:
-    rig = scan_rig(housekeeping_interval_s=300)
-    rig.scan()  # the instance's first run does its housekeeping
+    rig = scan_rig(housekeeping_interval_s=DEFAULT_HOUSEKEEPING_INTERVAL_S)
+    firestore_stats.reset()
+    rig.scan()  # the first run ever does its housekeeping, and marks it
+    # The 13 of a housekeeping run (below) and the mark in the control document.
+    assert _billed(firestore_stats) == 14
     firestore_stats.reset()
     rig.clock.advance(timedelta(seconds=60))
     empty = rig.scan()
@@ -35,6 +39,23 @@ def test_with_an_interval_an_idle_run_bills_two_operations_whatever_the_store_ho
     assert _billed(firestore_stats) == 2
     assert (empty["claimed"], busy["claimed"]) == (0, 0)
     assert busy["due_count"] == 0
+    assert _runs_recorded(rig) == 1
+
+
+def test_a_new_instance_and_an_operator_change_keep_the_mark(
+    scan_rig: Callable[..., Rig], firestore_stats: Any
+) -> None:
+    first = scan_rig(housekeeping_interval_s=900)
+    first.scan()
+    first.store.update_control("ops", "slower tonight", catch_up_rate=1)
+    # A cold instance (a new app and scanner) reads the mark with the control document.
+    cold = scan_rig(housekeeping_interval_s=900, clock=first.clock)
+    first.clock.advance(timedelta(seconds=300))
+    firestore_stats.reset()
+    summary = cold.scan()
+    assert _billed(firestore_stats) == 2
+    assert summary["claimed"] == 0 and summary["budget"] == 60  # 1/s x 60 s: the change took effect
+    assert _runs_recorded(first) == 1
 
 
 def test_without_an_interval_every_run_does_its_housekeeping(

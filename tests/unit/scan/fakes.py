@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from services.jobs import errors
-from services.jobs.control import Control
+from services.jobs.control import Control, HousekeepingMark
 from services.jobs.model import (
     Backlog,
     ClaimedJob,
@@ -60,6 +61,10 @@ class FakeStore:
     def get_control(self) -> Control:
         self._check("get_control")
         return self.control
+
+    def record_housekeeping(self, mark: HousekeepingMark) -> None:
+        self._check("record_housekeeping")
+        self.control = dataclasses.replace(self.control, housekeeping=mark)
 
     def reclaim_expired(
         self,

@@ -333,3 +333,41 @@ def test_a_run_reports_stale_enqueued_jobs_measured_with_the_enqueued_timeout() 
     assert store.backlog_calls == [timedelta(seconds=5400)]
     (report,) = sink.reports
     assert (report.stale_enqueued, report.oldest_enqueued_age_s) == (4, 7300.0)
+
+
+def test_a_housekeeping_run_marks_the_control_document_and_the_next_idle_run_skips_it() -> None:
+    store = FakeStore(expired=["stuck"])
+    clock = FakeClock(T0)
+    scanner, _, sink = make(store, clock=clock)
+    first = scanner.run()
+    assert first.reclaimed == 1 and store.control.housekeeping is not None
+    assert store.control.housekeeping.at == T0
+    store.claimed.clear()
+    store.due.clear()  # the reclaimed job was claimed again; nothing is due now
+    store.expired.append("stuck-later")
+    clock.advance(timedelta(seconds=60))
+    second = scanner.run()
+    assert (second.reclaimed, len(store.backlog_calls)) == (0, 1)  # no rescue, no counts
+    assert store.expired == ["stuck-later"]
+    assert len(sink.reports) == 2
+
+
+@pytest.mark.parametrize("control", [Control(paused=True), Control()])
+def test_a_paused_or_dry_run_writes_no_mark(control: Control) -> None:
+    store = FakeStore(control=control)
+    scanner, _, _ = make(store)
+    scanner.run(dry_run=not control.paused)
+    assert store.control.housekeeping is None
+
+
+def test_a_failing_mark_write_is_logged_and_the_run_still_succeeds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = FakeStore(due=ids(3), unavailable={"record_housekeeping"})
+    scanner, publisher, _ = make(store)
+    with caplog.at_level(logging.WARNING):
+        run = scanner.run()
+    assert run.published == 3 and len(publisher.sent) == 3
+    assert any(
+        getattr(r, "fields", {}).get("reason") == "housekeeping_unrecorded" for r in caplog.records
+    )

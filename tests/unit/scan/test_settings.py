@@ -4,6 +4,7 @@ import pytest
 
 from services.jobs.auth import GOOGLE_CERTS_URL
 from services.scan import settings as scan_settings
+from services.scan.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S, ScanLimits
 from services.scan.settings import ALL_KEYS, ScanSettings, SettingsError
 
 VALID = {
@@ -25,6 +26,9 @@ def test_minimal_environment_takes_the_documented_defaults() -> None:
     assert settings.certs_url == GOOGLE_CERTS_URL
     assert (settings.max_per_run, settings.page_size, settings.metrics) == (1000, 200, "cloud")
     assert settings.limits().claim_timeout_s == 600.0
+    # Idle runs between housekeepings bill 2 operations: 15 min, three default schedule runs.
+    assert settings.limits().housekeeping_interval_s == DEFAULT_HOUSEKEEPING_INTERVAL_S == 900
+    assert ScanLimits().housekeeping_interval_s == DEFAULT_HOUSEKEEPING_INTERVAL_S
 
 
 def test_every_key_is_read() -> None:
