@@ -20,6 +20,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 MAX_SHARDS = 64
+# Values one `in` filter may list: Firestore takes at most 30 disjunctions in a query's filter
+# (https://firebase.google.com/docs/firestore/query-data/queries#limits_on_or_queries).
+MAX_IN_VALUES = 30
 # Per-shard queries and claim transactions run side by side, at most this many at once,
 # whatever N is.
 MAX_SHARD_WORKERS = 8
@@ -47,6 +50,12 @@ def split_budget(budget: int, shards: int) -> list[int]:
     ones: 10 over 4 is [3, 3, 2, 2]; the shares always add up to `budget`."""
     base, extra = divmod(max(budget, 0), require_shards(shards))
     return [base + (1 if index < extra else 0) for index in range(shards)]
+
+
+def shard_groups(shards: int) -> list[tuple[int, ...]]:
+    """Shards 0..N-1 in groups one `in` filter can list: 64 is [0..29], [30..59], [60..63]."""
+    every = range(require_shards(shards))
+    return [tuple(every[n : n + MAX_IN_VALUES]) for n in range(0, shards, MAX_IN_VALUES)]
 
 
 def fan_out(shards: int, run: Callable[[int | None], T]) -> list[T]:

@@ -68,6 +68,7 @@ from services.jobs.model import (
 from services.jobs.queries import (
     QuerySpec,
     decode_cursor,
+    due_probe_query,
     due_query,
     encode_cursor,
     enqueued_query,
@@ -77,7 +78,7 @@ from services.jobs.queries import (
     misfiled_due_queries,
     state_query,
 )
-from services.jobs.shard import fan_out, require_shards, spend_over_shards
+from services.jobs.shard import fan_out, require_shards, shard_groups, spend_over_shards
 from services.jobs.state import (
     DEFAULT_HISTORY_LIMIT,
     HistoryEntry,
@@ -548,7 +549,11 @@ class FirestoreJobStore:
     ) -> list[ClaimedJob]:
         """`limit` split evenly over the shards still holding due jobs, each shard claimed in
         its own due order on a bounded pool; a shard that returns less than its share is
-        drained, and what it left over goes to the others in the next round."""
+        drained, and what it left over goes to the others in the next round. First one probe
+        per 30 shards (`shard in [...]`, 1 read when empty), so a run with nothing due bills
+        about what N = 1 does, not one read per shard."""
+        if not self._anything_due(now):
+            return []
 
         def take(shard: int, share: int) -> list[ClaimedJob]:
             return self._claim_shard(now, run_id, share, page_size, on_quarantine, shard)
@@ -557,6 +562,13 @@ class FirestoreJobStore:
         if not claimed and errors_seen:
             raise errors_seen[0]
         return claimed
+
+    def _anything_due(self, now: datetime) -> bool:
+        with store_errors():
+            return any(
+                list(self._stream(due_probe_query(now, group)))
+                for group in shard_groups(self._shards)
+            )
 
     def _claim_shard(
         self,
@@ -1396,7 +1408,10 @@ class FirestoreJobStore:
             self._observe(spec)
         query: Any = self._client.collection(spec.collection)
         for field_path, value in spec.equals:
-            query = query.where(filter=FieldFilter(field_path, "==", value))
+            if isinstance(value, tuple):  # one of several values (due_probe_query's shards)
+                query = query.where(filter=FieldFilter(field_path, "in", list(value)))
+            else:
+                query = query.where(filter=FieldFilter(field_path, "==", value))
         for field_path, op, value in spec.ranges:
             query = query.where(filter=FieldFilter(field_path, op, value))
         if spec.order_by:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from google.api_core import exceptions as gexc
@@ -143,3 +144,26 @@ def test_a_wrong_typed_due_at_is_found_in_whichever_shard_it_sits(
     report = sharded.reclaim_expired(clock.now(), TIMEOUT, 10, "rescuer-1")
 
     assert sorted(report.quarantined) == sorted(spoiled.values())
+
+
+@pytest.mark.parametrize(("shards", "probes"), [(4, 1), (64, 3)])
+def test_a_sharded_claim_with_nothing_due_bills_one_read_per_30_shards(
+    firestore_client: firestore.Client,
+    clock: FakeClock,
+    shard_indexes: Callable[[int], None],
+    firestore_stats: Any,
+    shards: int,
+    probes: int,
+) -> None:
+    shard_indexes(shards)
+    store = FirestoreJobStore(
+        firestore_client, clock, query_observer=QueryLog(shards), shards=shards
+    )
+    store.schedule_many([new_job(j, T0 + timedelta(days=1)) for j in _ids(40)])  # all future
+    firestore_stats.reset()
+    assert store.claim_due(clock.now(), "run-1", 100) == []
+    # `shard in [...]` probes (30 shards each) instead of one empty query per shard.
+    assert firestore_stats.get()["document_reads"] == probes
+    clock.advance(timedelta(days=1, hours=1))
+    claimed = store.claim_due(clock.now(), "run-2", 100)
+    assert sorted(c.job_id for c in claimed) == _ids(40)

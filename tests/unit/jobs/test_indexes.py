@@ -14,6 +14,7 @@ from services.jobs import schema
 from services.jobs.errors import ValidationError
 from services.jobs.queries import (
     QuerySpec,
+    due_probe_query,
     due_query,
     enqueued_query,
     expired_claims_query,
@@ -41,6 +42,7 @@ def every_store_query(shards: int = 1) -> list[QuerySpec]:
         enqueued_query(None, 1, k),
         enqueued_query(T, None, k),
         *misfiled_due_queries(20, k),
+        *([due_probe_query(T, (0, 1, 2, 3))] if k is not None else []),
         *(state_query(state) for state in State),
     ]
     for state, time_filter, after in itertools.product(
