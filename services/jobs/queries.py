@@ -16,6 +16,7 @@ from typing import Any
 
 from services.jobs import schema
 from services.jobs.errors import ValidationError
+from services.jobs.shard import Part
 from services.jobs.state import State
 
 
@@ -41,9 +42,7 @@ class QuerySpec:
         )
 
 
-def _in_shard(
-    equals: tuple[tuple[str, Any], ...], shard: int | tuple[int, ...] | None
-) -> tuple[tuple[str, Any], ...]:
+def _in_shard(equals: tuple[tuple[str, Any], ...], shard: Part) -> tuple[tuple[str, Any], ...]:
     """`equals` with `shard == k` first (a tuple of shards: `shard in [...]`), or unchanged for
     shard None (what JOBS_SHARDS = 1 runs, so records without a `shard` field are found too)."""
     return equals if shard is None else ((schema.SHARD, shard), *equals)
@@ -64,7 +63,7 @@ def due_probe_query(now: datetime, shards: tuple[int, ...]) -> QuerySpec:
     )
 
 
-def due_query(now: datetime, limit: int | None, shard: int | None = None) -> QuerySpec:
+def due_query(now: datetime, limit: int | None, shard: Part = None) -> QuerySpec:
     """Deferred jobs due at or before `now`, oldest due first: every job (shard None), or one
     shard's. Every builder below takes `shard` the same way."""
     return QuerySpec(
@@ -76,9 +75,7 @@ def due_query(now: datetime, limit: int | None, shard: int | None = None) -> Que
     )
 
 
-def expired_claims_query(
-    cutoff: datetime, limit: int | None, shard: int | None = None
-) -> QuerySpec:
+def expired_claims_query(cutoff: datetime, limit: int | None, shard: Part = None) -> QuerySpec:
     """Claimed jobs whose claim was taken before `cutoff`, oldest first."""
     return QuerySpec(
         schema.JOBS,
@@ -89,7 +86,7 @@ def expired_claims_query(
     )
 
 
-def expired_leases_query(now: datetime, limit: int | None, shard: int | None = None) -> QuerySpec:
+def expired_leases_query(now: datetime, limit: int | None, shard: Part = None) -> QuerySpec:
     """Running jobs whose lease ended before `now`, oldest first."""
     return QuerySpec(
         schema.JOBS,
@@ -100,9 +97,7 @@ def expired_leases_query(now: datetime, limit: int | None, shard: int | None = N
     )
 
 
-def enqueued_query(
-    before: datetime | None, limit: int | None, shard: int | None = None
-) -> QuerySpec:
+def enqueued_query(before: datetime | None, limit: int | None, shard: Part = None) -> QuerySpec:
     """Enqueued jobs (published before `before`, when given), oldest publish first."""
     ranges: tuple[tuple[str, str, Any], ...] = ()
     if before is not None:
@@ -129,7 +124,7 @@ def list_query(
     claimed_before: datetime | None = None,
     limit: int = 50,
     after: tuple[Any, ...] | None = None,
-    shard: int | None = None,
+    shard: Part = None,
 ) -> QuerySpec:
     """The operator's listing: one optional state, at most one time filter, in time order
     (one shard's with `shard`; the store merges the shards' pages).
@@ -179,7 +174,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise ValidationError(f"cursor {cursor[:40]!r} is not one this store returned") from exc
 
 
-def misfiled_due_queries(limit: int, shard: int | None = None) -> tuple[QuerySpec, QuerySpec]:
+def misfiled_due_queries(limit: int, shard: Part = None) -> tuple[QuerySpec, QuerySpec]:
     """Deferred records whose due_at sorts before every timestamp (null, boolean, number: the
     first in due_at order, no range) and those whose due_at is a string. Firestore range filters
     only match values of the operand's type, so no due query returns either

@@ -78,7 +78,14 @@ from services.jobs.queries import (
     misfiled_due_queries,
     state_query,
 )
-from services.jobs.shard import fan_out, require_shards, shard_groups, spend_over_shards
+from services.jobs.shard import (
+    Part,
+    fan_out,
+    read_parts,
+    require_shards,
+    shard_groups,
+    spend_over_shards,
+)
 from services.jobs.state import (
     DEFAULT_HISTORY_LIMIT,
     HistoryEntry,
@@ -181,6 +188,7 @@ class FirestoreJobStore:
         shards: int = 1,
     ) -> None:
         self._shards = require_shards(shards)
+        self._read_parts = read_parts(self._shards)  # [None] with one shard
         self._rules = Transitions(history_limit, terminal_retention)
         self._client = client
         self._clock = clock
@@ -366,7 +374,7 @@ class FirestoreJobStore:
         after = decode_cursor(cursor) if cursor else None
         order_field = "claim.claimed_at" if claimed_before else "due_at"
 
-        def page(shard: int | None) -> list[Any]:
+        def page(shard: Part) -> list[Any]:
             spec = list_query(
                 state=state,
                 due_before=due_before,
@@ -381,7 +389,7 @@ class FirestoreJobStore:
         with store_errors():
             # With N > 1 each shard's page is in (order field, ID) order from the same cursor:
             # their merge is the global order, and its first limit + 1 the global page.
-            snapshots = _merged(fan_out(self._shards, page), order_field, limit + 1)
+            snapshots = _merged(fan_out(self._read_parts, page), order_field, limit + 1)
         more = len(snapshots) > limit
         snapshots = snapshots[:limit]
         jobs: list[Job] = []
@@ -414,7 +422,7 @@ class FirestoreJobStore:
                 if state is not State.DEFERRED
             }
 
-            def figures(shard: int | None) -> tuple[list[Any], int, int, int]:
+            def figures(shard: Part) -> tuple[list[Any], int, int, int]:
                 return (
                     list(self._stream(due_query(now, 1, shard), read_time=read_time)),
                     self._count(due_query(now, None, shard), read_time=read_time),
@@ -426,7 +434,7 @@ class FirestoreJobStore:
 
             # With N > 1, one set of queries per shard at the same read time: counts add up,
             # the oldest is the oldest of the shards' oldest.
-            parts = fan_out(self._shards, figures)
+            parts = fan_out(self._read_parts, figures)
         oldest = _merged([p[0] for p in parts], "due_at", 1)
         due_count = sum(p[1] for p in parts)
         stuck = sum(p[2] for p in parts)
@@ -454,7 +462,7 @@ class FirestoreJobStore:
         if claim_timeout <= timedelta(0) or enqueued_timeout <= timedelta(0):
             raise ValidationError("claim_timeout and enqueued_timeout must be positive")
 
-        def figures(shard: int | None) -> tuple[list[Any], list[Any], int, int, int]:
+        def figures(shard: Part) -> tuple[list[Any], list[Any], int, int, int]:
             return (
                 list(self._stream(due_query(now, 1, shard))),
                 list(self._stream(enqueued_query(None, 1, shard))),
@@ -465,7 +473,7 @@ class FirestoreJobStore:
 
         with store_errors():
             # One set per shard with N > 1: 5 queries each, counts summed, oldest of oldest.
-            parts = fan_out(self._shards, figures)
+            parts = fan_out(self._read_parts, figures)
         oldest_due = _merged([p[0] for p in parts], "due_at", 1)
         oldest_enqueued = _merged([p[1] for p in parts], "enqueued_at", 1)
         due_count = sum(p[2] for p in parts)
@@ -558,7 +566,8 @@ class FirestoreJobStore:
         def take(shard: int, share: int) -> list[ClaimedJob]:
             return self._claim_shard(now, run_id, share, page_size, on_quarantine, shard)
 
-        claimed, errors_seen = spend_over_shards(limit, self._shards, take, (LostRace,))
+        shards = range(self._shards)
+        claimed, errors_seen = spend_over_shards(limit, shards, take, (LostRace,))
         if not claimed and errors_seen:
             raise errors_seen[0]
         return claimed
@@ -567,7 +576,7 @@ class FirestoreJobStore:
         with store_errors():
             return any(
                 list(self._stream(due_probe_query(now, group)))
-                for group in shard_groups(self._shards)
+                for group in shard_groups(self._shards)  # what read_parts has with N > 1
             )
 
     def _claim_shard(
@@ -907,7 +916,7 @@ class FirestoreJobStore:
             self._reclaim_shard(step, limit, tally, None)
             return
 
-        def take(shard: int, share: int) -> list[Reclaimed]:
+        def take(shard: Part, share: int) -> list[Reclaimed]:
             part = _ReclaimTally(tally.run_id)
             try:
                 self._reclaim_shard(step, share, part, shard)
@@ -915,10 +924,10 @@ class FirestoreJobStore:
                 tally.absorb(part)  # committed changes are reported even when one shard fails
             return part.reclaimed
 
-        spend_over_shards(limit - len(tally.reclaimed), self._shards, take)
+        spend_over_shards(limit - len(tally.reclaimed), self._read_parts, take)
 
     def _reclaim_shard(
-        self, step: _ReclaimStep, limit: int, tally: _ReclaimTally, shard: int | None
+        self, step: _ReclaimStep, limit: int, tally: _ReclaimTally, shard: Part
     ) -> None:
         while len(tally.reclaimed) < limit:
             want = min(CLAIM_PAGE_SIZE, limit - len(tally.reclaimed))
@@ -1018,10 +1027,10 @@ class FirestoreJobStore:
         data-types#value_type_ordering), so no due query ever returns it. Two limit queries
         on the (state, due_at) index find the common mistakes: a null, boolean or number sorts
         before every timestamp, a string (an ISO date) after. 1 read each when none exist."""
-        found = fan_out(self._shards, lambda shard: self._misfiled_due(shard, tally))
+        found = fan_out(self._read_parts, lambda shard: self._misfiled_due(shard, tally))
         self._quarantine_all([job_id for part in found for job_id in part], tally)
 
-    def _misfiled_due(self, shard: int | None, tally: _ReclaimTally) -> list[str]:
+    def _misfiled_due(self, shard: Part, tally: _ReclaimTally) -> list[str]:
         """The IDs of one shard's deferred jobs whose due_at is not a timestamp (all of them
         with shard None)."""
         misfiled: list[str] = []
@@ -1430,7 +1439,7 @@ class _ReclaimStep:
     change, and the reason name logged and reported for it."""
 
     name: str
-    spec: Callable[[int, int | None], QuerySpec]  # (limit, shard or None for all)
+    spec: Callable[[int, Part], QuerySpec]  # (limit, shards or None for all)
     applies: Callable[[Job], bool]
     change: Callable[[Job, datetime, str], Job]
 

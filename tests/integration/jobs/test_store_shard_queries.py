@@ -1,5 +1,6 @@
-"""With JOBS_SHARDS > 1 every query on a timestamp runs per shard, on the emulator serving the
-N = 4 index set (no unsharded timestamp index; an unsharded query fails as in production), and
+"""With JOBS_SHARDS > 1 every query on a timestamp names its shards (the claim one shard at a
+time, other reads one `shard in [...]` group of up to 30), on the emulator serving that N's
+index set (no unsharded timestamp index; an unsharded query fails as in production), and
 the answers are the ones one unsharded query would give: counts summed, the oldest of the
 shards' oldest, listings in one global order with the limit and cursor kept, reclaim, rescue
 and the due_at type check reaching every shard."""
@@ -26,15 +27,18 @@ SHARDS = 4
 TIMEOUT = timedelta(minutes=10)
 
 
-@pytest.fixture
+# 4: one `shard in [...]` group per read; 64: three groups (0-29, 30-59, 60-63) merged here.
+@pytest.fixture(params=[SHARDS, 64], ids=["4-shards", "64-shards"])
 def sharded(
+    request: pytest.FixtureRequest,
     firestore_client: firestore.Client,
     clock: FakeClock,
     shard_indexes: Callable[[int], None],
 ) -> FirestoreJobStore:
-    shard_indexes(SHARDS)
-    log = QueryLog(SHARDS)
-    return FirestoreJobStore(firestore_client, clock, query_observer=log, shards=SHARDS)
+    shards: int = request.param
+    shard_indexes(shards)
+    log = QueryLog(shards)
+    return FirestoreJobStore(firestore_client, clock, query_observer=log, shards=shards)
 
 
 def _ids(count: int, prefix: str = "job") -> list[str]:
@@ -62,7 +66,7 @@ def test_stats_and_backlog_sum_the_shards_and_take_the_oldest_of_them(
 ) -> None:
     ids = _ids(40)
     _schedule(sharded, ids, timedelta(minutes=1))  # due T0, T0+1m, ..., T0+39m
-    assert len({shard_of(j, SHARDS) for j in ids}) == SHARDS
+    assert len({shard_of(j, SHARDS) for j in ids}) == SHARDS  # (and more than 30 of 64)
     clock.set(T0 + timedelta(minutes=29, seconds=30))  # 30 due: T0 .. T0+29m
     claimed = sharded.claim_due(clock.now(), "run-1", 5)  # the 5 oldest due... per shard order
     assert len(claimed) == 5
@@ -134,10 +138,10 @@ def test_reclaim_and_rescue_reach_every_shard_within_the_limit(
 def test_a_wrong_typed_due_at_is_found_in_whichever_shard_it_sits(
     sharded: FirestoreJobStore, firestore_client: firestore.Client, clock: FakeClock
 ) -> None:
-    ids = _ids(12)
+    ids = _ids(120)
     _schedule(sharded, ids, timedelta(days=1))  # all in the future
-    spoiled = {shard_of(j, SHARDS): j for j in ids}  # one per shard
-    assert len(spoiled) == SHARDS
+    spoiled = {shard_of(j, 64) // 16: j for j in ids}  # one in each quarter of 64 shards
+    assert len(spoiled) == 4
     for job_id in spoiled.values():
         firestore_client.collection(schema.JOBS).document(job_id).update({"due_at": "soon"})
 

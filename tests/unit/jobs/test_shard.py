@@ -10,7 +10,7 @@ import pytest
 
 from services.jobs.model import Job, NewJob, decode_job
 from services.jobs.settings import SHARDS, CommonSettings, EnvReader, SettingsError
-from services.jobs.shard import MAX_SHARDS, shard_of, split_budget
+from services.jobs.shard import MAX_SHARDS, read_parts, shard_of, spend_over_shards, split_budget
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -79,3 +79,37 @@ def test_a_malformed_shard_is_an_invalid_record(bad: object) -> None:
     document["shard"] = bad
     with pytest.raises(InvalidRecord, match="shard"):
         decode_job("job-7", document)
+
+
+def test_a_budget_below_the_shard_count_still_reaches_every_shard() -> None:
+    # 3 jobs in each of 64 shards, a budget of 100: the shards without a share in the first
+    # round (budget 100 over 64 gives 36 of them 2 and 28 of them 1) keep their turn.
+    held = {shard: 3 for shard in range(64)}
+
+    def take(shard: int, share: int) -> list[int]:
+        got = min(share, held[shard])
+        held[shard] -= got
+        return [shard] * got
+
+    taken, errors = spend_over_shards(100, range(64), take)
+    assert len(taken) == 100 and errors == []
+    taken, _ = spend_over_shards(1000, range(64), take)
+    assert len(taken) == 64 * 3 - 100 and set(held.values()) == {0}
+    # A budget of 24 over 64 shards holding one job each in shards 40-63 only.
+    sparse = {shard: (1 if shard >= 40 else 0) for shard in range(64)}
+
+    def take_sparse(shard: int, share: int) -> list[int]:
+        got = min(share, sparse[shard])
+        sparse[shard] -= got
+        return [shard] * got
+
+    taken, _ = spend_over_shards(24, range(64), take_sparse)
+    assert sorted(taken) == list(range(40, 64))
+
+
+def test_reads_cover_the_shards_in_groups_one_in_filter_can_list() -> None:
+    assert read_parts(1) == [None]
+    assert read_parts(4) == [(0, 1, 2, 3)]
+    groups = read_parts(64)
+    assert [len(g) for g in groups if g is not None] == [30, 30, 4]
+    assert [s for g in groups if g is not None for s in g] == list(range(64))
