@@ -23,13 +23,11 @@ from typing import Any
 
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud._helpers import _datetime_to_pb_timestamp
-from google.cloud.firestore_v1.types import common, document, write
+from google.cloud.firestore_v1.types import common, write
+from google.protobuf import timestamp_pb2
+from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
 
 _WRITE = write.Write.pb()
-_DOCUMENT = document.Document.pb()
-_VALUE = document.Value.pb()
-_MAP = document.MapValue.pb()
-_ARRAY = document.ArrayValue.pb()
 _PRECONDITION = common.Precondition.pb()
 # A top-level name the client would not parse as a path of several segments.
 _SIMPLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
@@ -48,45 +46,65 @@ def update_write(
     name or value is one this module does not encode."""
     if not fields or not all(isinstance(name, str) and _SIMPLE_NAME.match(name) for name in fields):
         return None
+    update = _WRITE()
+    update.update.name = document_path
+    target = update.update.fields
     try:
-        values = {name: _value(value, True) for name, value in fields.items()}
+        for name, value in fields.items():
+            _fill(target[name], value, True)
     except (_Unsupported, TypeError, ValueError, OverflowError):
         return None
-    update = _WRITE(update=_DOCUMENT(name=document_path, fields=values))
     update.update_mask.field_paths.extend(sorted(fields))
     if last_update_time is None:
         update.current_document.CopyFrom(_PRECONDITION(exists=True))
     else:
-        # One proto-plus conversion, so the precondition's time is exactly the client's.
-        precondition = common.Precondition(update_time=last_update_time)
-        update.current_document.CopyFrom(common.Precondition.pb(precondition))
+        update.current_document.update_time.CopyFrom(_precondition_time(last_update_time))
     return update
 
 
-def _value(value: Any, in_path: bool) -> Any:
-    """`value` as a raw `Value`. `in_path`: reached from the top through maps only, where
-    the client reads every map key as a field path segment."""
+def _fill(target: Any, value: Any, in_path: bool) -> None:
+    """Set the raw `Value` `target` to `value`, in place (building nested messages and then
+    copying them in would copy every level again). `in_path`: reached from the top through
+    maps only, where the client reads every map key as a field path segment."""
     # The order of the checks is encode_value's: bool before int, its subclass.
     if value is None:
-        return _VALUE(null_value=0)
-    if isinstance(value, bool):
-        return _VALUE(boolean_value=value)
-    if isinstance(value, int):
-        return _VALUE(integer_value=value)
-    if isinstance(value, float):
-        return _VALUE(double_value=value)
-    if isinstance(value, DatetimeWithNanoseconds):
-        return _VALUE(timestamp_value=value.timestamp_pb())
-    if isinstance(value, datetime):
-        return _VALUE(timestamp_value=_datetime_to_pb_timestamp(value))
-    if isinstance(value, str):
-        return _VALUE(string_value=value)
-    if type(value) in (list, tuple):
-        return _VALUE(array_value=_ARRAY(values=[_value(item, False) for item in value]))
-    if type(value) is dict:
+        target.null_value = 0
+    elif isinstance(value, bool):
+        target.boolean_value = value
+    elif isinstance(value, int):
+        target.integer_value = value
+    elif isinstance(value, float):
+        target.double_value = value
+    elif isinstance(value, DatetimeWithNanoseconds):
+        target.timestamp_value.CopyFrom(value.timestamp_pb())
+    elif isinstance(value, datetime):
+        target.timestamp_value.CopyFrom(_datetime_to_pb_timestamp(value))
+    elif isinstance(value, str):
+        target.string_value = value
+    elif type(value) in (list, tuple):
+        values = target.array_value.values
+        target.array_value.SetInParent()  # an empty list is still an array value
+        for item in value:
+            _fill(values.add(), item, False)
+    elif type(value) is dict:
         # There the client refuses an empty segment; inside an array it takes any key.
         if in_path and not all(isinstance(name, str) and name for name in value):
             raise _Unsupported(value)
-        fields = {name: _value(item, in_path) for name, item in value.items()}
-        return _VALUE(map_value=_MAP(fields=fields))
-    raise _Unsupported(value)
+        fields = target.map_value.fields
+        target.map_value.SetInParent()  # an empty dict is still a map value
+        for name, item in value.items():
+            if not isinstance(name, str):
+                raise _Unsupported(value)
+            _fill(fields[name], item, in_path)
+    else:
+        raise _Unsupported(value)
+
+
+def _precondition_time(value: datetime) -> timestamp_pb2.Timestamp:
+    """The time as the client's `Precondition(update_time=value)` converts it: proto-plus's
+    timestamp rule, which keeps nanoseconds only for its own DatetimeWithNanoseconds (what
+    a write result's update_time decodes to) and truncates any other datetime to whole
+    microseconds."""
+    if isinstance(value, ProtoDatetimeWithNanoseconds):
+        return value.timestamp_pb()
+    return timestamp_pb2.Timestamp(seconds=int(value.timestamp()), nanos=value.microsecond * 1000)

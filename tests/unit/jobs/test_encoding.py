@@ -10,6 +10,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1 import _helpers
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
 
 from services.jobs.encoding import update_write
 from services.jobs.model import Job, NewJob
@@ -25,10 +26,12 @@ zones = st.sampled_from(
 moments = st.datetimes(
     min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=zones
 )
+# Two classes: the client decodes values to api_core's, write results to proto-plus's.
 nanos = st.builds(
-    lambda m, n: DatetimeWithNanoseconds(
+    lambda kind, m, n: kind(
         m.year, m.month, m.day, m.hour, m.minute, m.second, nanosecond=n, tzinfo=UTC
     ),
+    st.sampled_from([DatetimeWithNanoseconds, ProtoDatetimeWithNanoseconds]),
     moments,
     st.integers(0, 999_999_999),
 )
