@@ -1,11 +1,13 @@
 """The `Stager`: claim due jobs a page at a time, publish each ID, record the outcome.
 
 One claim transaction per page until the enqueue budget, the time budget or the due jobs run
-out, or another run's contention stops it. Every claimed ID is published and the stager waits
-for every publish future before recording: `enqueued` with the message ID (one transaction per
-chunk of 100, on a small thread pool overlapping the next page), or back to `deferred` with the
-error. Nothing here catches BaseException: if the process dies between claim and publish, the
-records stay `claimed` and a later run's rescuer returns them after the claim timeout.
+out, or another run's contention stops it. The next page's claim runs on a claim thread as soon
+as one publish of the current page is acknowledged, so claiming overlaps publishing and marking.
+Every claimed ID is published and the stager waits for every publish future before recording:
+`enqueued` with the message ID (one conditional BatchWrite per chunk of 100, on a small thread
+pool overlapping the next page), or back to `deferred` with the error. Nothing here catches
+BaseException: if the process dies between claim and publish, the records stay `claimed` and
+a later run's rescuer returns them after the claim timeout.
 """
 
 from __future__ import annotations
