@@ -2,8 +2,12 @@
 
 Not thread-safe by itself: the :class:`~emulators.firestore.engine.Engine` serialises access.
 Indexes: an equality index and an array-contains index per (collection id, field path), kept
-up to date on every write, and a sorted index per (collection id, field path) built the first
-time a range filter or an ordering needs it and maintained from then on.
+up to date on every write; a sorted index per (collection id, field path) built the first
+time a range filter or an ordering needs it; and a composite index per (collection id, field
+paths) built the first time a query with equalities and an ordering needs it (as production
+serves such a query from a composite index,
+https://cloud.google.com/firestore/docs/query-data/index-overview#composite_indexes), both
+maintained from then on.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from emulators.firestore.values import (
 Document = document_types.Document.pb()
 
 IndexKey = tuple[str, FieldPath]
+# The fields of a composite index, in its key order: equality fields, then the ordered one.
+CompositePaths = tuple[FieldPath, ...]
 VERSION_RETENTION_US = 3600 * 1_000_000
 
 
@@ -141,6 +147,7 @@ class Database:
             lambda: defaultdict(set)
         )
         self.sorted_indexes: dict[IndexKey, SortedIndex] = {}
+        self.composite_indexes: dict[str, dict[CompositePaths, SortedIndex]] = {}
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -171,6 +178,21 @@ class Database:
             entries = [(key, name) for key, names in by_value.items() for name in names]
             index = SortedIndex(entries)
             self.sorted_indexes[(collection_id, path)] = index
+        return index
+
+    def composite_index(self, collection_id: str, paths: CompositePaths) -> SortedIndex:
+        """Entries ((key of each path, in order), name) of the documents of the collection
+        group that have every one of ``paths``; built on first use."""
+        by_paths = self.composite_indexes.setdefault(collection_id, {})
+        index = by_paths.get(paths)
+        if index is None:
+            entries = []
+            for name in self.by_group.get(collection_id, ()):
+                key = _composite_key(self.docs[name], paths)
+                if key is not None:
+                    entries.append((key, name))
+            index = SortedIndex(entries)
+            by_paths[paths] = index
         return index
 
     # -- writes ---------------------------------------------------------------------------
@@ -217,6 +239,10 @@ class Database:
             index = self.sorted_indexes.get((cid, path))
             if index is not None:
                 index.add(key, stored.name)
+        for paths, composite in self.composite_indexes.get(cid, {}).items():
+            entry = _composite_key(stored, paths)
+            if entry is not None:
+                composite.add(entry, stored.name)
 
     def _unindex(self, stored: Stored) -> None:
         cid = stored.collection_id
@@ -242,3 +268,19 @@ class Database:
             index = self.sorted_indexes.get((cid, path))
             if index is not None:
                 index.remove(key, stored.name)
+        for paths, composite in self.composite_indexes.get(cid, {}).items():
+            entry = _composite_key(stored, paths)
+            if entry is not None:
+                composite.remove(entry, stored.name)
+
+
+def _composite_key(stored: Stored, paths: CompositePaths) -> SortKey | None:
+    """The document's key in a composite index on ``paths``; None when a field is absent
+    (such a document is not in the index, as in production)."""
+    keys = []
+    for path in paths:
+        key = stored.key(path)
+        if key is None:
+            return None
+        keys.append(key)
+    return tuple(keys)

@@ -441,13 +441,9 @@ class Engine:
     ) -> tuple[int, list[Outcome]]:
         """Apply ``writes`` atomically; in a transaction, only if nothing it read has changed."""
         with self.cond:
-            names = [written_name(w, database) for w in writes]
             if tid is None:
-                for name in names:
-                    owner = self.owners.get((database, name))
-                    if owner is not None:
-                        self._wound(owner)
-                return self._apply(database, writes, names)
+                return self._write_now(database, writes)
+            names = [written_name(w, database) for w in writes]
             with self._using(database, tid) as txn:
                 try:
                     if txn.read_only and writes:
@@ -462,6 +458,16 @@ class Engine:
                 finally:
                     self._finish(txn)
                     self.cond.notify_all()
+
+    def _write_now(self, database: DatabaseKey, writes: list[Any]) -> tuple[int, list[Outcome]]:
+        """Apply non-transactional ``writes`` atomically (lock held): they do not wait for
+        document locks, they take precedence and abort the holders."""
+        names = [written_name(w, database) for w in writes]
+        for name in names:
+            owner = self.owners.get((database, name))
+            if owner is not None:
+                self._wound(owner)
+        return self._apply(database, writes, names)
 
     def _validate(self, txn: Transaction) -> None:
         db = self.database(txn.database)
@@ -496,12 +502,20 @@ class Engine:
     def batch_write(
         self, database: DatabaseKey, writes: list[Any]
     ) -> list[tuple[Outcome | None, Exception | None]]:
-        """Apply each write on its own (non-atomic), reporting a status per write."""
+        """Apply each write on its own (non-atomic), reporting a status per write.
+
+        One hold of the state lock for the whole request: each write still succeeds or fails
+        alone, with its own commit time; no other request runs between them, one of the
+        interleavings production allows ("does not apply the write operations atomically
+        and can apply them out of order",
+        https://cloud.google.com/firestore/docs/reference/rest/v1/projects.databases.documents/batchWrite).
+        """
         results: list[tuple[Outcome | None, Exception | None]] = []
-        for write in writes:
-            try:
-                _, outcomes = self.commit(database, [write], None)
-                results.append((outcomes[0], None))
-            except Exception as exc:  # each write gets its own status
-                results.append((None, exc))
+        with self.cond:
+            for write in writes:
+                try:
+                    _, outcomes = self._write_now(database, [write])
+                    results.append((outcomes[0], None))
+                except Exception as exc:  # each write gets its own status
+                    results.append((None, exc))
         return results

@@ -336,9 +336,14 @@ def _range_candidates(
 
 
 def _ordered_walk(db: Database, query: Query) -> Result | None:
-    """Serve ``order by f [, __name__] limit n`` by walking f's sorted index in order,
-    stopping after n matches; None when the query does not have that shape or an equality
-    index already narrows it well."""
+    """Serve ``[where a == x ...] order by f [, __name__] limit n`` by walking an index in
+    order, stopping after n matches; None when the query does not have that shape or an
+    equality index already narrows it well.
+
+    With equality filters the walk goes over the composite index (the equality fields, then
+    f) within the equalities' prefix, so documents that fail them are never visited: as in
+    production, the work grows with the results, not with the collection.
+    """
     if query.limit is None or query.all_descendants or not query.collection_id:
         return None
     if len(query.orders) != 2 or query.orders[1][0] != NAME_PATH:
@@ -353,11 +358,23 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
             size, _ = _term_candidates(db, cid, term)
             if 0 <= size <= _INDEX_WORTH_BUILDING:
                 return None
-    index = db.sorted_index(cid, path)
-    lo, hi = 0, len(index.entries)
+    equal: dict[FieldPath, SortKey] = {}
+    for term in terms:
+        if term.op == _FieldOp.EQUAL and term.path not in (NAME_PATH, path):
+            equal.setdefault(term.path, term.keys[0])
+    prefix = tuple(equal[p] for p in sorted(equal))
+    if prefix:
+        index = db.composite_index(cid, (*sorted(equal), path))
+        lo, hi = index.span((*prefix,), True, (*prefix, _TOP), True)
+    else:
+        index = db.sorted_index(cid, path)
+        lo, hi = 0, len(index.entries)
     for term in terms:
         if term.op in _RANGE_OPS and term.path == path:
-            t_lo, t_hi = index.span(*_range_bounds(term))
+            low, low_inclusive, high, high_inclusive = _range_bounds(term)
+            if prefix:
+                low, high = (*prefix, low), (*prefix, high)
+            t_lo, t_hi = index.span(low, low_inclusive, high, high_inclusive)
             lo, hi = max(lo, t_lo), min(hi, t_hi)
     positions = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
     in_scope = _in_scope(query)
@@ -383,6 +400,25 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
         found.append(stored)
     skipped = min(query.offset, len(found))
     return Result(found[skipped : skipped + query.limit], skipped)
+
+
+class _Top:
+    """Sorts after every sort key: the open upper end of a composite index's prefix."""
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __gt__(self, other: object) -> bool:
+        return other is not self
+
+    def __le__(self, other: object) -> bool:
+        return other is self
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+
+_TOP = _Top()
 
 
 def candidates(db: Database, query: Query, read_us: int | None) -> Iterable[Stored]:

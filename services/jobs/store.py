@@ -96,6 +96,7 @@ from services.jobs.transactions import (
     DEFAULT_CALL_TIMEOUT_S,
     CallBounds,
     TransactionRunner,
+    add_update,
     as_datetime,
     store_errors,
 )
@@ -737,11 +738,7 @@ class FirestoreJobStore:
         or could not be sent (the caller falls back to a transaction, which sorts it out)."""
         batch = BulkWriteBatch(self._client)
         for old, new in changes:
-            batch.update(
-                self._jobs.document(old.job_id),
-                _diff(old, new),
-                option=self._client.write_option(last_update_time=old.update_time),
-            )
+            add_update(batch, self._jobs.document(old.job_id), _diff(old, new), old.update_time)
         try:
             response = batch.commit(**self._bounds.write_kwargs)
         except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
@@ -1478,7 +1475,7 @@ def _write(transaction: firestore.Transaction, ref: Any, old: Job, new: Job) -> 
     """Write the fields `new` changed, if any (Firestore refuses an empty update)."""
     diff = _diff(old, new)
     if diff:
-        transaction.update(ref, diff)
+        add_update(transaction, ref, diff)
 
 
 def _diff(old: Job, new: Job) -> dict[str, Any]:

@@ -1,11 +1,13 @@
 """The Firestore transaction plumbing: bounded calls, the transaction runner, error translation.
 
 The only module that touches the client's private internals (`Transaction._begin`,
-`_commit`, `_rollback`, `_clean_up`, `_options_protobuf`, `_write_pbs`, `_id` and the client's
+`_commit`, `_rollback`, `_clean_up`, `_options_protobuf`, `_write_pbs`, `_id`, a batch's
+`_add_write_pbs` and `_document_references`, a reference's `_document_path`, and the client's
 `_firestore_api`, `_database_string`, `_rpc_metadata`): the client's Transaction sends begin,
 commit and rollback with the generated 60 s defaults and takes no timeout, so they are
-re-issued here with one. `tests/unit/jobs/test_transactions.py` fails loudly if any of those
-internals change in a new client release.
+re-issued here with one; `add_update` hands a batch a `Write` built by `encoding`.
+`tests/unit/jobs/test_transactions.py` fails loudly if any of those internals change in a new
+client release.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry
 from google.cloud import firestore
+from google.cloud.firestore_v1.types import write as write_types
 
 from services.jobs import schema
+from services.jobs.encoding import update_write
 from services.jobs.errors import (
     JobsError,
     LostRace,
@@ -155,6 +159,28 @@ class BoundedTransaction(firestore.Transaction):
         self.write_results = list(response.write_results)
         self.commit_time = response.commit_time
         return self.write_results
+
+
+def add_update(
+    batch: Any,
+    reference: Any,
+    fields: dict[str, Any],
+    last_update_time: datetime | None = None,
+) -> None:
+    """`batch.update(reference, fields)` (a transaction, a WriteBatch or a BulkWriteBatch),
+    conditioned on `last_update_time` when given, with the `Write` built by
+    `encoding.update_write`: the same protobuf, without the client's per-value proto-plus
+    cost. What that declines goes through the client's own `update`."""
+    path = reference._document_path
+    pb = update_write(path, fields, last_update_time)
+    if pb is None:
+        option = None
+        if last_update_time is not None:
+            option = batch._client.write_option(last_update_time=last_update_time)
+        batch.update(reference, fields, option=option)
+        return
+    batch._document_references[path] = reference
+    batch._add_write_pbs([write_types.Write.wrap(pb)])
 
 
 class TransactionRunner:

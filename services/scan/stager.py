@@ -1,11 +1,13 @@
 """The `Stager`: claim due jobs a page at a time, publish each ID, record the outcome.
 
 One claim transaction per page until the enqueue budget, the time budget or the due jobs run
-out, or another run's contention stops it. Every claimed ID is published and the stager waits
-for every publish future before recording: `enqueued` with the message ID (one transaction per
-chunk of 100, on a small thread pool overlapping the next page), or back to `deferred` with the
-error. Nothing here catches BaseException: if the process dies between claim and publish, the
-records stay `claimed` and a later run's rescuer returns them after the claim timeout.
+out, or another run's contention stops it. The next page's claim runs on a claim thread as soon
+as one publish of the current page is acknowledged, so claiming overlaps publishing and marking.
+Every claimed ID is published and the stager waits for every publish future before recording:
+`enqueued` with the message ID (one conditional BatchWrite per chunk of 100, on a small thread
+pool overlapping the next page), or back to `deferred` with the error. Nothing here catches
+BaseException: if the process dies between claim and publish, the records stay `claimed` and
+a later run's rescuer returns them after the claim timeout.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from concurrent import futures
+from dataclasses import dataclass
 from datetime import datetime
 
 from services.jobs import errors
@@ -46,8 +49,12 @@ class Stager:
         self._marker = futures.ThreadPoolExecutor(
             max_workers=limits.mark_workers, thread_name_prefix="scan-mark"
         )
+        # One claim at a time: two claim transactions would only contend for the same
+        # oldest records.
+        self._claimer = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="scan-claim")
 
     def close(self) -> None:
+        self._claimer.shutdown(wait=True)
         self._marker.shutdown(wait=True)
 
     def run(
@@ -71,52 +78,109 @@ class Stager:
         in_flight: list[futures.Future[None]],
     ) -> StopReason:
         remaining = budget.limit
-        while True:
-            if remaining <= 0:
-                return "budget"
-            now = self._clock.now()
-            if time_budget.exhausted(now):
-                return "time"
-            want = min(self._limits.page_size, remaining)
-            try:
-                # One claim transaction per page: JOBS_SCAN_PAGE_SIZE sets its size.
-                claims = list(
-                    self._store.claim_due(
-                        now, run_id, want, page_size=want, on_quarantine=tally.add_quarantined
-                    )
-                )
-            except errors.StoreUnavailable as exc:
-                raise StoreUnreachable(f"cannot claim due jobs: {exc}") from exc
-            except errors.StoreRejected as exc:
-                raise StoreRefused(f"cannot claim due jobs: {exc}") from exc
-            except errors.LostRace as exc:
-                # The store already retried (or waited on a lock longer than the call
-                # timeout): another run is claiming the same records right now. Leave them
-                # to it; the next run picks up whatever remains. Not an outage: 200.
-                logger.warning(
-                    "claiming stopped by contention: %s",
-                    exc,
-                    extra={"fields": {"reason": "claim_contention"}},
-                )
+        page = self._start_claim(run_id, remaining, time_budget, tally)
+        while isinstance(page, _Claiming):
+            claims = self._claimed(page)
+            if claims is None:
                 return "contention"
             tally.add_claimed(len(claims))
             remaining -= len(claims)
+            # A short page means nothing more was due when it was claimed.
+            full = len(claims) == page.want
+            following: list[_Claiming | StopReason] = []
+            claim_following = functools.partial(
+                self._follow, following, full, run_id, remaining, time_budget, tally
+            )
             published_before = tally.published
             previous = list(in_flight)
-            in_flight.extend(self._publish_page(run_id, claims, tally))
+            in_flight.extend(self._publish_page(run_id, claims, tally, claim_following))
             _wait_all(previous)
             del in_flight[: len(previous)]
             if claims and tally.published == published_before:
                 # The whole page failed: Pub/Sub is most likely down. Claiming more would
-                # only cycle more records through claimed -> deferred.
+                # only cycle more records through claimed -> deferred (and no next claim was
+                # started: that waits for this page's first acknowledged publish).
                 return "unavailable"
-            if len(claims) < want:
-                return "drained"
+            claim_following()
+            page = following[0]
+        return page
+
+    def _follow(
+        self,
+        following: list[_Claiming | StopReason],
+        full: bool,
+        run_id: str,
+        remaining: int,
+        time_budget: TimeBudget,
+        tally: RunTally,
+    ) -> None:
+        """Decide (once) what follows a page: the next page's claim, or why there is none."""
+        if not following:
+            following.append(
+                self._start_claim(run_id, remaining, time_budget, tally) if full else "drained"
+            )
+
+    def _start_claim(
+        self, run_id: str, remaining: int, time_budget: TimeBudget, tally: RunTally
+    ) -> _Claiming | StopReason:
+        """Start claiming the next page on the claim thread, or say why no page is claimed.
+
+        The claim of page k+1 runs while page k is still being published and marked: a
+        claim query only returns `deferred` records, so it never meets what page k claimed,
+        and each page is committed before any of its IDs is published.
+        """
+        if remaining <= 0:
+            return "budget"
+        now = self._clock.now()
+        if time_budget.exhausted(now):
+            return "time"
+        want = min(self._limits.page_size, remaining)
+        context = contextvars.copy_context()
+        # One claim transaction per page: JOBS_SCAN_PAGE_SIZE sets its size.
+        future = self._claimer.submit(
+            context.run,
+            functools.partial(
+                self._store.claim_due,
+                now,
+                run_id,
+                want,
+                page_size=want,
+                on_quarantine=tally.add_quarantined,
+            ),
+        )
+        return _Claiming(want, future)
+
+    def _claimed(self, page: _Claiming) -> list[ClaimedJob] | None:
+        """The page's committed claims; None when another run's contention stopped it."""
+        try:
+            return list(page.future.result())
+        except errors.StoreUnavailable as exc:
+            raise StoreUnreachable(f"cannot claim due jobs: {exc}") from exc
+        except errors.StoreRejected as exc:
+            raise StoreRefused(f"cannot claim due jobs: {exc}") from exc
+        except errors.LostRace as exc:
+            # The store already retried (or waited on a lock longer than the call
+            # timeout): another run is claiming the same records right now. Leave them
+            # to it; the next run picks up whatever remains. Not an outage: 200.
+            logger.warning(
+                "claiming stopped by contention: %s",
+                exc,
+                extra={"fields": {"reason": "claim_contention"}},
+            )
+            return None
 
     def _publish_page(
-        self, run_id: str, claims: Sequence[ClaimedJob], tally: RunTally
+        self,
+        run_id: str,
+        claims: Sequence[ClaimedJob],
+        tally: RunTally,
+        on_first_publish: Callable[[], None],
     ) -> list[futures.Future[None]]:
-        """Publish every claim, wait for every publish, and start recording the outcomes."""
+        """Publish every claim, wait for every publish, and start recording the outcomes.
+
+        `on_first_publish` is called once, as soon as one publish is acknowledged (proof
+        that Pub/Sub is up), so the next page's claim overlaps the rest of this one.
+        """
         pending: list[tuple[ClaimedJob, futures.Future[str] | None, Exception | None]] = []
         for claim in claims:
             try:
@@ -131,6 +195,8 @@ class Stager:
             if message_id is not None:
                 latency = (self._clock.now() - claim.claimed_at).total_seconds()
                 tally.add_published(latency)
+                if not published:
+                    on_first_publish()
                 published.append((claim.job_id, claim.generation, message_id))
             else:
                 tally.add_failed(claim.job_id)
@@ -222,6 +288,14 @@ class Stager:
         except errors.JobsError as exc:
             # Left claimed: the reclaimer returns it after the claim timeout.
             logger.error("could not record publish failure: %s", exc, extra={"fields": fields})
+
+
+@dataclass(frozen=True)
+class _Claiming:
+    """A page's claim transaction, running on the claim thread."""
+
+    want: int
+    future: futures.Future[Sequence[ClaimedJob]]
 
 
 def _wait_all(marks: list[futures.Future[None]]) -> None:

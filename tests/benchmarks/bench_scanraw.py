@@ -50,7 +50,14 @@ def main() -> None:
 
         rig.seed_due(client, jobs, clock.now() - timedelta(hours=1), prefix="scan")
         store = FirestoreJobStore(client, clock)
-        store.update_control("bench", "benchmark", claim_budget=LIMITS["max_per_run"])
+        # Runs of max_per_run each, as LIMITS says: the control's default catch-up rate
+        # (20/s x the 60 s interval = 1,200) would otherwise cut every run short of it.
+        store.update_control(
+            "bench",
+            "benchmark",
+            claim_budget=LIMITS["max_per_run"],
+            catch_up_rate=LIMITS["max_per_run"] / LIMITS["interval_s"],
+        )
         scan, scan_publisher = rig.scanner(store, client, project, "jobs", clock, **LIMITS)
         started = time.perf_counter()
         published = 0

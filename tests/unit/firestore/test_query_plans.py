@@ -161,3 +161,52 @@ def test_count_from_indexes_matches_a_scan(
         assert counted is None or counted == scanned
         if state is None or (parent == ROOT and not nested):
             assert counted == scanned  # the indexes answer these without a scan
+
+
+@pytest.mark.parametrize("desc", [False, True])
+def test_composite_index_follows_later_writes(desc: bool) -> None:
+    db = _database([(i, "a" if i % 2 else "b") for i in range(6)])
+    compiled = query_module.compile_query(ROOT, _query(None, 0, desc, 10, 0, "a"))
+    original = query_module._INDEX_WORTH_BUILDING
+    query_module._INDEX_WORTH_BUILDING = -1  # walk the composite index however small
+    try:
+        query_module._ordered_walk(db, compiled)  # builds it
+        for i, (v, s) in {0: (9, "a"), 1: (1, "b"), 4: (-1, "a")}.items():
+            name = f"{ROOT}/jobs/d{i:03d}"
+            fields = {"v": _value(v), "s": _value(s)}
+            db.put(name, document.Document.pb(document.Document(name=name, fields=fields)), 99)
+        walked = query_module._ordered_walk(db, compiled)
+    finally:
+        query_module._INDEX_WORTH_BUILDING = original
+    assert walked is not None
+    got = [d.name.rsplit("/", 1)[1] for d in walked.docs]
+    expected = ["d004", "d003", "d005", "d000"]  # v = -1, 3, 5, 9; d001 left "a"
+    assert got == (list(reversed(expected)) if desc else expected)
+    assert got == [d.name.rsplit("/", 1)[1] for d in query_module.scan(db, compiled).docs]
+
+
+def test_an_equality_and_order_walk_never_visits_documents_outside_the_equality() -> None:
+    # 2,000 "b" documents sort before the 1,500 "a" ones on v (too many "a" for a scan of
+    # the equality's set): production's composite index (s, v) skips the "b", and so must
+    # the walk, or a claim query's cost grows with the documents already claimed instead of
+    # with its page.
+    rows = [(i % 5, "b") for i in range(2000)] + [(5, "a")] * 1500
+    db = _database(rows)
+    compiled = query_module.compile_query(
+        ROOT, _query("GREATER_THAN_OR_EQUAL", 0, False, 5, 0, "a")
+    )
+    assert compiled.filter is not None
+    visited: list[str] = []
+    matches = compiled.filter.matches
+
+    def counting(stored: Any) -> bool:
+        visited.append(stored.name)
+        return matches(stored)
+
+    compiled.filter.matches = counting
+    walked = query_module._ordered_walk(db, compiled)
+    assert walked is not None
+    assert [d.name.rsplit("/", 1)[1] for d in walked.docs] == [
+        f"d{n:03d}" for n in range(2000, 2005)
+    ]
+    assert len(visited) == 5

@@ -62,3 +62,32 @@ def _anonymous() -> object:
     from google.auth.credentials import AnonymousCredentials
 
     return AnonymousCredentials()
+
+
+def test_add_update_queues_exactly_what_update_queues_on_every_kind_of_batch() -> None:
+    from datetime import UTC, datetime
+
+    from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
+
+    from services.jobs.transactions import add_update
+
+    client = firestore.Client(project="p", credentials=_anonymous())
+    ref = client.collection("jobs").document("job-1")
+    stamp = datetime(2026, 3, 1, 12, 0, 0, 250_000, tzinfo=UTC)
+    fields = {"state": "claimed", "claim": {"run_id": "r", "generation": 2, "claimed_at": stamp}}
+    for make in (
+        lambda: firestore.Transaction(client),
+        client.batch,
+        lambda: BulkWriteBatch(client),
+    ):
+        for condition in (None, stamp):
+            ours, theirs = make(), make()
+            add_update(ours, ref, fields, condition)
+            option = None if condition is None else client.write_option(last_update_time=condition)
+            theirs.update(ref, fields, option=option)
+            assert [w._pb for w in ours._write_pbs] == [w._pb for w in theirs._write_pbs]
+            assert ours._document_references == theirs._document_references
+    # What encoding declines (a sentinel) still goes through the client's own update.
+    declined = client.batch()
+    add_update(declined, ref, {"state": firestore.DELETE_FIELD})
+    assert declined._write_pbs[0].update_mask.field_paths == ["state"]

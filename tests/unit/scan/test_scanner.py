@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent import futures
 from datetime import timedelta
 
 import pytest
@@ -371,3 +373,31 @@ def test_a_failing_mark_write_is_logged_and_the_run_still_succeeds(
     assert any(
         getattr(r, "fields", {}).get("reason") == "housekeeping_unrecorded" for r in caplog.records
     )
+
+
+def test_the_next_page_is_claimed_while_this_page_is_still_being_published() -> None:
+    # The first page's last publish is acknowledged only once the second claim has begun:
+    # a stager that claims only after a page is fully published would wait out the timeout.
+    second_claim = threading.Event()
+    store = FakeStore(due=ids(20))
+    store.on_claim = lambda: second_claim.set() if len(store.claim_calls) == 2 else None
+    overlapped: list[bool] = []
+
+    class HeldPublisher(FakePublisher):
+        def publish(self, job_id: str, generation: int, run_id: str) -> futures.Future[str]:
+            future = super().publish(job_id, generation, run_id)
+            if job_id != "job-0009":
+                return future
+            held: futures.Future[str] = futures.Future()
+
+            def release() -> None:
+                overlapped.append(second_claim.wait(timeout=5))
+                held.set_result(future.result())
+
+            threading.Thread(target=release, daemon=True).start()
+            return held
+
+    run = make(store, HeldPublisher(), ScanLimits(max_per_run=20, page_size=10))[0].run()
+    assert overlapped == [True]
+    assert (run.claimed, run.published, run.stopped_because) == (20, 20, "budget")
+    assert sorted(store.enqueued) == ids(20)
