@@ -11,7 +11,7 @@ import pytest
 from google.cloud import firestore
 
 from services.jobs.clock import FakeClock
-from services.jobs.errors import LeaseLost
+from services.jobs.errors import JobNotFound, LeaseHeld, LeaseLost
 from services.jobs.model import Job, Lease, Result
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
@@ -120,3 +120,72 @@ def test_an_explicit_key_completes_in_a_transaction_with_its_key_document(
     assert _reads_writes(firestore_stats) == (2, 2)
     key = firestore_client.collection("idempotency").document("shared-key-1").get()
     assert key.get("outcome") == "deleted"
+
+
+def _enqueued(store: FirestoreJobStore, job_id: str, **extra: Any) -> int:
+    store.schedule(new_job(job_id, **extra))
+    (claim,) = [c for c in store.claim_due(store.clock.now(), "run-1", 100) if c.job_id == job_id]
+    store.mark_enqueued_many([(job_id, claim.generation, f"msg-{job_id}")])
+    return claim.generation
+
+
+def test_start_is_one_read_and_one_conditional_write_without_a_transaction(
+    store: FirestoreJobStore, firestore_stats: Any
+) -> None:
+    generation = _enqueued(store, "j")
+    firestore_stats.reset()
+    job = store.start("j", generation, LEASE, WORKER)
+    assert _reads_writes(firestore_stats) == (1, 1)
+    assert firestore_stats.get()["calls"] == {"GetDocument": 1, "Commit": 1}
+    stored = store.get("j")
+    assert stored is not None and stored.state is State.RUNNING
+    assert stored.lease_token == _lease(job).token
+    # The update_time start returns is the stored one: the completion's condition holds.
+    assert job.update_time == stored.update_time
+
+
+def test_a_start_whose_record_changed_after_its_read_is_decided_in_a_transaction(
+    store: FirestoreJobStore,
+    clock: FakeClock,
+    firestore_client: firestore.Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two deliveries read the same record; the other one starts first. This one's write is
+    refused by its condition, and the transaction finds the other's live lease."""
+    generation = _enqueued(store, "j")
+    other = FirestoreJobStore(firestore_client, clock)
+    read = store._tx.get_document
+    others: list[Job] = []
+
+    def read_then_lose_the_race(ref: Any) -> Any:
+        snapshot = read(ref)
+        others.append(other.start("j", generation, LEASE, "worker-2"))
+        return snapshot
+
+    monkeypatch.setattr(store._tx, "get_document", read_then_lose_the_race)
+    with pytest.raises(LeaseHeld):
+        store.start("j", generation, LEASE, WORKER)
+    stored = store.get("j")
+    assert stored is not None and stored.state is State.RUNNING
+    assert stored.lease_token == _lease(others[0]).token
+
+
+def test_start_with_a_shared_key_takes_the_key_in_a_transaction(
+    store: FirestoreJobStore, firestore_stats: Any, firestore_client: firestore.Client
+) -> None:
+    generation = _enqueued(store, "j", idempotency_key="shared-key-2")
+    firestore_stats.reset()
+    job = store.start("j", generation, LEASE, WORKER)
+    # The unlocked read finds the shared key, then the transaction reads the job and the key
+    # and writes both: one read more than a derived key's start.
+    assert _reads_writes(firestore_stats) == (3, 2)
+    assert "BeginTransaction" in firestore_stats.get()["calls"]
+    key = firestore_client.collection("idempotency").document("shared-key-2").get()
+    assert key.get("holder")["token"] == _lease(job).token
+
+
+def test_start_of_an_unknown_job_is_decided_by_the_transaction_read(
+    store: FirestoreJobStore,
+) -> None:
+    with pytest.raises(JobNotFound):
+        store.start("nobody", 1, LEASE, WORKER)
