@@ -158,6 +158,7 @@ def _canonical(value: Any) -> str:
 
 
 _BATCH_WRITE_LIMIT = 500  # writes per BatchWrite request
+_HISTORY = "history"  # the audit trail's key in Job.to_document
 
 
 # --- the store ----------------------------------------------------------------------------
@@ -1058,16 +1059,26 @@ class FirestoreJobStore:
             return None
         now = self._clock.now()
         new = self._rules.start(job, generation, now, lease, worker_id, uuid.uuid4().hex)
-        stamp = self._update_unchanged(ref, job, new)
+        # Appending to the stored history is only the same as rewriting it when the stored
+        # array is exactly the decoded one (an entry an older version wrote may not be).
+        as_read = (snapshot.to_dict() or {}).get("history")
+        exact = as_read == job.to_document()[_HISTORY]
+        stamp = self._update_unchanged(ref, job, new, append_history=exact)
         return None if stamp is None else dataclasses.replace(new, update_time=stamp)
 
-    def _update_unchanged(self, ref: Any, old: Job, new: Job) -> datetime | None:
+    def _update_unchanged(
+        self, ref: Any, old: Job, new: Job, *, append_history: bool = True
+    ) -> datetime | None:
         """Write the fields `new` changed over `old`, on condition that the document is still
         at old.update_time
         (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition):
-        the new update_time, or None when Firestore refused because it changed since."""
+        the new update_time, or None when Firestore refused because it changed since.
+
+        The condition guarantees the stored history is old's, so history entries `new`
+        appended are sent alone, as an array union (`_appended`), not the whole array again:
+        encoding the request is most of the client's CPU for a write."""
         assert old.update_time is not None
-        diff = _diff(old, new)
+        diff = _appended(old, new) if append_history else _diff(old, new)
         if not diff:
             return old.update_time  # Firestore refuses an empty update; nothing to write
         condition = self._client.write_option(last_update_time=old.update_time)
@@ -1453,6 +1464,24 @@ def _write(transaction: firestore.Transaction, ref: Any, old: Job, new: Job) -> 
 def _diff(old: Job, new: Job) -> dict[str, Any]:
     before, after = old.to_document(), new.to_document()
     return {k: v for k, v in after.items() if before.get(k) != v}
+
+
+def _appended(old: Job, new: Job) -> dict[str, Any]:
+    """`_diff`, with a history that only grew by new, distinct entries written as
+    `ArrayUnion` of those entries: Firestore appends each element not already in the array
+    (https://cloud.google.com/firestore/docs/manage-data/add-data#update_elements_in_an_array),
+    which for entries equal to none of the stored ones is exactly the new array. A history
+    the bound trimmed is rewritten whole."""
+    diff = _diff(old, new)
+    grown = diff.get(_HISTORY)
+    before = [entry.to_document() for entry in old.history]
+    if grown is None or len(grown) <= len(before) or grown[: len(before)] != before:
+        return diff
+    added = grown[len(before) :]
+    distinct = all(entry not in before and added.count(entry) == 1 for entry in added)
+    if distinct:
+        diff[_HISTORY] = firestore.ArrayUnion(added)
+    return diff
 
 
 def _age(now: datetime, snapshots: list[Any], field: str) -> float | None:

@@ -189,3 +189,46 @@ def test_start_of_an_unknown_job_is_decided_by_the_transaction_read(
 ) -> None:
     with pytest.raises(JobNotFound):
         store.start("nobody", 1, LEASE, WORKER)
+
+
+def test_start_and_completion_append_their_history_entries_to_the_stored_ones(
+    store: FirestoreJobStore,
+) -> None:
+    generation = _enqueued(store, "j")
+    job = store.start("j", generation, LEASE, WORKER)
+    done = store.complete(_lease(job), Result("deleted"), basis=job)
+    stored = store.get("j")
+    assert stored is not None
+    assert stored.history == done.history
+    assert [e.to_state for e in stored.history] == [
+        State.DEFERRED,
+        State.CLAIMED,
+        State.ENQUEUED,
+        State.RUNNING,
+        State.COMPLETED,
+    ]
+
+
+def test_a_history_at_its_bound_is_trimmed_not_appended_to(
+    firestore_client: firestore.Client, clock: FakeClock
+) -> None:
+    bounded = FirestoreJobStore(firestore_client, clock, history_limit=2)
+    generation = _enqueued(bounded, "j")
+    job = bounded.start("j", generation, LEASE, WORKER)
+    done = bounded.complete(_lease(job), Result("deleted"), basis=job)
+    stored = bounded.get("j")
+    assert stored is not None and stored.history == done.history
+    assert len(stored.history) == 2 and stored.history[-1].to_state is State.COMPLETED
+
+
+def test_a_stored_history_that_does_not_decode_exactly_is_rewritten_whole_by_start(
+    store: FirestoreJobStore, firestore_client: firestore.Client
+) -> None:
+    generation = _enqueued(store, "j")
+    ref = firestore_client.collection("jobs").document("j")
+    raw = ref.get().to_dict() or {}
+    # An entry with a key this version does not know (an older writer's, say).
+    ref.update({"history": [{**raw["history"][0], "note": "legacy"}, *raw["history"][1:]]})
+    job = store.start("j", generation, LEASE, WORKER)
+    stored = ref.get().to_dict() or {}
+    assert stored["history"] == [entry.to_document() for entry in job.history]
