@@ -40,6 +40,7 @@ from services.jobs.errors import (
     LeaseLost,
     LostRace,
     ScheduleConflict,
+    StoreMisconfigured,
     StoreRejected,
     StoreUnavailable,
     ValidationError,
@@ -1055,16 +1056,44 @@ class FirestoreJobStore:
         if snapshot is None:
             return None
         job = _decoded(snapshot)
-        if job.explicit_key:
-            return None
-        now = self._clock.now()
-        new = self._rules.start(job, generation, now, lease, worker_id, uuid.uuid4().hex)
         # Appending to the stored history is only the same as rewriting it when the stored
         # array is exactly the decoded one (an entry an older version wrote may not be).
-        as_read = (snapshot.to_dict() or {}).get("history")
+        as_read = (snapshot.to_dict() or {}).get(_HISTORY)
         exact = as_read == job.to_document()[_HISTORY]
+        if job.explicit_key:
+            return self._start_holding_key(ref, job, generation, lease, worker_id, exact)
+        now = self._clock.now()
+        new = self._rules.start(job, generation, now, lease, worker_id, uuid.uuid4().hex)
         stamp = self._update_unchanged(ref, job, new, append_history=exact)
         return None if stamp is None else dataclasses.replace(new, update_time=stamp)
+
+    def _start_holding_key(
+        self, ref: Any, job: Job, generation: int, lease: timedelta, worker_id: str, exact: bool
+    ) -> Job | None:
+        """`start` for a job with a shared key, on the record already read: a transaction that
+        reads (and locks) only the key's document and writes the job on condition that it is
+        still at the read's update_time, so it bills what the whole transaction would (the job
+        and the key read, both written). None when the job changed since (the condition
+        failed): the transaction then decides from a fresh read."""
+
+        def body(transaction: firestore.Transaction) -> Job:
+            now = self._clock.now()
+            token = uuid.uuid4().hex
+            new = self._rules.start(job, generation, now, lease, worker_id, token)
+            if new.state is State.RUNNING:
+                self._hold_key(transaction, job, token, now + lease, now)
+            diff = _appended(job, new) if exact else _diff(job, new)
+            if diff:
+                condition = self._client.write_option(last_update_time=job.update_time)
+                transaction.update(ref, diff, option=condition)
+            return new
+
+        try:
+            return self._tx.run(body)
+        except StoreMisconfigured as exc:
+            if isinstance(exc.__cause__, api_exceptions.FailedPrecondition):
+                return None
+            raise
 
     def _update_unchanged(
         self, ref: Any, old: Job, new: Job, *, append_history: bool = True

@@ -11,7 +11,7 @@ import pytest
 from google.cloud import firestore
 
 from services.jobs.clock import FakeClock
-from services.jobs.errors import JobNotFound, LeaseHeld, LeaseLost
+from services.jobs.errors import AlreadyTerminal, JobNotFound, LeaseHeld, LeaseLost
 from services.jobs.model import Job, Lease, Result
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
@@ -176,10 +176,16 @@ def test_start_with_a_shared_key_takes_the_key_in_a_transaction(
     generation = _enqueued(store, "j", idempotency_key="shared-key-2")
     firestore_stats.reset()
     job = store.start("j", generation, LEASE, WORKER)
-    # The unlocked read finds the shared key, then the transaction reads the job and the key
-    # and writes both: one read more than a derived key's start.
-    assert _reads_writes(firestore_stats) == (3, 2)
-    assert "BeginTransaction" in firestore_stats.get()["calls"]
+    # The unlocked read finds the shared key; the transaction then reads (and locks) only the
+    # key and writes both, the job's write conditioned on that read: as a whole transaction
+    # would bill.
+    assert _reads_writes(firestore_stats) == (2, 2)
+    assert firestore_stats.get()["calls"] == {
+        "GetDocument": 1,
+        "BeginTransaction": 1,
+        "BatchGetDocuments": 1,
+        "Commit": 1,
+    }
     key = firestore_client.collection("idempotency").document("shared-key-2").get()
     assert key.get("holder")["token"] == _lease(job).token
 
@@ -232,3 +238,59 @@ def test_a_stored_history_that_does_not_decode_exactly_is_rewritten_whole_by_sta
     job = store.start("j", generation, LEASE, WORKER)
     stored = ref.get().to_dict() or {}
     assert stored["history"] == [entry.to_document() for entry in job.history]
+
+
+def test_a_shared_key_start_whose_record_changed_after_its_read_is_decided_afresh(
+    store: FirestoreJobStore,
+    clock: FakeClock,
+    firestore_client: firestore.Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    generation = _enqueued(store, "j", idempotency_key="shared-key-3")
+    other = FirestoreJobStore(firestore_client, clock)
+    read = store._tx.get_document
+    others: list[Job] = []
+
+    def read_then_lose_the_race(ref: Any) -> Any:
+        snapshot = read(ref)
+        if not others:
+            others.append(other.start("j", generation, LEASE, "worker-2"))
+        return snapshot
+
+    monkeypatch.setattr(store._tx, "get_document", read_then_lose_the_race)
+    with pytest.raises(LeaseHeld):
+        store.start("j", generation, LEASE, WORKER)
+    stored = store.get("j")
+    assert stored is not None and stored.lease_token == _lease(others[0]).token
+    key = firestore_client.collection("idempotency").document("shared-key-3").get()
+    assert key.get("holder")["token"] == _lease(others[0]).token
+
+
+def test_a_shared_key_start_is_refused_by_its_condition_when_the_record_changed(
+    store: FirestoreJobStore,
+    clock: FakeClock,
+    firestore_client: firestore.Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operator's cancel lands between the read and the key's transaction: the job's
+    write is refused by its condition and the fresh transaction sees the cancel."""
+    generation = _enqueued(store, "j", idempotency_key="shared-key-4")
+    other = FirestoreJobStore(firestore_client, clock)
+    read = store._tx.get_document
+    cancelled: list[Job] = []
+
+    def read_then_cancel(ref: Any) -> Any:
+        snapshot = read(ref)
+        cancelled.append(other.cancel("j", "not needed", "ops"))
+        return snapshot
+
+    monkeypatch.setattr(store._tx, "get_document", read_then_cancel)
+    try:
+        started: Job | None = store.start("j", generation, LEASE, WORKER)
+    except AlreadyTerminal:
+        started = None
+    stored = store.get("j")
+    assert stored is not None
+    assert stored.state is cancelled[0].state
+    if started is not None:
+        assert started.cancel_requested is not None
