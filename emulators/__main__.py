@@ -27,6 +27,7 @@ from emulators.launcher import (
     start_official,
 )
 from emulators.port_number import port_number
+from emulators.pubsub.limits import DEFAULT_PUSH_CONCURRENCY
 
 EXIT_LAUNCH_FAILED = 2
 EXIT_INTERRUPTED = 130
@@ -71,8 +72,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         " set of that configuration) or module:NAME (default: %(default)s); 'off' serves"
         " every query",
     )
+    parser.add_argument(
+        "--pubsub-push-concurrency",
+        type=_at_least_one,
+        default=DEFAULT_PUSH_CONCURRENCY,
+        metavar="N",
+        help="push requests in flight per subscription (default: %(default)s); to model Cloud "
+        "Run, its instances x per-instance concurrency",
+    )
     parser.add_argument("--log-level", default="WARNING", help="emulator log level on stderr")
     return parser.parse_args(argv)
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number of at least 1: {text!r}")
+    return value
 
 
 class _EnvFileError(LaunchError):
@@ -92,7 +111,12 @@ def launch(args: argparse.Namespace) -> Stack:
         return start_official(args.host, ports, args.project, start_timeout_s=args.start_timeout)
     index_spec = None if args.firestore_indexes == "off" else args.firestore_indexes
     return start_builtin(
-        args.host, ports, args.project, firestore_indexes=index_spec, data_dir=args.data_dir
+        args.host,
+        ports,
+        args.project,
+        firestore_indexes=index_spec,
+        data_dir=args.data_dir,
+        push_concurrency=args.pubsub_push_concurrency,
     )
 
 

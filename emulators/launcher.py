@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from emulators.oidc.issuer import Issuer
+from emulators.pubsub.limits import DEFAULT_PUSH_CONCURRENCY
 
 logger = logging.getLogger(__name__)
 
@@ -144,8 +145,14 @@ def start_builtin(
     *,
     firestore_indexes: str | None = None,
     data_dir: Path | None = None,
+    push_concurrency: int = DEFAULT_PUSH_CONCURRENCY,
 ) -> Stack:
     """Start the four built-in emulators in this process; on any failure stop what started.
+
+    ``push_concurrency``: push requests Pub/Sub keeps in flight per subscription (production
+    has no fixed cap: it adapts to the endpoint's successes,
+    https://cloud.google.com/pubsub/docs/push; behind Cloud Run the cap is instances x
+    concurrency).
 
     ``firestore_indexes`` (a firestore.indexes.json, a module or module:NAME) makes Firestore
     strict.
@@ -159,7 +166,7 @@ def start_builtin(
         _start_oidc(stack, host, ports.oidc, issuer)
         _start_storage(stack, host, ports.storage, data_dir and data_dir / "storage")
         _start_firestore(stack, host, ports, firestore_indexes, data_dir)
-        _start_pubsub(stack, host, ports, issuer, data_dir)
+        _start_pubsub(stack, host, ports, issuer, data_dir, push_concurrency)
     except BaseException:
         stack.stop()
         raise
@@ -288,7 +295,12 @@ def _start_firestore(
 
 
 def _start_pubsub(
-    stack: Stack, host: str, ports: Ports, issuer: Issuer, data_dir: Path | None
+    stack: Stack,
+    host: str,
+    ports: Ports,
+    issuer: Issuer,
+    data_dir: Path | None,
+    push_concurrency: int = DEFAULT_PUSH_CONCURRENCY,
 ) -> None:
     from emulators.pubsub.server import start
 
@@ -298,6 +310,7 @@ def _start_pubsub(
             port=ports.pubsub,
             admin_port=ports.pubsub_admin,
             issuer=issuer,
+            max_push_concurrency=push_concurrency,
             data_file=data_dir and data_dir / "pubsub.json",
         )
     stack.started("pubsub", emulator.stop)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from google.cloud.firestore_v1.types import document as document_types
@@ -200,9 +200,11 @@ class Database:
     def put(self, name: str, doc: Any | None, time_us: int) -> None:
         """Make ``doc`` (or a deletion when None) the current version of ``name``."""
         old = self.docs.get(name)
-        if old is not None:
-            self._unindex(old)
         stored = Stored(doc, time_us) if doc is not None else None
+        if old is not None and stored is not None:
+            self._reindex(old, stored)
+        elif old is not None:
+            self._unindex(old, walk(old.doc.fields))
         segments = name.split("/")
         collection_path = "/".join(segments[:-1])
         collection_id = segments[-2]
@@ -214,7 +216,9 @@ class Database:
             self.docs[name] = stored
             self.by_collection[collection_path].add(name)
             self.by_group[collection_id].add(name)
-            self._index(stored)
+            if old is None:
+                self._index(stored, walk(stored.doc.fields))
+        self._move_composites(collection_id, old, stored)
         self.ever_by_group[collection_id].add(name)
         versions = self.history.setdefault(name, [])
         versions.append((time_us, stored))
@@ -226,9 +230,43 @@ class Database:
         if drop:
             del versions[:drop]
 
-    def _index(self, stored: Stored) -> None:
+    def _move_composites(self, cid: str, old: Stored | None, new: Stored | None) -> None:
+        """Once per write, whatever number of fields changed: a document's entry in each
+        composite index moves only when its key there changed."""
+        for paths, composite in self.composite_indexes.get(cid, {}).items():
+            before = _composite_key(old, paths) if old is not None else None
+            after = _composite_key(new, paths) if new is not None else None
+            if before == after:
+                continue
+            if old is not None and before is not None:
+                composite.remove(before, old.name)
+            if new is not None and after is not None:
+                composite.add(after, new.name)
+
+    def _reindex(self, old: Stored, new: Stored) -> None:
+        """Move the index entries of a document from its `old` version to its `new` one,
+        touching only the top-level fields whose value changed: an update usually changes a
+        few fields of many, and an equal value (protobuf equality, so 1 and 1.0 differ) has
+        exactly the same entries. The sort keys of unchanged fields carry over."""
+        old_fields, new_fields = old.doc.fields, new.doc.fields
+        unchanged: set[str] = set()
+        for name in {*old_fields, *new_fields}:
+            before = old_fields.get(name)
+            after = new_fields.get(name)
+            if before is not None and after is not None and before == after:
+                unchanged.add(name)
+                continue
+            if before is not None:
+                self._unindex(old, _subtree(name, before))
+            if after is not None:
+                self._index(new, _subtree(name, after))
+        for path, key in old.cache.items():
+            if path[0] in unchanged:
+                new.cache[path] = key
+
+    def _index(self, stored: Stored, entries: Iterable[tuple[FieldPath, Any]]) -> None:
         cid = stored.collection_id
-        for path, value in walk(stored.doc.fields):
+        for path, value in entries:
             key = stored.key(path)
             assert key is not None
             self.eq_index[(cid, path)][key].add(stored.name)
@@ -239,14 +277,10 @@ class Database:
             index = self.sorted_indexes.get((cid, path))
             if index is not None:
                 index.add(key, stored.name)
-        for paths, composite in self.composite_indexes.get(cid, {}).items():
-            entry = _composite_key(stored, paths)
-            if entry is not None:
-                composite.add(entry, stored.name)
 
-    def _unindex(self, stored: Stored) -> None:
+    def _unindex(self, stored: Stored, entries: Iterable[tuple[FieldPath, Any]]) -> None:
         cid = stored.collection_id
-        for path, value in walk(stored.doc.fields):
+        for path, value in entries:
             key = stored.key(path)
             assert key is not None
             by_value = self.eq_index.get((cid, path))
@@ -268,10 +302,13 @@ class Database:
             index = self.sorted_indexes.get((cid, path))
             if index is not None:
                 index.remove(key, stored.name)
-        for paths, composite in self.composite_indexes.get(cid, {}).items():
-            entry = _composite_key(stored, paths)
-            if entry is not None:
-                composite.remove(entry, stored.name)
+
+
+def _subtree(name: str, value: Any) -> Iterator[tuple[FieldPath, Any]]:
+    """The top-level field `name` and, for a map, every field inside it (as `walk` gives)."""
+    yield (name,), value
+    if kind(value) == "map_value":
+        yield from walk(value.map_value.fields, (name,))
 
 
 def _composite_key(stored: Stored, paths: CompositePaths) -> SortKey | None:

@@ -41,6 +41,9 @@ PUSH_BACKOFF_MIN_S = 0.1
 PUSH_BACKOFF_MAX_S = 60.0
 
 # Push endpoints answering with one of these acknowledge the message; anything else is a nack.
+# Push requests in flight per subscription unless the emulator is told otherwise (production
+# has no fixed cap: it adapts to the endpoint's successes, https://cloud.google.com/pubsub/docs/push).
+DEFAULT_PUSH_CONCURRENCY = 16
 PUSH_SUCCESS_STATUSES = frozenset({102, 200, 201, 202, 204})
 
 

@@ -37,7 +37,7 @@ class Pusher:
         self,
         broker: Broker,
         issuer: TokenMinter,
-        max_per_subscription: int = 16,
+        max_per_subscription: int = limits.DEFAULT_PUSH_CONCURRENCY,
         max_total: int = 64,
     ) -> None:
         if max_per_subscription < 1:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from emulators import grpc_server, snapshot
+from emulators.pubsub import limits
 from emulators.pubsub.admin import AdminServer
 from emulators.pubsub.broker import Broker
 from emulators.pubsub.exceptions import PortInUse
@@ -184,7 +185,7 @@ def start(
     port: int = 0,
     admin_port: int = 0,
     issuer: Issuer | None = None,
-    max_push_concurrency: int = 16,
+    max_push_concurrency: int = limits.DEFAULT_PUSH_CONCURRENCY,
     pull_wait_s: float = 1.0,
     data_file: Path | None = None,
 ) -> PubsubEmulator:

@@ -40,6 +40,7 @@ from services.jobs.errors import (
     LeaseLost,
     LostRace,
     ScheduleConflict,
+    StoreMisconfigured,
     StoreRejected,
     StoreUnavailable,
     ValidationError,
@@ -167,6 +168,7 @@ def _canonical(value: Any) -> str:
 
 
 _BATCH_WRITE_LIMIT = 500  # writes per BatchWrite request
+_HISTORY = "history"  # the audit trail's key in Job.to_document
 
 
 # --- the store ----------------------------------------------------------------------------
@@ -1071,6 +1073,13 @@ class FirestoreJobStore:
         if lease <= timedelta(0):
             raise ValidationError("lease must be positive")
         ref = self._jobs.document(job_id)
+        try:
+            started = self._start_unlocked(ref, job_id, generation, lease, worker_id)
+        except InvalidRecord:
+            self._quarantine(job_id, Role.WORKER, worker_id)
+            raise
+        if started is not None:
+            return started
 
         def body(transaction: firestore.Transaction) -> Job:
             job = self._load(transaction, ref, job_id)
@@ -1087,6 +1096,85 @@ class FirestoreJobStore:
         except InvalidRecord:
             self._quarantine(job_id, Role.WORKER, worker_id)
             raise
+
+    def _start_unlocked(
+        self, ref: Any, job_id: str, generation: int, lease: timedelta, worker_id: str
+    ) -> Job | None:
+        """`start` as one read and one write conditioned on the read's update_time: the same
+        compare-and-set a transaction would make for one document, in 2 RPCs instead of 3
+        (begin, read, commit). A refusal needs no write: the read is a consistent snapshot of
+        the document, so it says what the transaction's read would. None leaves the decision
+        to the transaction: a shared idempotency key (its hold is a second document), a
+        NOT_FOUND (an unknown job or a missing database; the transaction's read tells them
+        apart), or a document that changed after the read (the write was refused).
+        """
+        with store_errors():
+            snapshot = self._tx.get_document(ref)
+        if snapshot is None:
+            return None
+        job = _decoded(snapshot)
+        # Appending to the stored history is only the same as rewriting it when the stored
+        # array is exactly the decoded one (an entry an older version wrote may not be).
+        as_read = (snapshot.to_dict() or {}).get(_HISTORY)
+        exact = as_read == job.to_document()[_HISTORY]
+        if job.explicit_key:
+            return self._start_holding_key(ref, job, generation, lease, worker_id, exact)
+        now = self._clock.now()
+        new = self._rules.start(job, generation, now, lease, worker_id, uuid.uuid4().hex)
+        stamp = self._update_unchanged(ref, job, new, append_history=exact)
+        return None if stamp is None else dataclasses.replace(new, update_time=stamp)
+
+    def _start_holding_key(
+        self, ref: Any, job: Job, generation: int, lease: timedelta, worker_id: str, exact: bool
+    ) -> Job | None:
+        """`start` for a job with a shared key, on the record already read: a transaction that
+        reads (and locks) only the key's document and writes the job on condition that it is
+        still at the read's update_time, so it bills what the whole transaction would (the job
+        and the key read, both written). None when the job changed since (the condition
+        failed): the transaction then decides from a fresh read."""
+
+        def body(transaction: firestore.Transaction) -> Job:
+            now = self._clock.now()
+            token = uuid.uuid4().hex
+            new = self._rules.start(job, generation, now, lease, worker_id, token)
+            if new.state is State.RUNNING:
+                self._hold_key(transaction, job, token, now + lease, now)
+            diff = _appended(job, new) if exact else _diff(job, new)
+            if diff:
+                condition = self._client.write_option(last_update_time=job.update_time)
+                transaction.update(ref, diff, option=condition)
+            return new
+
+        try:
+            return self._tx.run(body)
+        except StoreMisconfigured as exc:
+            if isinstance(exc.__cause__, api_exceptions.FailedPrecondition):
+                return None
+            raise
+
+    def _update_unchanged(
+        self, ref: Any, old: Job, new: Job, *, append_history: bool = True
+    ) -> datetime | None:
+        """Write the fields `new` changed over `old`, on condition that the document is still
+        at old.update_time
+        (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition):
+        the new update_time, or None when Firestore refused because it changed since.
+
+        The condition guarantees the stored history is old's, so history entries `new`
+        appended are sent alone, as an array union (`_appended`), not the whole array again:
+        encoding the request is most of the client's CPU for a write."""
+        assert old.update_time is not None
+        diff = _appended(old, new) if append_history else _diff(old, new)
+        if not diff:
+            return old.update_time  # Firestore refuses an empty update; nothing to write
+        condition = self._client.write_option(last_update_time=old.update_time)
+        with store_errors():
+            try:
+                written = ref.update(diff, option=condition, **self._bounds.write_kwargs)
+            except api_exceptions.FailedPrecondition:
+                return None
+        stamp = getattr(written, "update_time", None)
+        return as_datetime(stamp) if stamp else old.update_time
 
     def extend_lease(self, lease: Lease, duration: timedelta) -> Job:
         """The heartbeat: move the holder's lease_until to now + `duration` (a compare-and-set
@@ -1193,17 +1281,10 @@ class FirestoreJobStore:
         if lease.update_time is None or basis.update_time != lease.update_time:
             return None
         new = self._rules.complete(basis, lease, result, self._clock.now())
-        # https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition
-        condition = self._client.write_option(last_update_time=basis.update_time)
-        with store_errors():
-            try:
-                written = self._jobs.document(lease.job_id).update(
-                    _diff(basis, new), option=condition, **self._bounds.write_kwargs
-                )
-            except api_exceptions.FailedPrecondition:
-                return None  # changed since: the transaction decides
-        stamp = getattr(written, "update_time", None)
-        return dataclasses.replace(new, update_time=as_datetime(stamp)) if stamp else new
+        stamp = self._update_unchanged(self._jobs.document(lease.job_id), basis, new)
+        if stamp is None:
+            return None  # changed since: the transaction decides
+        return dataclasses.replace(new, update_time=stamp)
 
     def retry_later(
         self,
@@ -1520,6 +1601,24 @@ def _merged(pages: Sequence[list[Any]], field_path: str, limit: int) -> list[Any
         return pages[0][:limit]
     merged = heapq.merge(*pages, key=lambda snapshot: _order_key(snapshot, field_path))
     return list(itertools.islice(merged, limit))
+
+
+def _appended(old: Job, new: Job) -> dict[str, Any]:
+    """`_diff`, with a history that only grew by new, distinct entries written as
+    `ArrayUnion` of those entries: Firestore appends each element not already in the array
+    (https://cloud.google.com/firestore/docs/manage-data/add-data#update_elements_in_an_array),
+    which for entries equal to none of the stored ones is exactly the new array. A history
+    the bound trimmed is rewritten whole."""
+    diff = _diff(old, new)
+    grown = diff.get(_HISTORY)
+    before = [entry.to_document() for entry in old.history]
+    if grown is None or len(grown) <= len(before) or grown[: len(before)] != before:
+        return diff
+    added = grown[len(before) :]
+    distinct = all(entry not in before and added.count(entry) == 1 for entry in added)
+    if distinct:
+        diff[_HISTORY] = firestore.ArrayUnion(added)
+    return diff
 
 
 def _age(now: datetime, snapshots: list[Any], field: str) -> float | None:

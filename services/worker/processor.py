@@ -2,7 +2,8 @@
 
 The order of checks is the whole safety argument:
 
-1. `start` takes the lease in a transaction that reads the record and refuses: unknown →
+1. `start` takes the lease with a compare-and-set on the record (a read, then a write
+   conditioned on its update_time; a transaction when that cannot decide) and refuses: unknown →
    `unknown_job` (acknowledged and recorded as rejected); terminal → `duplicate` (or
    `cancelled`); another generation or back to `deferred` → `stale`; a live lease held by
    anyone → `lease_held`, which asks Pub/Sub to come back later.
@@ -214,7 +215,7 @@ class Processor:
         return f"{self._worker_id}/{delivery.message_id or uuid.uuid4().hex[:12]}"
 
     def _process(self, delivery: Delivery) -> tuple[Outcome, Job | None]:
-        # No plain read first: `start` reads the record in its transaction and refuses with
+        # No read first: `start` reads the record for its compare-and-set and refuses with
         # the reason, so the common case costs one read less.
         job_id = delivery.job_id
         try:

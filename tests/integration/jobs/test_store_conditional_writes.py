@@ -11,7 +11,7 @@ import pytest
 from google.cloud import firestore
 
 from services.jobs.clock import FakeClock
-from services.jobs.errors import LeaseLost
+from services.jobs.errors import AlreadyTerminal, JobNotFound, LeaseHeld, LeaseLost
 from services.jobs.model import Job, Lease, Result
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
@@ -120,3 +120,177 @@ def test_an_explicit_key_completes_in_a_transaction_with_its_key_document(
     assert _reads_writes(firestore_stats) == (2, 2)
     key = firestore_client.collection("idempotency").document("shared-key-1").get()
     assert key.get("outcome") == "deleted"
+
+
+def _enqueued(store: FirestoreJobStore, job_id: str, **extra: Any) -> int:
+    store.schedule(new_job(job_id, **extra))
+    (claim,) = [c for c in store.claim_due(store.clock.now(), "run-1", 100) if c.job_id == job_id]
+    store.mark_enqueued_many([(job_id, claim.generation, f"msg-{job_id}")])
+    return claim.generation
+
+
+def test_start_is_one_read_and_one_conditional_write_without_a_transaction(
+    store: FirestoreJobStore, firestore_stats: Any
+) -> None:
+    generation = _enqueued(store, "j")
+    firestore_stats.reset()
+    job = store.start("j", generation, LEASE, WORKER)
+    assert _reads_writes(firestore_stats) == (1, 1)
+    assert firestore_stats.get()["calls"] == {"GetDocument": 1, "Commit": 1}
+    stored = store.get("j")
+    assert stored is not None and stored.state is State.RUNNING
+    assert stored.lease_token == _lease(job).token
+    # The update_time start returns is the stored one: the completion's condition holds.
+    assert job.update_time == stored.update_time
+
+
+def test_a_start_whose_record_changed_after_its_read_is_decided_in_a_transaction(
+    store: FirestoreJobStore,
+    clock: FakeClock,
+    firestore_client: firestore.Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two deliveries read the same record; the other one starts first. This one's write is
+    refused by its condition, and the transaction finds the other's live lease."""
+    generation = _enqueued(store, "j")
+    other = FirestoreJobStore(firestore_client, clock)
+    read = store._tx.get_document
+    others: list[Job] = []
+
+    def read_then_lose_the_race(ref: Any) -> Any:
+        snapshot = read(ref)
+        others.append(other.start("j", generation, LEASE, "worker-2"))
+        return snapshot
+
+    monkeypatch.setattr(store._tx, "get_document", read_then_lose_the_race)
+    with pytest.raises(LeaseHeld):
+        store.start("j", generation, LEASE, WORKER)
+    stored = store.get("j")
+    assert stored is not None and stored.state is State.RUNNING
+    assert stored.lease_token == _lease(others[0]).token
+
+
+def test_start_with_a_shared_key_takes_the_key_in_a_transaction(
+    store: FirestoreJobStore, firestore_stats: Any, firestore_client: firestore.Client
+) -> None:
+    generation = _enqueued(store, "j", idempotency_key="shared-key-2")
+    firestore_stats.reset()
+    job = store.start("j", generation, LEASE, WORKER)
+    # The unlocked read finds the shared key; the transaction then reads (and locks) only the
+    # key and writes both, the job's write conditioned on that read: as a whole transaction
+    # would bill.
+    assert _reads_writes(firestore_stats) == (2, 2)
+    assert firestore_stats.get()["calls"] == {
+        "GetDocument": 1,
+        "BeginTransaction": 1,
+        "BatchGetDocuments": 1,
+        "Commit": 1,
+    }
+    key = firestore_client.collection("idempotency").document("shared-key-2").get()
+    assert key.get("holder")["token"] == _lease(job).token
+
+
+def test_start_of_an_unknown_job_is_decided_by_the_transaction_read(
+    store: FirestoreJobStore,
+) -> None:
+    with pytest.raises(JobNotFound):
+        store.start("nobody", 1, LEASE, WORKER)
+
+
+def test_start_and_completion_append_their_history_entries_to_the_stored_ones(
+    store: FirestoreJobStore,
+) -> None:
+    generation = _enqueued(store, "j")
+    job = store.start("j", generation, LEASE, WORKER)
+    done = store.complete(_lease(job), Result("deleted"), basis=job)
+    stored = store.get("j")
+    assert stored is not None
+    assert stored.history == done.history
+    assert [e.to_state for e in stored.history] == [
+        State.DEFERRED,
+        State.CLAIMED,
+        State.ENQUEUED,
+        State.RUNNING,
+        State.COMPLETED,
+    ]
+
+
+def test_a_history_at_its_bound_is_trimmed_not_appended_to(
+    firestore_client: firestore.Client, clock: FakeClock
+) -> None:
+    bounded = FirestoreJobStore(firestore_client, clock, history_limit=2)
+    generation = _enqueued(bounded, "j")
+    job = bounded.start("j", generation, LEASE, WORKER)
+    done = bounded.complete(_lease(job), Result("deleted"), basis=job)
+    stored = bounded.get("j")
+    assert stored is not None and stored.history == done.history
+    assert len(stored.history) == 2 and stored.history[-1].to_state is State.COMPLETED
+
+
+def test_a_stored_history_that_does_not_decode_exactly_is_rewritten_whole_by_start(
+    store: FirestoreJobStore, firestore_client: firestore.Client
+) -> None:
+    generation = _enqueued(store, "j")
+    ref = firestore_client.collection("jobs").document("j")
+    raw = ref.get().to_dict() or {}
+    # An entry with a key this version does not know (an older writer's, say).
+    ref.update({"history": [{**raw["history"][0], "note": "legacy"}, *raw["history"][1:]]})
+    job = store.start("j", generation, LEASE, WORKER)
+    stored = ref.get().to_dict() or {}
+    assert stored["history"] == [entry.to_document() for entry in job.history]
+
+
+def test_a_shared_key_start_whose_record_changed_after_its_read_is_decided_afresh(
+    store: FirestoreJobStore,
+    clock: FakeClock,
+    firestore_client: firestore.Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    generation = _enqueued(store, "j", idempotency_key="shared-key-3")
+    other = FirestoreJobStore(firestore_client, clock)
+    read = store._tx.get_document
+    others: list[Job] = []
+
+    def read_then_lose_the_race(ref: Any) -> Any:
+        snapshot = read(ref)
+        if not others:
+            others.append(other.start("j", generation, LEASE, "worker-2"))
+        return snapshot
+
+    monkeypatch.setattr(store._tx, "get_document", read_then_lose_the_race)
+    with pytest.raises(LeaseHeld):
+        store.start("j", generation, LEASE, WORKER)
+    stored = store.get("j")
+    assert stored is not None and stored.lease_token == _lease(others[0]).token
+    key = firestore_client.collection("idempotency").document("shared-key-3").get()
+    assert key.get("holder")["token"] == _lease(others[0]).token
+
+
+def test_a_shared_key_start_is_refused_by_its_condition_when_the_record_changed(
+    store: FirestoreJobStore,
+    clock: FakeClock,
+    firestore_client: firestore.Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operator's cancel lands between the read and the key's transaction: the job's
+    write is refused by its condition and the fresh transaction sees the cancel."""
+    generation = _enqueued(store, "j", idempotency_key="shared-key-4")
+    other = FirestoreJobStore(firestore_client, clock)
+    read = store._tx.get_document
+    cancelled: list[Job] = []
+
+    def read_then_cancel(ref: Any) -> Any:
+        snapshot = read(ref)
+        cancelled.append(other.cancel("j", "not needed", "ops"))
+        return snapshot
+
+    monkeypatch.setattr(store._tx, "get_document", read_then_cancel)
+    try:
+        started: Job | None = store.start("j", generation, LEASE, WORKER)
+    except AlreadyTerminal:
+        started = None
+    stored = store.get("j")
+    assert stored is not None
+    assert stored.state is cancelled[0].state
+    if started is not None:
+        assert started.cancel_requested is not None
