@@ -51,6 +51,7 @@ def test_functions_framework_target_processes_a_push_end_to_end(
     storage_client: storage.Client,
     storage_bucket: storage.Bucket,
     oidc_server: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     storage_bucket.blob("src/a.mp4").upload_from_string(b"video")
     store = FirestoreJobStore(firestore_client, SystemClock())
@@ -66,6 +67,10 @@ def test_functions_framework_target_processes_a_push_end_to_end(
     [claimed] = store.claim_due(SystemClock().now(), "run-1", 10)
     store.mark_enqueued(claimed.job_id, claimed.generation, "m-1")
     source = Path(main.__file__)
+    # create_app points the module-level `functions_framework.errorhandler` at its app; left
+    # so, another entry point first imported later in this process would register its error
+    # handler on this app after it served requests, which Flask refuses. Restored after.
+    monkeypatch.setattr(functions_framework, "errorhandler", functions_framework.errorhandler)
     app = functions_framework.create_app(target="worker", source=str(source))
     client = app.test_client()
     token = oidc_server.issuer.mint(AUDIENCE, PUSHER)
