@@ -110,12 +110,14 @@ def _in_process(push_concurrency: int) -> Iterator[Emulators]:
 
 
 @contextlib.contextmanager
-def _separate_process(push_concurrency: int) -> Iterator[Emulators]:
-    """The emulators in their own process (`python -m emulators`), the worker elsewhere."""
+def _separate_process(push_concurrency: int | None = None) -> Iterator[Emulators]:
+    """The emulators in their own process (`python -m emulators`), the worker elsewhere;
+    `push_concurrency` None keeps the emulator's default (benchmarks that only pull)."""
     command = [sys.executable, "-m", "emulators"]
     for flag in ("firestore", "firestore-admin", "pubsub", "pubsub-admin", "oidc", "storage"):
         command += [f"--{flag}-port", "0"]
-    command += ["--pubsub-push-concurrency", str(push_concurrency)]
+    if push_concurrency is not None:
+        command += ["--pubsub-push-concurrency", str(push_concurrency)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         exports, admin = _read_exports(process)
