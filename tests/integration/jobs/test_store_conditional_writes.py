@@ -122,6 +122,27 @@ def test_an_explicit_key_completes_in_a_transaction_with_its_key_document(
     assert key.get("outcome") == "deleted"
 
 
+def _lose_the_race_after_the_read(
+    monkeypatch: pytest.MonkeyPatch,
+    store: FirestoreJobStore,
+    other: FirestoreJobStore,
+    generation: int,
+) -> list[Job]:
+    """`store`'s first read of job "j" is followed by `other` starting it (worker-2) before
+    `store` writes; returns the job `other` started, once it has."""
+    read = store._tx.get_document
+    others: list[Job] = []
+
+    def read_then_lose_the_race(ref: Any) -> Any:
+        snapshot = read(ref)
+        if not others:
+            others.append(other.start("j", generation, LEASE, "worker-2"))
+        return snapshot
+
+    monkeypatch.setattr(store._tx, "get_document", read_then_lose_the_race)
+    return others
+
+
 def _enqueued(store: FirestoreJobStore, job_id: str, **extra: Any) -> int:
     store.schedule(new_job(job_id, **extra))
     (claim,) = [c for c in store.claim_due(store.clock.now(), "run-1", 100) if c.job_id == job_id]
@@ -153,16 +174,9 @@ def test_a_start_whose_record_changed_after_its_read_is_decided_in_a_transaction
     """Two deliveries read the same record; the other one starts first. This one's write is
     refused by its condition, and the transaction finds the other's live lease."""
     generation = _enqueued(store, "j")
-    other = FirestoreJobStore(firestore_client, clock)
-    read = store._tx.get_document
-    others: list[Job] = []
-
-    def read_then_lose_the_race(ref: Any) -> Any:
-        snapshot = read(ref)
-        others.append(other.start("j", generation, LEASE, "worker-2"))
-        return snapshot
-
-    monkeypatch.setattr(store._tx, "get_document", read_then_lose_the_race)
+    others = _lose_the_race_after_the_read(
+        monkeypatch, store, FirestoreJobStore(firestore_client, clock), generation
+    )
     with pytest.raises(LeaseHeld):
         store.start("j", generation, LEASE, WORKER)
     stored = store.get("j")
@@ -247,17 +261,9 @@ def test_a_shared_key_start_whose_record_changed_after_its_read_is_decided_afres
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     generation = _enqueued(store, "j", idempotency_key="shared-key-3")
-    other = FirestoreJobStore(firestore_client, clock)
-    read = store._tx.get_document
-    others: list[Job] = []
-
-    def read_then_lose_the_race(ref: Any) -> Any:
-        snapshot = read(ref)
-        if not others:
-            others.append(other.start("j", generation, LEASE, "worker-2"))
-        return snapshot
-
-    monkeypatch.setattr(store._tx, "get_document", read_then_lose_the_race)
+    others = _lose_the_race_after_the_read(
+        monkeypatch, store, FirestoreJobStore(firestore_client, clock), generation
+    )
     with pytest.raises(LeaseHeld):
         store.start("j", generation, LEASE, WORKER)
     stored = store.get("j")
