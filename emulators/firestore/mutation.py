@@ -86,9 +86,7 @@ def apply(write: Any, name: str, current: Stored | None, commit_us: int) -> Outc
         return Outcome(name, None, current is not None, WriteResult(), True)
     transforms: list[Any]
     if op == "transform":
-        doc = Document()
-        if current is not None:
-            doc.fields.MergeFrom(current.doc.fields)
+        doc = _copy(current.doc) if current is not None else Document()
         transforms = list(write.transform.field_transforms)
     else:
         doc = _updated_fields(write, current)
@@ -97,15 +95,18 @@ def apply(write: Any, name: str, current: Stored | None, commit_us: int) -> Outc
     results = [_transform(doc.fields, t, commit_us) for t in transforms]
     if doc.ByteSize() > MAX_DOCUMENT_BYTES:
         raise InvalidArgument("Document exceeds the maximum size of 1 MiB.")
-    changed = current is None or current.doc.fields != doc.fields
-    if current is not None:
-        doc.create_time.CopyFrom(current.doc.create_time)
-    else:
+    if current is None:
+        changed = True
         doc.create_time.CopyFrom(timestamp(commit_us))
+    else:
+        doc.create_time.CopyFrom(current.doc.create_time)
+        doc.update_time.CopyFrom(current.doc.update_time)
+        # With the same name and times, the messages are equal exactly when the fields are:
+        # one comparison in the protobuf runtime, where comparing the field maps goes through
+        # Python's Mapping.__eq__ (an items() walk of both maps, most of a write's cost).
+        changed = doc != current.doc
     if changed:
         doc.update_time.CopyFrom(timestamp(commit_us))
-    else:
-        doc.update_time.CopyFrom(current.doc.update_time)  # type: ignore[union-attr]
     result = WriteResult(update_time=doc.update_time)
     result.transform_results.extend(results)
     return Outcome(name, doc, changed, result, False)
@@ -151,12 +152,9 @@ def _name_of(write: Any) -> str:
 
 def _updated_fields(write: Any, current: Stored | None) -> Any:
     validate_fields(write.update.fields)
-    result = Document()
     if not write.HasField("update_mask"):
-        result.fields.MergeFrom(write.update.fields)
-        return result
-    if current is not None:
-        result.fields.MergeFrom(current.doc.fields)
+        return _copy(write.update)
+    result = _copy(current.doc) if current is not None else Document()
     for text in write.update_mask.field_paths:
         path = parse_field_path(text)
         check_writable_path(path)
@@ -166,6 +164,17 @@ def _updated_fields(write: Any, current: Stored | None) -> Any:
         else:
             set_field(result.fields, path, value)
     return result
+
+
+def _copy(source: Any) -> Any:
+    """A new Document with `source`'s fields and name (`apply` sets the name again): copying
+    the whole message is several times faster in the protobuf runtime than merging its field
+    map. The times are cleared, so the size check sees what it saw before they are set."""
+    doc = Document()
+    doc.CopyFrom(source)
+    doc.ClearField("create_time")
+    doc.ClearField("update_time")
+    return doc
 
 
 def _transform(fields: Any, transform: Any, commit_us: int) -> Any:

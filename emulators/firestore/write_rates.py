@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from emulators.firestore.indexes import Definitions, Exemption, IndexSet, is_exempt
@@ -130,6 +130,15 @@ class _Collection:
     holders: dict[Path, tuple[_Holder, ...]]
     prefixes: frozenset[Path]
     exempt: frozenset[Exemption]
+    # Per path met so far, whether an exemption covers it: every write asks again for the
+    # same few paths. Two threads racing on a path store the same answer.
+    covered: dict[Path, bool] = field(default_factory=dict)
+
+    def is_exempt(self, collection: str, path: Path) -> bool:
+        known = self.covered.get(path)
+        if known is None:
+            known = self.covered[path] = is_exempt(collection, path, self.exempt)
+        return known
 
 
 class _Plan:
@@ -148,7 +157,7 @@ class _Plan:
         keys: set[Key] = set()
         for path in timestamps:
             field = self._names.get(path) or self._names.setdefault(path, format_field_path(path))
-            if self._served is None or not is_exempt(collection, path, plan.exempt):
+            if self._served is None or not plan.is_exempt(collection, path):
                 keys.add((collection, field, None))
             for holder in plan.holders.get(path, ()):
                 if all(_value(doc.fields, p) is not None for p in holder.paths):
@@ -199,7 +208,7 @@ def _walk(fields: Any, prefix: Path, collection: str, plan: _Collection, out: li
         if kind == "timestamp_value":
             out.append(path)
         elif kind == "map_value" and (
-            path in plan.prefixes or not is_exempt(collection, path, plan.exempt)
+            path in plan.prefixes or not plan.is_exempt(collection, path)
         ):
             _walk(value.map_value.fields, path, collection, plan, out)
 

@@ -71,7 +71,13 @@ class Emulators:
 
 
 @contextlib.contextmanager
-def in_process(push_concurrency: int = 16) -> Iterator[Emulators]:
+def in_process(
+    push_concurrency: int = 16, firestore_indexes: str | None = None
+) -> Iterator[Emulators]:
+    """The emulators in this process; with `firestore_indexes` (an index-set spec such as
+    `emulators.launcher.PROJECT_INDEXES`) Firestore is strict with those definitions, as a
+    deployment has them."""
+    from emulators.firestore import indexes
     from emulators.firestore.server import start as start_firestore
     from emulators.oidc.server import start as start_oidc
     from emulators.pubsub.server import start as start_pubsub
@@ -79,7 +85,10 @@ def in_process(push_concurrency: int = 16) -> Iterator[Emulators]:
     from emulators.storage.server import start as start_storage
 
     with start_oidc() as oidc, start_storage() as storage_emulator:
-        firestore_emulator = start_firestore(host="127.0.0.1", port=0, admin_port=0)
+        declared = indexes.load(firestore_indexes) if firestore_indexes is not None else None
+        firestore_emulator = start_firestore(
+            host="127.0.0.1", port=0, admin_port=0, indexes=declared
+        )
         pubsub_emulator = start_pubsub(issuer=oidc.issuer, max_push_concurrency=push_concurrency)
         os.environ["FIRESTORE_EMULATOR_HOST"] = firestore_emulator.address
         os.environ["PUBSUB_EMULATOR_HOST"] = pubsub_emulator.address
