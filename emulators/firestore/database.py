@@ -197,12 +197,16 @@ class Database:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def put(self, name: str, doc: Any | None, time_us: int) -> None:
-        """Make ``doc`` (or a deletion when None) the current version of ``name``."""
+    def put(
+        self, name: str, doc: Any | None, time_us: int, touched: frozenset[str] | None = None
+    ) -> None:
+        """Make ``doc`` (or a deletion when None) the current version of ``name``.
+        ``touched``: the only top-level fields that can differ from the current version (a
+        masked update's), None when any can."""
         old = self.docs.get(name)
         stored = Stored(doc, time_us) if doc is not None else None
         if old is not None and stored is not None:
-            self._reindex(old, stored)
+            self._reindex(old, stored, touched)
         elif old is not None:
             self._unindex(old, walk(old.doc.fields))
         segments = name.split("/")
@@ -243,14 +247,15 @@ class Database:
             if new is not None and after is not None:
                 composite.add(after, new.name)
 
-    def _reindex(self, old: Stored, new: Stored) -> None:
+    def _reindex(self, old: Stored, new: Stored, touched: frozenset[str] | None = None) -> None:
         """Move the index entries of a document from its `old` version to its `new` one,
         touching only the top-level fields whose value changed: an update usually changes a
         few fields of many, and an equal value (protobuf equality, so 1 and 1.0 differ) has
         exactly the same entries. The sort keys of unchanged fields carry over."""
         old_fields, new_fields = old.doc.fields, new.doc.fields
         unchanged: set[str] = set()
-        for name in {*old_fields, *new_fields}:
+        names = {*old_fields, *new_fields} if touched is None else touched
+        for name in names:
             before = old_fields.get(name)
             after = new_fields.get(name)
             if before is not None and after is not None and before == after:
@@ -261,7 +266,7 @@ class Database:
             if after is not None:
                 self._index(new, _subtree(name, after))
         for path, key in old.cache.items():
-            if path[0] in unchanged:
+            if path[0] in unchanged or (touched is not None and path[0] not in touched):
                 new.cache[path] = key
 
     def _index(self, stored: Stored, entries: Iterable[tuple[FieldPath, Any]]) -> None:

@@ -496,7 +496,7 @@ class Engine:
             )
         for outcome in outcomes:
             if outcome.changed:
-                db.put(outcome.name, outcome.doc, commit_us)
+                db.put(outcome.name, outcome.doc, commit_us, outcome.touched)
         return commit_us, outcomes
 
     def batch_write(

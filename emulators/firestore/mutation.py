@@ -58,6 +58,9 @@ class Outcome:
     changed: bool
     result: Any
     is_delete: bool
+    # The top-level fields the write can have changed (its mask's and its transforms'); None
+    # when it replaced the document (or deleted it).
+    touched: frozenset[str] | None = None
 
 
 def written_name(write: Any, database: DatabaseKey) -> str:
@@ -85,14 +88,16 @@ def apply(write: Any, name: str, current: Stored | None, commit_us: int) -> Outc
             raise InvalidArgument("A delete cannot carry field transforms.")
         return Outcome(name, None, current is not None, WriteResult(), True)
     transforms: list[Any]
+    touched: set[str] | None
     if op == "transform":
         doc = _copy(current.doc) if current is not None else Document()
         transforms = list(write.transform.field_transforms)
+        touched = set()
     else:
-        doc = _updated_fields(write, current)
+        doc, touched = _updated_fields(write, current)
         transforms = list(write.update_transforms)
     doc.name = name
-    results = [_transform(doc.fields, t, commit_us) for t in transforms]
+    results = [_transform(doc.fields, t, commit_us, touched) for t in transforms]
     if doc.ByteSize() > MAX_DOCUMENT_BYTES:
         raise InvalidArgument("Document exceeds the maximum size of 1 MiB.")
     if current is None:
@@ -109,7 +114,8 @@ def apply(write: Any, name: str, current: Stored | None, commit_us: int) -> Outc
         doc.update_time.CopyFrom(timestamp(commit_us))
     result = WriteResult(update_time=doc.update_time)
     result.transform_results.extend(results)
-    return Outcome(name, doc, changed, result, False)
+    kept = frozenset(touched) if touched is not None and current is not None else None
+    return Outcome(name, doc, changed, result, False, kept)
 
 
 def _check_precondition(write: Any, current: Stored | None, commit_us: int) -> None:
@@ -150,20 +156,24 @@ def _name_of(write: Any) -> str:
     return str(write.transform.document)
 
 
-def _updated_fields(write: Any, current: Stored | None) -> Any:
+def _updated_fields(write: Any, current: Stored | None) -> tuple[Any, set[str] | None]:
+    """The document after the write's update, and the top-level fields its mask names (None
+    without a mask: the update replaces every field)."""
     validate_fields(write.update.fields)
     if not write.HasField("update_mask"):
-        return _copy(write.update)
+        return _copy(write.update), None
     result = _copy(current.doc) if current is not None else Document()
+    touched = set()
     for text in write.update_mask.field_paths:
         path = parse_field_path(text)
         check_writable_path(path)
+        touched.add(path[0])
         value = get_field(write.update.fields, path)
         if value is None:
             delete_field(result.fields, path)
         else:
             set_field(result.fields, path, value)
-    return result
+    return result, touched
 
 
 def _copy(source: Any) -> Any:
@@ -177,9 +187,11 @@ def _copy(source: Any) -> Any:
     return doc
 
 
-def _transform(fields: Any, transform: Any, commit_us: int) -> Any:
+def _transform(fields: Any, transform: Any, commit_us: int, touched: set[str] | None) -> Any:
     path = parse_field_path(transform.field_path)
     check_writable_path(path)
+    if touched is not None:
+        touched.add(path[0])
     current = get_field(fields, path)
     which = transform.WhichOneof("transform_type")
     handler = _TRANSFORMS.get(which or "")

@@ -186,19 +186,24 @@ def validate_fields(fields: Any, depth: int = 0) -> None:
     """Reject field names production rejects: empty, reserved, or too deeply nested."""
     if depth > MAX_DEPTH:
         raise InvalidArgument("Document has too deeply nested maps (more than 20 levels).")
-    for name, value in fields.items():
+    # Keys, then each value by key: the map's items() is Python's ItemsView, several times
+    # slower; this runs for every field of every write.
+    for name in fields:
         if not name:
             raise InvalidArgument("Field name cannot be empty.")
         # __type__ is how the client tags vector values ({__type__: __vector__, value: [...]}).
-        if _RESERVED.match(name) and name != "__type__":
+        if name.startswith("__") and _RESERVED.match(name) and name != "__type__":
             raise InvalidArgument(f"Field name {name!r} is reserved (matches __.*__).")
-        if kind(value) == "map_value":
+        value = fields[name]
+        which = value.WhichOneof("value_type")
+        if which == "map_value":
             validate_fields(value.map_value.fields, depth + 1)
-        elif kind(value) == "array_value":
+        elif which == "array_value":
             for item in value.array_value.values:
-                if kind(item) == "array_value":
+                inner = item.WhichOneof("value_type")
+                if inner == "array_value":
                     raise InvalidArgument("Cannot convert an array value in an array value.")
-                if kind(item) == "map_value":
+                if inner == "map_value":
                     validate_fields(item.map_value.fields, depth + 1)
 
 

@@ -155,14 +155,16 @@ class _Plan:
         timestamps: list[Path] = []
         _walk(doc.fields, (), collection, plan, timestamps)
         keys: set[Key] = set()
+        fields = doc.fields
+        present: dict[Path, bool] = {}  # per path an index needs, whether the document has it
         for path in timestamps:
             field = self._names.get(path) or self._names.setdefault(path, format_field_path(path))
             if self._served is None or not plan.is_exempt(collection, path):
                 keys.add((collection, field, None))
             for holder in plan.holders.get(path, ()):
-                if all(_value(doc.fields, p) is not None for p in holder.paths):
+                if all(_has(fields, p, present) for p in holder.paths):
                     # (Firestore leaves a document missing a field out of the index.)
-                    keys.add((collection, field, _shard(doc.fields) if holder.sharded else None))
+                    keys.add((collection, field, _shard(fields) if holder.sharded else None))
         return keys
 
     def _of(self, collection: str) -> _Collection:
@@ -199,18 +201,29 @@ class _Plan:
 def _walk(fields: Any, prefix: Path, collection: str, plan: _Collection, out: list[Path]) -> None:
     """The timestamp fields' paths, reading only fields some index can reach (not exempt, or on
     a composite index's path)."""
+    skipped = plan.unreachable if not prefix else frozenset()
     for name in fields:
-        if not prefix and name in plan.unreachable:
+        if name in skipped:
             continue
         value = fields[name]
         kind = value.WhichOneof("value_type")
-        path = (*prefix, name)
         if kind == "timestamp_value":
-            out.append(path)
-        elif kind == "map_value" and (
-            path in plan.prefixes or not plan.is_exempt(collection, path)
-        ):
-            _walk(value.map_value.fields, path, collection, plan, out)
+            out.append((*prefix, name))
+        elif kind == "map_value":
+            path = (*prefix, name)
+            if path in plan.prefixes or not plan.is_exempt(collection, path):
+                _walk(value.map_value.fields, path, collection, plan, out)
+
+
+def _has(fields: Any, path: Path, known: dict[Path, bool]) -> bool:
+    """Whether the document has a value at `path` (remembered in `known`: several indexes
+    ask for the same paths)."""
+    found = known.get(path)
+    if found is None:
+        found = known[path] = (
+            (path[0] in fields) if len(path) == 1 else _value(fields, path) is not None
+        )
+    return found
 
 
 def _value(fields: Any, path: Path) -> Any:

@@ -12,9 +12,12 @@ from google.cloud.firestore_v1.types import write as write_types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulators.firestore.database import Document, Stored
+from emulators.firestore.database import Database, Document, Stored
+from emulators.firestore.engine import Engine
 from emulators.firestore.mutation import apply, micros, timestamp
 from emulators.firestore.values import ArrayValue, MapValue, Value
+from tests.unit.firestore.test_database_indexes import _build_composites as build_composites
+from tests.unit.firestore.test_database_indexes import _indexes as indexes_of
 
 Write = write_types.Write.pb()
 NAME = "projects/p/databases/(default)/documents/jobs/j1"
@@ -109,3 +112,50 @@ def test_a_set_ignores_the_times_a_client_put_in_the_document() -> None:
 
     assert micros(outcome.doc.create_time) == CREATED_US
     assert micros(outcome.doc.update_time) == COMMIT_US
+
+
+# Masked updates through the engine: each put re-indexes only the fields its write touched
+# (Outcome.touched); the indexes must still be those of the final documents from scratch.
+NAMES = [f"projects/p/databases/(default)/documents/jobs/j{n}" for n in range(3)]
+engine_writes = st.lists(
+    st.tuples(
+        st.sampled_from(NAMES),
+        field_maps,
+        st.one_of(st.none(), st.lists(st.sampled_from(FIELDS), unique=True, max_size=3)),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(engine_writes)
+def test_masked_updates_leave_the_indexes_of_the_final_documents(
+    sequence: list[tuple[str, dict[str, Any], list[str] | None, bool]],
+) -> None:
+    engine = Engine()
+    key = ("p", "(default)")
+    db = engine.database(key)
+    for field in FIELDS:
+        db.sorted_index("jobs", (field,))
+    build_composites(db)
+    for name, sent, mask, delete in sequence:
+        write = Write()
+        if delete:
+            write.delete = name
+        else:
+            write.update.name = name
+            for field, value in sent.items():
+                if mask is None or field in mask:
+                    write.update.fields[field].CopyFrom(value)
+            if mask is not None:
+                write.update_mask.field_paths.extend(mask)
+        engine.commit(key, [write], None)
+    fresh = Database(key)
+    for name, stored in db.docs.items():
+        fresh.put(name, stored.doc, 1)
+    for field in FIELDS:
+        fresh.sorted_index("jobs", (field,))
+    build_composites(fresh)
+    assert indexes_of(db) == indexes_of(fresh)
