@@ -9,7 +9,7 @@ import hashlib
 import json
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, overload
 
@@ -361,6 +361,21 @@ class Job:
             shard=shard_of(new.job_id, shards),
         )
 
+    def replaced(self, **changes: Any) -> Job:
+        """`dataclasses.replace(self, **changes)` in a tenth of its time: this dataclass has no
+        `__post_init__` and no init-only field, so replace's generated `__init__` call only
+        sets each attribute, which copying the instance's attributes does too. The scan and
+        the worker make several such copies per job. An unknown name raises TypeError, as
+        replace does."""
+        unknown = changes.keys() - _JOB_FIELDS
+        if unknown:
+            raise TypeError(f"Job has no field(s) {sorted(unknown)}")
+        new = object.__new__(Job)
+        attributes = new.__dict__
+        attributes.update(self.__dict__)
+        attributes.update(changes)
+        return new
+
     def to_document(self) -> dict[str, Any]:
         """The Firestore document (the job ID is the document ID, not a field)."""
         return {
@@ -495,6 +510,9 @@ class Job:
             history=tuple(HistoryEntry.from_document(e) for e in _list(data, "history")),
             expire_at=_maybe_utc(_opt(data, "expire_at"), "expire_at"),
         )
+
+
+_JOB_FIELDS = frozenset(f.name for f in fields(Job))
 
 
 def _maybe_utc(value: datetime | None, name: str = "a time") -> datetime | None:

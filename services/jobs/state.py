@@ -7,7 +7,6 @@ decides which moves are allowed or who may make them.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -203,7 +202,7 @@ def apply_transition(
     check_transition(job.job_id, job.state, to, role)
     entry = HistoryEntry(at, job.state, to, f"{role.value}:{by}", _bounded(reason))
     history = bounded_history((*job.history, entry), history_limit, history_max_bytes)
-    return dataclasses.replace(job, **changes, state=to, updated_at=at, history=history)
+    return job.replaced(**changes, state=to, updated_at=at, history=history)
 
 
 def bounded_history(

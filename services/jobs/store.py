@@ -31,6 +31,7 @@ from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 from services.jobs import metrics, schema
 from services.jobs.clock import Clock
 from services.jobs.control import HOUSEKEEPING_FIELD, Control, HousekeepingMark
+from services.jobs.decoding import decode_fields, update_time
 from services.jobs.errors import (
     InvalidRecord,
     InvalidTransition,
@@ -622,14 +623,15 @@ class FirestoreJobStore:
         at = self._clock.now()
         claimed = []
         invalid = []
-        for snapshot in self._stream(due_query(now, want, shard), transaction):
+        query = self._query(due_query(now, want, shard))
+        for job_id, document in self._tx.query_in(transaction, query):
             try:
-                job = _decoded(snapshot)
+                job = self._decoded_raw(job_id, document)
             except InvalidRecord:
-                invalid.append(snapshot.id)
+                invalid.append(job_id)
                 continue
             new = self._rules.claim(job, run_id, at)
-            _write(transaction, snapshot.reference, job, new)
+            _write(transaction, self._jobs.document(job_id), job, new)
             claimed.append(ClaimedJob(job.job_id, new.generation, job.due_at, at, job.action))
             self._pending.jobs.append(new)
         return claimed, invalid
@@ -657,7 +659,7 @@ class FirestoreJobStore:
         }
         for job in self._pending.jobs:
             if job.job_id in stamps:
-                remembered = dataclasses.replace(job, update_time=as_datetime(stamps[job.job_id]))
+                remembered = job.replaced(update_time=as_datetime(stamps[job.job_id]))
                 self._written.put(("claim", job.job_id, job.generation), remembered)
         return result
 
@@ -728,7 +730,7 @@ class FirestoreJobStore:
             applied = self._write_conditionally([(old, new) for _, old, new in page])
             for (n, _, new), stamp in zip(page, applied, strict=True):
                 if stamp is not None:
-                    job = dataclasses.replace(new, update_time=stamp)
+                    job = new.replaced(update_time=stamp)
                     marks[n] = EnqueueMark(job.job_id, items[n][1], job=job)
         return marks
 
@@ -1455,6 +1457,12 @@ class FirestoreJobStore:
             },
         )
         return True
+
+    def _decoded_raw(self, job_id: str, document: Any) -> Job:
+        """`_decoded` for a raw `Document` protobuf (`TransactionRunner.query_in`)."""
+        job = decode_job(job_id, decode_fields(document.fields, self._client))
+        stamp = update_time(document)
+        return job.replaced(update_time=as_datetime(stamp)) if stamp else job
 
     def _get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
         return self._tx.get_in(transaction, ref)

@@ -3,8 +3,8 @@
 The only module that touches the client's private internals (`Transaction._begin`,
 `_commit`, `_rollback`, `_clean_up`, `_options_protobuf`, `_write_pbs`, `_id`, a batch's
 `_add_write_pbs` and `_document_references`, a reference's `_document_path`,
-`_helpers.decode_dict`, and the client's `_firestore_api`, `_database_string`,
-`_rpc_metadata`): the client's Transaction sends begin,
+`_helpers.decode_dict`, a query's `_get_stream_iterator`, and the client's `_firestore_api`,
+`_database_string`, `_rpc_metadata`): the client's Transaction sends begin,
 commit and rollback with the generated 60 s defaults and takes no timeout, so they are
 re-issued here with one; `add_update` hands a batch a `Write` built by `encoding`.
 `tests/unit/jobs/test_transactions.py` fails loudly if any of those internals change in a new
@@ -217,6 +217,21 @@ class TransactionRunner:
             create_time=document.create_time,
             update_time=document.update_time,
         )
+
+    def query_in(self, transaction: firestore.Transaction, query: Any) -> Iterator[tuple[str, Any]]:
+        """(document ID, raw `Document` protobuf) of each result of `query` run inside
+        `transaction` (which locks them), in order: the RunQuery request `query.stream`
+        sends, without its per-result `DocumentSnapshot` (proto-plus wrappers, decoding and
+        deep copies of every document); `decoding.decode_fields` reads the fields. Inside a
+        transaction the client does not resume a broken stream either: an error raises."""
+        bounds = self._bounds.kwargs
+        responses, prefix = query._get_stream_iterator(
+            transaction, bounds["retry"], bounds["timeout"]
+        )
+        for response in responses:
+            raw = response._pb
+            if raw.HasField("document"):
+                yield _helpers.get_doc_id(raw.document, prefix), raw.document
 
     def get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
         """One document read inside `transaction` (it locks the document)."""

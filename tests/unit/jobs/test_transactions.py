@@ -36,6 +36,17 @@ def test_the_transaction_still_keeps_its_state_in_the_attributes_we_read() -> No
         assert hasattr(type(client), name) or hasattr(client, name), f"Client.{name} is gone"
 
 
+def test_a_query_still_builds_its_run_query_call_where_query_in_calls_it() -> None:
+    # TransactionRunner.query_in calls _get_stream_iterator(transaction, retry, timeout) and
+    # reads the raw `document` of each response.
+    method = getattr(firestore.Query, "_get_stream_iterator", None)
+    assert callable(method), "Query._get_stream_iterator is gone"
+    parameters = list(inspect.signature(method).parameters)
+    assert parameters[:4] == ["self", "transaction", "retry", "timeout"], parameters
+    source = inspect.getsource(method)
+    assert "run_query(" in source and "expected_prefix" in source, source
+
+
 def test_the_transactional_wrapper_still_calls_the_methods_we_override() -> None:
     source = inspect.getsource(transaction_module._Transactional)
     for call in ("transaction._begin(", "transaction._commit()", "transaction._rollback()"):
