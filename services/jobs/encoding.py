@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
-from google.cloud._helpers import _datetime_to_pb_timestamp
 from google.cloud.firestore_v1.types import common, write
 from google.protobuf import timestamp_pb2
 from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
@@ -31,6 +30,7 @@ _WRITE = write.Write.pb()
 _PRECONDITION = common.Precondition.pb()
 # A top-level name the client would not parse as a path of several segments.
 _SIMPLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class _Unsupported(Exception):
@@ -78,7 +78,7 @@ def _fill(target: Any, value: Any, in_path: bool) -> None:
     elif isinstance(value, DatetimeWithNanoseconds):
         target.timestamp_value.CopyFrom(value.timestamp_pb())
     elif isinstance(value, datetime):
-        target.timestamp_value.CopyFrom(_datetime_to_pb_timestamp(value))
+        target.timestamp_value.CopyFrom(_timestamp(value))
     elif isinstance(value, str):
         target.string_value = value
     elif type(value) in (list, tuple):
@@ -98,6 +98,18 @@ def _fill(target: Any, value: Any, in_path: bool) -> None:
             _fill(fields[name], item, in_path)
     else:
         raise _Unsupported(value)
+
+
+def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    """`google.cloud._helpers._datetime_to_pb_timestamp(value)`, what the client's
+    encode_value calls for a datetime, in less than half its time: the same whole seconds
+    since the epoch (naive read as UTC), scaled by the same float 1e6, plus microseconds."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    since = value.astimezone(UTC) - _EPOCH  # astimezone: the same OverflowError at the edges
+    micros = int((since.days * 86_400 + since.seconds) * 1e6) + since.microseconds
+    seconds, rest = divmod(micros, 1_000_000)
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=rest * 1000)
 
 
 def _precondition_time(value: datetime) -> timestamp_pb2.Timestamp:

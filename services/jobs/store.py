@@ -624,6 +624,7 @@ class FirestoreJobStore:
         claimed = []
         invalid = []
         query = self._query(due_query(now, want, shard))
+        jobs = self._jobs
         for job_id, document in self._tx.query_in(transaction, query):
             try:
                 job = self._decoded_raw(job_id, document)
@@ -631,7 +632,7 @@ class FirestoreJobStore:
                 invalid.append(job_id)
                 continue
             new = self._rules.claim(job, run_id, at)
-            _write(transaction, self._jobs.document(job_id), job, new)
+            _write(transaction, jobs.document(job_id), job, new)
             claimed.append(ClaimedJob(job.job_id, new.generation, job.due_at, at, job.action))
             self._pending.jobs.append(new)
         return claimed, invalid
@@ -652,11 +653,15 @@ class FirestoreJobStore:
         transaction = self._pending.transaction
         names = getattr(transaction, "written_names", [])
         written = getattr(transaction, "write_results", None) or []
-        stamps = {
-            name.rsplit("/", 1)[-1]: w.update_time
-            for name, w in zip(names, written, strict=False)
-            if f"/{schema.JOBS}/" in name and w.update_time is not None
-        }
+        in_jobs = f"/{schema.JOBS}/"
+        # Read from the raw results: the same time the proto-plus field gives, without its
+        # wrapper per result.
+        stamped = (
+            (name, update_time(result._pb))
+            for name, result in zip(names, written, strict=False)
+            if in_jobs in name
+        )
+        stamps = {name.rsplit("/", 1)[-1]: at for name, at in stamped if at is not None}
         for job in self._pending.jobs:
             if job.job_id in stamps:
                 remembered = job.replaced(update_time=as_datetime(stamps[job.job_id]))
@@ -741,16 +746,19 @@ class FirestoreJobStore:
         in one BatchWrite request; per change the new update_time, or None when it was refused
         or could not be sent (the caller falls back to a transaction, which sorts it out)."""
         batch = BulkWriteBatch(self._client)
+        jobs = self._jobs
         for old, new in changes:
-            add_update(batch, self._jobs.document(old.job_id), _diff(old, new), old.update_time)
+            add_update(batch, jobs.document(old.job_id), _diff(old, new), old.update_time)
         try:
             response = batch.commit(**self._bounds.write_kwargs)
         except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
             logger.warning("conditional batch write failed, falling back: %s", exc)
             return [None] * len(changes)
+        raw = response._pb  # the raw results: no proto-plus wrapper per write
+        stamps = [update_time(result) for result in raw.write_results]
         return [
-            as_datetime(result.update_time) if status.code == 0 else None
-            for result, status in zip(response.write_results, response.status, strict=True)
+            as_datetime(stamp) if status.code == 0 and stamp is not None else None
+            for stamp, status in zip(stamps, raw.status, strict=True)
         ]
 
     def _mark_reading(

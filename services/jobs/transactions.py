@@ -275,8 +275,10 @@ class TransactionRunner:
 
 
 def _written_name(write_pb: Any) -> str:
-    """The document a write (a proto-plus `Write`: update, delete or transform) names."""
-    return str(write_pb.update.name or write_pb.delete or write_pb.transform.document)
+    """The document a write (a proto-plus `Write`: update, delete or transform) names, read
+    from the raw message (no proto-plus attribute lookups per write)."""
+    raw = getattr(write_pb, "_pb", write_pb)
+    return str(raw.update.name or raw.delete or raw.transform.document)
 
 
 class Contention(Exception):

@@ -7,12 +7,13 @@ from typing import Any
 
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
+from google.cloud._helpers import _datetime_to_pb_timestamp
 from google.cloud.firestore_v1 import _helpers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
 
-from services.jobs.encoding import update_write
+from services.jobs.encoding import _timestamp, update_write
 from services.jobs.model import Job, NewJob
 from services.jobs.store import _diff
 from services.jobs.transitions import Transitions
@@ -110,3 +111,22 @@ def test_what_it_does_not_encode_is_left_to_the_client() -> None:
     assert update_write(PATH, {"tags": {"a", "b"}}) is None
     assert update_write(PATH, {"n": 2**64}) is None
     assert update_write(PATH, {"where": firestore.GeoPoint(1.0, 2.0)}) is None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.datetimes(
+        timezones=st.sampled_from(
+            [None, UTC, timezone(timedelta(hours=14)), timezone(-timedelta(hours=23, minutes=59))]
+        )
+    )
+)
+def test_timestamps_encode_as_the_clients_helper_does(value: datetime) -> None:
+    # Every datetime Python has, naive and at the extreme offsets (where both overflow).
+    outcomes = []
+    for encode in (_timestamp, _datetime_to_pb_timestamp):
+        try:
+            outcomes.append(encode(value))
+        except OverflowError:
+            outcomes.append(OverflowError)
+    assert outcomes[0] == outcomes[1]
