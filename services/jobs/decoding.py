@@ -26,9 +26,15 @@ _timestamp = _helpers.DatetimeWithNanoseconds.from_timestamp_pb
 
 def decode_fields(fields: Any, client: Any) -> dict[str, Any] | Any:
     """`_helpers.decode_dict(fields, client)` for a raw protobuf map of `Value`s."""
+    # A job holds the same instant several times (due_at and scheduled_due_at, created_at
+    # and updated_at, history entries): each distinct one is converted once per document.
+    return _fields(fields, client, {})
+
+
+def _fields(fields: Any, client: Any, times: dict[tuple[int, int], Any]) -> dict[str, Any] | Any:
     if any(name.startswith("__") for name in fields):  # a Vector or BSON map, say
         return _helpers.decode_dict(fields, client)
-    return {name: _value(fields[name], client) for name in fields}
+    return {name: _value(fields[name], client, times) for name in fields}
 
 
 def update_time(document: Any) -> ProtoDatetimeWithNanoseconds | None:
@@ -39,20 +45,25 @@ def update_time(document: Any) -> ProtoDatetimeWithNanoseconds | None:
     return ProtoDatetimeWithNanoseconds.from_timestamp_pb(document.update_time)
 
 
-def _value(value: Any, client: Any) -> Any:
+def _value(value: Any, client: Any, times: dict[tuple[int, int], Any]) -> Any:
     kind = value.WhichOneof("value_type")
     if kind == "string_value":
         return value.string_value
     if kind == "timestamp_value":
-        return _timestamp(value.timestamp_value)
+        stamp = value.timestamp_value
+        key = (stamp.seconds, stamp.nanos)
+        known = times.get(key)
+        if known is None:
+            known = times[key] = _timestamp(stamp)  # immutable: one object can serve each
+        return known
     if kind == "null_value":
         return None
     if kind == "integer_value":
         return value.integer_value
     if kind == "map_value":
-        return decode_fields(value.map_value.fields, client)
+        return _fields(value.map_value.fields, client, times)
     if kind == "array_value":
-        return [_value(item, client) for item in value.array_value.values]
+        return [_value(item, client, times) for item in value.array_value.values]
     if kind == "boolean_value":
         return value.boolean_value
     if kind == "double_value":
