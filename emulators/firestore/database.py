@@ -9,13 +9,15 @@ serves such a query from a composite index,
 https://cloud.google.com/firestore/docs/query-data/index-overview#composite_indexes), both
 maintained from then on.
 
-A field with a single-field index exemption (strict mode: the loaded index definitions) gets
-no equality or array-contains entries, as production keeps no single-field index entries for
-it (https://cloud.google.com/firestore/docs/query-data/indexing#exemptions); the query check
-(indexes.py) refuses what would need them, and the planner treats such a field as
-unindexed (:meth:`Database.equality_index` answers None), so each query still returns what
-a scan would. A sorted index on such a field (the planner may walk one when a composite index
-serves the query) is built from the documents instead.
+A field with a single-field index exemption (strict mode: the loaded index definitions; a
+map's exemption covers its inner fields) gets no equality or array-contains entries: an
+exemption overrides the automatic single-field indexing of the field
+(https://cloud.google.com/firestore/docs/concepts/index-overview, "Single-field index
+exemptions"), so production keeps none for it, and a query that would need them fails with
+FAILED_PRECONDITION (the check in indexes.py). The planner treats such a field as unindexed
+(:meth:`Database.equality_index` answers None), so each query the index set serves returns
+what it would with every entry. A sorted index on such a field (the planner may walk one when
+a composite index serves the query) is built from the documents instead.
 """
 
 from __future__ import annotations
