@@ -110,19 +110,14 @@ def _in_process(push_concurrency: int) -> Iterator[Emulators]:
 
 
 @contextlib.contextmanager
-def _separate_process(
-    push_concurrency: int | None = None, firestore_indexes: str | None = None
-) -> Iterator[Emulators]:
+def _separate_process(push_concurrency: int | None = None) -> Iterator[Emulators]:
     """The emulators in their own process (`python -m emulators`), the worker elsewhere;
-    `push_concurrency` None keeps the emulator's default (benchmarks that only pull);
-    `firestore_indexes` makes Firestore strict with that index set (`--firestore-indexes`)."""
+    `push_concurrency` None keeps the emulator's default (benchmarks that only pull)."""
     command = [sys.executable, "-m", "emulators"]
     for flag in ("firestore", "firestore-admin", "pubsub", "pubsub-admin", "oidc", "storage"):
         command += [f"--{flag}-port", "0"]
     if push_concurrency is not None:
         command += ["--pubsub-push-concurrency", str(push_concurrency)]
-    if firestore_indexes is not None:
-        command += ["--firestore-indexes", firestore_indexes]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         exports, admin = _read_exports(process)
