@@ -106,6 +106,8 @@ def apply(write: Any, name: str, current: Stored | None, commit_us: int) -> Outc
     else:
         doc.create_time.CopyFrom(current.doc.create_time)
         doc.update_time.CopyFrom(current.doc.update_time)
+        # A write that changes nothing keeps the previous update time
+        # (https://cloud.google.com/firestore/docs/reference/rest/v1/WriteResult).
         # With the same name and times, the messages are equal exactly when the fields are:
         # one comparison in the protobuf runtime, where comparing the field maps goes through
         # Python's Mapping.__eq__ (an items() walk of both maps, most of a write's cost).
