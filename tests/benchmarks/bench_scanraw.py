@@ -6,8 +6,10 @@ commits, 4 commits at a time, while the same N job IDs are published with the sc
 `Publisher`. scan: real `Scanner` runs over N due jobs until none is due. Both count from the
 first request to the last answer; seeding is not timed. Each also prints the process's CPU
 time per job (every thread: client, emulators, gRPC, under one interpreter lock), the figure
-that holds on a machine other work shares, where the wall-clock rates do not. The emulator is
-strict with the project's index set. N: JOBS_BENCH_SCANRAW_JOBS (default 10,000).
+that holds better on a machine other work shares than the wall-clock rates do. The emulator is
+strict with the project's index set, whose indexes the scan's backlog queries build before the
+raw phase (the emulator builds an index on first use; Firestore keeps it from the start).
+N: JOBS_BENCH_SCANRAW_JOBS (default 10,000).
 Run: `.venv/bin/python -m tests.benchmarks scanraw`.
 """
 
