@@ -4,9 +4,10 @@ side in one process, and their ratio.
 raw: N documents updated twice each (what a claim and an enqueue mark write) in 500-write
 commits, 4 commits at a time, while the same N job IDs are published with the scan's own
 `Publisher`. scan: real `Scanner` runs over N due jobs until none is due. Both count from the
-first request to the last answer; seeding is not timed. Each also prints the process's CPU
-time per job (every thread: client, emulators, gRPC, under one interpreter lock), the figure
-that holds better on a machine other work shares than the wall-clock rates do. The emulator is
+first request to the last answer; seeding is not timed. Each also prints this process's CPU
+time per job (in one process: every thread, client, emulators and gRPC under one interpreter
+lock; in two: the client's, and the emulator process's beside it), the figure that holds better
+on a machine other work shares than the wall-clock rates do. The emulator is
 strict with the project's index set, whose indexes the scan's backlog queries build before the
 raw phase (the emulator builds an index on first use; Firestore keeps it from the start).
 N: JOBS_BENCH_SCANRAW_JOBS (default 10,000).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -34,57 +36,68 @@ LIMITS: dict[str, Any] = {
 
 
 def main() -> None:
+    from emulators.launcher import PROJECT_INDEXES
+
+    jobs = int(os.environ.get("JOBS_BENCH_SCANRAW_JOBS", DEFAULT_JOBS))
+    print("-- emulators in this process (client and emulator share one interpreter lock)")
+    # Firestore strict with the project's index set, as deployed: a write maintains the
+    # entries production keeps for it, no more.
+    with rig.in_process(firestore_indexes=PROJECT_INDEXES):
+        _side_by_side(jobs, "bench-scanraw", lambda: 0.0)
+    print("-- emulators in their own process (python -m emulators), as Firestore is remote")
+    with rig.own_process() as emulators:
+        _side_by_side(jobs, "bench-scanraw-b", emulators.cpu_s)
+
+
+def _side_by_side(jobs: int, project: str, emulator_cpu: Callable[[], float]) -> None:
+    """Raw, then the scan, over `jobs` due jobs each; prints both rates, their ratio and the
+    CPU per job of this process (plus the emulator process's, when it has its own)."""
     from google.cloud import firestore
 
-    from emulators.launcher import PROJECT_INDEXES
     from services.jobs.clock import SystemClock
     from services.jobs.publisher import Publisher
     from services.jobs.store import FirestoreJobStore
 
-    jobs = int(os.environ.get("JOBS_BENCH_SCANRAW_JOBS", DEFAULT_JOBS))
-    # Firestore strict with the project's index set, as deployed: a write maintains the
-    # entries production keeps for it, no more.
-    with rig.in_process(firestore_indexes=PROJECT_INDEXES):
-        project = "bench-scanraw"
-        client = firestore.Client(project=project)
-        clock = SystemClock()
-        topic = rig.topic(project)
-        ids = rig.seed_due(client, jobs, clock.now() - timedelta(hours=1), prefix="raw")
-        store = FirestoreJobStore(client, clock)
-        # The emulator builds an index the first time a query needs it; Firestore keeps every
-        # declared one from the start. The scan's backlog queries build them now, so the raw
-        # writes (which change `state`) maintain the same (state, ...) indexes the scan's do.
-        store.backlog(clock.now(), timedelta(seconds=900), timedelta(seconds=900))
-        publisher = Publisher.create(project, "jobs", timeout_s=30)
-        cpu = time.process_time()
-        raw_s = _raw(client, publisher, ids)
-        raw_cpu = time.process_time() - cpu
-        publisher.close()
-        rig.drain_pull(topic.subscriber_client, topic.subscription)
+    client = firestore.Client(project=project)
+    clock = SystemClock()
+    topic = rig.topic(project)
+    ids = rig.seed_due(client, jobs, clock.now() - timedelta(hours=1), prefix="raw")
+    store = FirestoreJobStore(client, clock)
+    # The emulator builds an index the first time a query needs it; Firestore keeps every
+    # declared one from the start. The scan's backlog queries build them now, so the raw
+    # writes (which change `state`) maintain the same (state, ...) indexes the scan's do.
+    store.backlog(clock.now(), timedelta(seconds=900), timedelta(seconds=900))
+    publisher = Publisher.create(project, "jobs", timeout_s=30)
+    cpu, remote = time.process_time(), emulator_cpu()
+    raw_s = _raw(client, publisher, ids)
+    raw_cpu, raw_remote = time.process_time() - cpu, emulator_cpu() - remote
+    publisher.close()
+    rig.drain_pull(topic.subscriber_client, topic.subscription)
 
-        rig.seed_due(client, jobs, clock.now() - timedelta(hours=1), prefix="scan")
-        # Runs of max_per_run each, as LIMITS says: the control's default catch-up rate
-        # (20/s x the 60 s interval = 1,200) would otherwise cut every run short of it.
-        store.update_control(
-            "bench",
-            "benchmark",
-            claim_budget=LIMITS["max_per_run"],
-            catch_up_rate=LIMITS["max_per_run"] / LIMITS["interval_s"],
-        )
-        scan, scan_publisher = rig.scanner(store, client, project, "jobs", clock, **LIMITS)
-        started, cpu = time.perf_counter(), time.process_time()
-        published = 0
-        while True:
-            run = scan.run()
-            published += run.published
-            if run.stopped_because != "budget":
-                break
-        scan_s, scan_cpu = time.perf_counter() - started, time.process_time() - cpu
-        scan.close()
-        scan_publisher.close()
-        messages = rig.drain_pull(topic.subscriber_client, topic.subscription)
-        topic.close()
-        client.close()
+    rig.seed_due(client, jobs, clock.now() - timedelta(hours=1), prefix="scan")
+    # Runs of max_per_run each, as LIMITS says: the control's default catch-up rate
+    # (20/s x the 60 s interval = 1,200) would otherwise cut every run short of it.
+    store.update_control(
+        "bench",
+        "benchmark",
+        claim_budget=LIMITS["max_per_run"],
+        catch_up_rate=LIMITS["max_per_run"] / LIMITS["interval_s"],
+    )
+    scan, scan_publisher = rig.scanner(store, client, project, "jobs", clock, **LIMITS)
+    started, cpu, remote = time.perf_counter(), time.process_time(), emulator_cpu()
+    published = 0
+    while True:
+        run = scan.run()
+        published += run.published
+        if run.stopped_because != "budget":
+            break
+    scan_s = time.perf_counter() - started
+    scan_cpu, scan_remote = time.process_time() - cpu, emulator_cpu() - remote
+    scan.close()
+    scan_publisher.close()
+    messages = rig.drain_pull(topic.subscriber_client, topic.subscription)
+    topic.close()
+    client.close()
     raw_rate, scan_rate = jobs / raw_s, published / scan_s
     print(
         f"raw:  {2 * jobs:,} updates in 500-write commits + {jobs:,} publishes in {raw_s:.1f} s"
@@ -94,12 +107,15 @@ def main() -> None:
         f"scan: {published:,} jobs claimed, published and marked in {scan_s:.1f} s = "
         f"{scan_rate:,.0f} jobs/s ({len(messages):,} distinct IDs on the topic)"
     )
-    raw_ms, scan_ms = 1000 * raw_cpu / jobs, 1000 * scan_cpu / max(published, 1)
     print(f"scan / raw: {scan_rate / raw_rate:.0%}")
+    raw_ms, scan_ms = 1000 * raw_cpu / jobs, 1000 * scan_cpu / max(published, 1)
     print(
-        f"CPU per job: raw {raw_ms:.2f} ms, scan {scan_ms:.2f} ms; "
+        f"CPU per job in this process: raw {raw_ms:.2f} ms, scan {scan_ms:.2f} ms; "
         f"raw / scan: {raw_ms / scan_ms:.0%}"
     )
+    if raw_remote or scan_remote:
+        raw_e, scan_e = 1000 * raw_remote / jobs, 1000 * scan_remote / max(published, 1)
+        print(f"CPU per job in the emulator process: raw {raw_e:.2f} ms, scan {scan_e:.2f} ms")
 
 
 def _raw(client: Any, publisher: Any, ids: list[str]) -> float:

@@ -9,11 +9,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from werkzeug.serving import make_server
@@ -98,6 +101,57 @@ def in_process(
         finally:
             pubsub_emulator.stop()
             firestore_emulator.stop()
+
+
+@dataclass
+class LauncherProcess:
+    """`python -m emulators` in its own process: what it exported, and its admin URLs."""
+
+    exports: dict[str, str]
+    admin: dict[str, str]  # e.g. {"firestore admin": "http://127.0.0.1:PORT"}
+    pid: int
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the emulator process has used so far (Linux /proc)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def own_process(push_concurrency: int | None = None) -> Iterator[LauncherProcess]:
+    """The emulators as `python -m emulators` runs them (strict Firestore with the project's
+    index set, every port free), their exports in this process's environment, so the clients
+    made here reach them; `push_concurrency` None keeps the launcher's default."""
+    command = [sys.executable, "-m", "emulators"]
+    for flag in ("firestore", "firestore-admin", "pubsub", "pubsub-admin", "oidc", "storage"):
+        command += [f"--{flag}-port", "0"]
+    if push_concurrency is not None:
+        command += ["--pubsub-push-concurrency", str(push_concurrency)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        launched = _launched(process)
+        os.environ.update(launched.exports)
+        yield launched
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _launched(process: subprocess.Popen[str]) -> LauncherProcess:
+    exports: dict[str, str] = {}
+    admin: dict[str, str] = {}
+    assert process.stdout is not None
+    for line in process.stdout:
+        line = line.strip()
+        if line.startswith("export "):
+            key, _, value = line.removeprefix("export ").partition("=")
+            exports[key] = value
+        elif line.startswith("# ") and ": http" in line:
+            name, _, url = line.removeprefix("# ").partition(": ")
+            admin[name] = url
+        elif line == "# emulators ready":
+            return LauncherProcess(exports, admin, process.pid)
+    raise RuntimeError("the emulator launcher exited before it was ready")
 
 
 def billed_ops(stats: dict[str, Any]) -> int:
