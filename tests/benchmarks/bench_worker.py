@@ -196,7 +196,7 @@ def _worker_in_process(project: str, emulators: Emulators, storage_client: Any) 
     from services.jobs.store import FirestoreJobStore
     from services.worker import media
     from services.worker.actions import ActionRegistry
-    from services.worker.app import create_app
+    from services.worker.app import create_app, read_environment_once
     from services.worker.settings import WorkerSettings
 
     clock = SystemClock()
@@ -211,6 +211,9 @@ def _worker_in_process(project: str, emulators: Emulators, storage_client: Any) 
         allowed_invokers=frozenset({PUSHER}),
         certs_url=emulators.certs_url,
     )
+    # As default_actions sets up the deployed worker's client (the benchmark's environment has
+    # no proxy or netrc settings either).
+    read_environment_once(storage_client._http)
     actions = ActionRegistry([media.delete_source_action(storage_client, settings.retry_policy)])
     holder["app"] = create_app(
         settings,
