@@ -212,24 +212,21 @@ class HeartbeatStarter:
         self._keys = itertools.count()
         # Insertion order is due order: every entry waits the same poll_s.
         self._pending: dict[int, tuple[float, Heartbeat]] = {}
-        self._changed = threading.Condition()
+        self._changed = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
 
     def add(self, heartbeat: Heartbeat) -> Callable[[], None]:
         """Schedule `heartbeat`'s thread; the returned function withdraws it."""
+        # No wake-up: the starter never waits past poll_s from when it last looked, and an
+        # entry added since is due later than that (waking it per job cost a thread switch).
         with self._changed:
             key = next(self._keys)
-            was_empty = not self._pending
             self._pending[key] = (self._clock() + self._poll_s, heartbeat)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="lease-heartbeat-starter", daemon=True
                 )
                 self._thread.start()
-            elif was_empty:
-                # Only an idle starter waits without a timeout; a busy one already waits for
-                # an earlier entry, due before this one.
-                self._changed.notify()
         return lambda: self._discard(key)
 
     @property
@@ -251,7 +248,7 @@ class HeartbeatStarter:
         with self._changed:
             while True:
                 if not self._pending:
-                    self._changed.wait()
+                    self._changed.wait(self._poll_s)
                     continue
                 key, (due, heartbeat) = next(iter(self._pending.items()))
                 wait = due - self._clock()
