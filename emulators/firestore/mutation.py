@@ -97,15 +97,17 @@ def apply(write: Any, name: str, current: Stored | None, commit_us: int) -> Outc
     results = [_transform(doc.fields, t, commit_us) for t in transforms]
     if doc.ByteSize() > MAX_DOCUMENT_BYTES:
         raise InvalidArgument("Document exceeds the maximum size of 1 MiB.")
-    changed = current is None or current.doc.fields != doc.fields
     if current is not None:
+        # With the stored times copied in, the documents differ only if their fields do:
+        # one comparison in protobuf's C code instead of a Python walk of the field map.
         doc.create_time.CopyFrom(current.doc.create_time)
+        doc.update_time.CopyFrom(current.doc.update_time)
+        changed = doc != current.doc
     else:
         doc.create_time.CopyFrom(timestamp(commit_us))
+        changed = True
     if changed:
         doc.update_time.CopyFrom(timestamp(commit_us))
-    else:
-        doc.update_time.CopyFrom(current.doc.update_time)  # type: ignore[union-attr]
     result = WriteResult(update_time=doc.update_time)
     result.transform_results.extend(results)
     return Outcome(name, doc, changed, result, False)
