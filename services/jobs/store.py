@@ -1114,8 +1114,12 @@ class FirestoreJobStore:
             return None
         job = _decoded(snapshot)
         # Appending to the stored history is only the same as rewriting it when the stored
-        # array is exactly the decoded one (an entry an older version wrote may not be).
-        as_read = (snapshot.to_dict() or {}).get(_HISTORY)
+        # array is exactly the decoded one (an entry an older version wrote may not be). Only
+        # that field is copied out of the snapshot (to_dict copies the whole document).
+        try:
+            as_read = snapshot.get(_HISTORY)
+        except KeyError:
+            as_read = None
         exact = as_read == job.to_document()[_HISTORY]
         if job.explicit_key:
             return self._start_holding_key(ref, job, generation, lease, worker_id, exact)
