@@ -6,10 +6,10 @@ The signature and expiry checks are google-auth's `verify_token`; its certs are 
 memory so a busy worker does not fetch Google's certs document on every push. Pub/Sub and
 Cloud Scheduler send the same token for many requests, so a token google-auth verified is
 remembered by its exact text, with the certs document that verified it (`_VerifiedTokens`):
-a request carrying it again skips only the signature check, which that text and that
-document decide, and runs every other check again (the times against the clock of this
-request, the issuer, the allowlisted and verified email). A refreshed certs document (a
-rotated or withdrawn key) makes every remembered token be verified afresh.
+a request carrying it again skips the signature and audience checks, which that text, that
+document and the verifier's one audience decide, and runs the others again (the times against
+the clock of this request, the issuer, the allowlisted and verified email). A refreshed certs
+document (a rotated or withdrawn key) makes every remembered token be verified afresh.
 
 Behind Cloud Run's IAM invoker check the container never sees a signature: Cloud Run verifies
 the token itself, then forwards it with the JWT's third segment replaced by the literal
@@ -363,7 +363,8 @@ class TokenVerifier:
 
     def _remembered(self, token: str, needed_kid: str | None) -> Caller | None:
         """The caller of a token verified before with the current certs document: its
-        signature stands (same text, same keys), every other check is made again now."""
+        signature and audience stand (same text, same keys, same policy); the times, issuer
+        and email are checked again now."""
         try:
             certs = self._certs.document(needed_kid)
         except CertsUnavailable:
