@@ -279,11 +279,9 @@ class _VerifiedTokens:
         self._lock = threading.Lock()
         self._entries: dict[str, _Verified] = {}
 
-    def get(self, token: str, certs: bytes) -> Mapping[str, Any] | None:
-        """The claims of `token` if it was verified with this very certs document."""
+    def get(self, token: str) -> _Verified | None:
         with self._lock:
-            entry = self._entries.get(token)
-        return entry.claims if entry is not None and entry.certs is certs else None
+            return self._entries.get(token)
 
     def add(self, token: str, claims: Mapping[str, Any], certs: bytes) -> None:
         with self._lock:
@@ -365,13 +363,16 @@ class TokenVerifier:
         """The caller of a token verified before with the current certs document: its
         signature and audience stand (same text, same keys, same policy); the times, issuer
         and email are checked again now."""
+        remembered = self._verified.get(token)
+        if remembered is None:
+            return None  # never asks for the certs: verify_token does, once
         try:
             certs = self._certs.document(needed_kid)
         except CertsUnavailable:
             return None  # verify_token asks again and reports it
-        claims = self._verified.get(token, certs)
-        if claims is None:
-            return None
+        if remembered.certs is not certs:
+            return None  # refreshed since: verified afresh (and remembered anew)
+        claims = remembered.claims
         try:
             # google-auth's rule: whole seconds of now inside [iat - skew, exp + skew].
             _check_times(claims, self.policy.clock_skew_s, now=math.floor(self._wall_clock()))

@@ -642,3 +642,13 @@ def test_the_remembered_tokens_are_bounded(issuer: Issuer, endpoint: FakeCertsEn
         verifier.verify(token)
     assert len(verifier._verified) == 256
     assert verifier.verify(tokens[0]).email == EMAIL  # dropped, so verified again: still fine
+
+
+def test_with_the_certs_unreachable_a_request_asks_for_them_once(
+    issuer: Issuer, endpoint: FakeCertsEndpoint
+) -> None:
+    endpoint.failure = "connect"
+    verifier = _remembering_verifier(endpoint, FakeClock(), _WallClock())
+    with pytest.raises(CertsUnavailable):
+        verifier.verify(issuer.mint(AUDIENCE, EMAIL))
+    assert endpoint.fetches == 1
