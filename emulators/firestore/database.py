@@ -8,17 +8,29 @@ paths) built the first time a query with equalities and an ordering needs it (as
 serves such a query from a composite index,
 https://cloud.google.com/firestore/docs/query-data/index-overview#composite_indexes), both
 maintained from then on.
+
+A field with a single-field index exemption (strict mode: the loaded index definitions; a
+map's exemption covers its inner fields) gets no equality or array-contains entries: an
+exemption overrides the automatic single-field indexing of the field
+(https://cloud.google.com/firestore/docs/concepts/index-overview, "Single-field index
+exemptions"), so production keeps none for it, and a query that would need them fails with
+FAILED_PRECONDITION (the check in indexes.py). The planner treats such a field as unindexed
+(:meth:`Database.equality_index` answers None), so each query the index set serves returns
+what it would with every entry. A sorted index on such a field (the planner may walk one when
+a composite index serves the query) is built from the documents instead.
 """
 
 from __future__ import annotations
 
 import bisect
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from google.cloud.firestore_v1.types import document as document_types
 
+from emulators.firestore.indexes import Exemption, is_exempt
 from emulators.firestore.names import DatabaseKey, documents_root
 from emulators.firestore.values import (
     FieldPath,
@@ -41,16 +53,24 @@ VERSION_RETENTION_US = 3600 * 1_000_000
 class Stored:
     """A committed document version plus cached sort keys of its fields."""
 
-    __slots__ = ("cache", "collection_id", "doc", "name", "name_key", "update_us")
+    __slots__ = ("_name_key", "cache", "collection_id", "doc", "name", "update_us")
 
     def __init__(self, doc: Any, update_us: int) -> None:
         self.doc = doc
         self.name: str = doc.name
-        self.name_key: SortKey = (6, reference_key(doc.name))
-        segments = doc.name.split("/")
-        self.collection_id = segments[-2]
+        self._name_key: SortKey | None = None
+        # One string per collection id, not one per document.
+        self.collection_id = sys.intern(self.name.split("/")[-2])
         self.update_us = update_us
         self.cache: dict[FieldPath, SortKey | None] = {}
+
+    @property
+    def name_key(self) -> SortKey:
+        """The document's key as a reference value, made when first asked for (most stored
+        documents are never ordered by name)."""
+        if self._name_key is None:
+            self._name_key = (6, reference_key(self.name))
+        return self._name_key
 
     def key(self, path: FieldPath) -> SortKey | None:
         """Sort key of the field at ``path`` (None when absent); ``__name__`` is the doc key."""
@@ -132,7 +152,7 @@ _MAX_NAME = _MaxName("\U0010ffff")
 class Database:
     """Documents of one (project, database)."""
 
-    def __init__(self, key: DatabaseKey) -> None:
+    def __init__(self, key: DatabaseKey, unindexed: frozenset[Exemption] = frozenset()) -> None:
         self.key = key
         self.root = documents_root(key)
         self.docs: dict[str, Stored] = {}
@@ -148,6 +168,50 @@ class Database:
         )
         self.sorted_indexes: dict[IndexKey, SortedIndex] = {}
         self.composite_indexes: dict[str, dict[CompositePaths, SortedIndex]] = {}
+        # The (collection group, field) single-field index exemptions, and per (collection id,
+        # field path) whether one covers it; each path once, shared by every document's cache.
+        self.unindexed = unindexed
+        self._paths: dict[IndexKey, tuple[FieldPath, bool]] = {}
+
+    def single_field_indexed(self, collection_id: str, path: FieldPath) -> bool:
+        """Whether ``path`` of the collection group has single-field index entries."""
+        return self._path(collection_id, path)[1]
+
+    def _path(self, cid: str, path: FieldPath) -> tuple[FieldPath, bool]:
+        """(the one shared copy of ``path``, whether it is single-field indexed)."""
+        known = self._paths.get((cid, path))
+        if known is None:
+            known = (path, not is_exempt(cid, path, self.unindexed))
+            self._paths[(cid, path)] = known
+        return known
+
+    def equality_index(self, collection_id: str, path: FieldPath) -> dict[SortKey, set[str]] | None:
+        """Names by value of ``path``'s single-field index; None when an exemption switched it
+        off (a planner must then not narrow by it)."""
+        if not self.single_field_indexed(collection_id, path):
+            return None
+        return self.eq_index.get((collection_id, path), {})
+
+    def contains_index_of(
+        self, collection_id: str, path: FieldPath
+    ) -> dict[SortKey, set[str]] | None:
+        """Names by array item of ``path``; None when an exemption switched it off."""
+        if not self.single_field_indexed(collection_id, path):
+            return None
+        return self.contains_index.get((collection_id, path), {})
+
+    def set_unindexed(self, unindexed: frozenset[Exemption]) -> None:
+        """Serve under other exemptions (a project given other index definitions): the
+        single-field entries are rebuilt from the current documents."""
+        if unindexed == self.unindexed:
+            return
+        self.unindexed = unindexed
+        self._paths.clear()
+        self.eq_index.clear()
+        self.contains_index.clear()
+        self.sorted_indexes.clear()
+        for stored in self.docs.values():
+            self._index(stored, walk(stored.doc.fields))
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -173,9 +237,16 @@ class Database:
     def sorted_index(self, collection_id: str, path: FieldPath) -> SortedIndex:
         index = self.sorted_indexes.get((collection_id, path))
         if index is None:
-            # The equality index already groups names by value: sort values, not documents.
-            by_value = self.eq_index.get((collection_id, path), {})
-            entries = [(key, name) for key, names in by_value.items() for name in names]
+            by_value = self.equality_index(collection_id, path)
+            if by_value is not None:
+                # The equality index already groups names by value: sort values, not documents.
+                entries = [(key, name) for key, names in by_value.items() for name in names]
+            else:
+                entries = []
+                for name in self.by_group.get(collection_id, ()):
+                    key = self.docs[name].key(path)
+                    if key is not None:
+                        entries.append((key, name))
             index = SortedIndex(entries)
             self.sorted_indexes[(collection_id, path)] = index
         return index
@@ -266,23 +337,32 @@ class Database:
 
     def _index(self, stored: Stored, entries: Iterable[tuple[FieldPath, Any]]) -> None:
         cid = stored.collection_id
-        for path, value in entries:
-            key = stored.key(path)
-            assert key is not None
+        for given, value in entries:
+            path, indexed = self._path(cid, given)
+            index = self.sorted_indexes.get((cid, path))
+            if not indexed:
+                if index is not None:
+                    index.add(_present(stored.key(path)), stored.name)
+                continue
+            key = _present(stored.key(path))
             self.eq_index[(cid, path)][key].add(stored.name)
             if kind(value) == "array_value":
                 bucket = self.contains_index[(cid, path)]
                 for item in value.array_value.values:
                     bucket[sort_key(item)].add(stored.name)
-            index = self.sorted_indexes.get((cid, path))
             if index is not None:
                 index.add(key, stored.name)
 
     def _unindex(self, stored: Stored, entries: Iterable[tuple[FieldPath, Any]]) -> None:
         cid = stored.collection_id
-        for path, value in entries:
-            key = stored.key(path)
-            assert key is not None
+        for given, value in entries:
+            path, indexed = self._path(cid, given)
+            index = self.sorted_indexes.get((cid, path))
+            if not indexed:
+                if index is not None:
+                    index.remove(_present(stored.key(path)), stored.name)
+                continue
+            key = _present(stored.key(path))
             by_value = self.eq_index.get((cid, path))
             if by_value is not None:
                 names = by_value.get(key)
@@ -299,9 +379,14 @@ class Database:
                             names.discard(stored.name)
                             if not names:
                                 del bucket[sort_key(item)]
-            index = self.sorted_indexes.get((cid, path))
             if index is not None:
                 index.remove(key, stored.name)
+
+
+def _present(key: SortKey | None) -> SortKey:
+    """The sort key of a field the document has (walked from its own fields)."""
+    assert key is not None
+    return key
 
 
 def _subtree(name: str, value: Any) -> Iterator[tuple[FieldPath, Any]]:

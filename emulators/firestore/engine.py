@@ -32,6 +32,7 @@ from emulators import snapshot
 from emulators.firestore.call import Call
 from emulators.firestore.database import Database, Document, Stored
 from emulators.firestore.errors import Aborted, Cancelled, DeadlineExceeded, InvalidArgument
+from emulators.firestore.indexes import Exemption
 from emulators.firestore.mutation import Outcome, apply, micros, written_name
 from emulators.firestore.names import DatabaseKey
 from emulators.firestore.query import Query, Result, count_by_index, run
@@ -76,6 +77,10 @@ class Consistency:
     read_us: int | None = None
 
 
+def _no_exemptions(key: DatabaseKey) -> frozenset[Exemption]:
+    return frozenset()
+
+
 class Engine:
     """All databases of one emulator process, and the transactions running against them."""
 
@@ -102,6 +107,9 @@ class Engine:
         self.owners: dict[LockKey, Transaction] = {}
         self._last_us = 0
         self._seq = itertools.count()
+        # Strict mode: the single-field index exemptions serving a database (server.start
+        # sets it from the loaded index definitions).
+        self.exemptions: Callable[[DatabaseKey], frozenset[Exemption]] = _no_exemptions
 
     # -- time and databases ------------------------------------------------------------------
 
@@ -114,9 +122,16 @@ class Engine:
     def database(self, key: DatabaseKey) -> Database:
         db = self.databases.get(key)
         if db is None:
-            db = Database(key)
+            db = Database(key, self.exemptions(key))
             self.databases[key] = db
         return db
+
+    def refresh_exemptions(self, project: str) -> None:
+        """Re-read the exemptions of a project's databases (its index definitions changed)."""
+        with self.cond:
+            for key, db in self.databases.items():
+                if key[0] == project:
+                    db.set_unindexed(self.exemptions(key))
 
     def reset(self, project: str | None = None, database: str | None = None) -> None:
         """Drop documents (of one project/database, or everything) and their transactions."""

@@ -185,6 +185,11 @@ class IndexSet:
             base = self._projects.get(database[0], self._everywhere)
             return Definitions((*base.indexes, *self._added.get(database, [])), base.exemptions)
 
+    def exemptions(self, database: DatabaseKey) -> frozenset[Exemption]:
+        """The fields of `database` without single-field indexes."""
+        with self._lock:
+            return self._projects.get(database[0], self._everywhere).exemptions
+
     def of(self, database: DatabaseKey) -> list[CompositeIndex]:
         return list(self.definitions(database).indexes)
 

@@ -309,11 +309,15 @@ def _term_candidates(db: Database, cid: str, term: Term) -> tuple[int, Callable[
             return len(names), lambda: names
         return -1, lambda: ()
     if term.op in (_FieldOp.EQUAL, _FieldOp.IN):
-        by_value = db.eq_index.get((cid, term.path), {})
+        by_value = db.equality_index(cid, term.path)
+        if by_value is None:  # exempted: no entries to narrow by
+            return -1, lambda: ()
         sets = [by_value.get(k, set()) for k in term.keys]
         return sum(len(s) for s in sets), lambda: set().union(*sets)
     if term.op in (_FieldOp.ARRAY_CONTAINS, _FieldOp.ARRAY_CONTAINS_ANY):
-        by_item = db.contains_index.get((cid, term.path), {})
+        by_item = db.contains_index_of(cid, term.path)
+        if by_item is None:
+            return -1, lambda: ()
         sets = [by_item.get(k, set()) for k in term.keys]
         return sum(len(s) for s in sets), lambda: set().union(*sets)
     return -1, lambda: ()
@@ -518,7 +522,13 @@ def run(db: Database, query: Query, read_us: int | None = None, ordered: bool = 
 def scan(db: Database, query: Query, read_us: int | None = None, ordered: bool = True) -> Result:
     """The general plan: narrow candidates by an index, filter, sort, then cursors and limit."""
     matches = query.filter.matches if query.filter is not None else None
-    if query.filter is not None and query.filter.exact and read_us is None and query.collection_id:
+    if (
+        query.filter is not None
+        and query.filter.exact
+        and read_us is None
+        and query.collection_id
+        and db.single_field_indexed(query.collection_id, query.filter.terms[0].path)
+    ):
         matches = None  # the candidates came from this very equality index
     order_paths = [p for p, _ in query.orders]
     # __name__ is always present; only other ordered fields can be missing.
@@ -573,5 +583,7 @@ def count_by_index(db: Database, query: Query) -> int | None:
     if not query.filter.exact or len(db.by_group.get(cid, ())) != len(collection):
         return None  # other collections share the id: names would need a scope check
     term = query.filter.terms[0]
-    by_value = db.eq_index.get((cid, term.path), {})
+    by_value = db.equality_index(cid, term.path)
+    if by_value is None:
+        return None  # exempted: no entries to count
     return sum(len(by_value.get(key, ())) for key in set(term.keys))

@@ -83,6 +83,8 @@ class Emulator:
         self.engine.reset(project, database)
         if self.indexes is not None and database is None:
             self.indexes.drop(project)
+            if project is not None:
+                self.engine.refresh_exemptions(project)
 
     def add_index(self, project: str, index: CompositeIndex, database: str = "(default)") -> None:
         """Create a composite index in one database (strict mode), as CreateIndex would."""
@@ -96,6 +98,7 @@ class Emulator:
         if self.indexes is None:
             raise InvalidArgument("The emulator is not strict: every query is served already.")
         self.indexes.use(project, definitions)
+        self.engine.refresh_exemptions(project)
 
     def stats(self, project: str | None = None) -> dict[str, Any]:
         return self.billing.snapshot(project)
@@ -164,6 +167,9 @@ def start(
     )
     faults = FaultPlan()
     index_set = IndexSet(indexes) if indexes is not None else None
+    if index_set is not None:
+        # No single-field entries for exempted fields, as production keeps none.
+        engine.exemptions = index_set.exemptions
     billing = Billing(index_set)  # write rates count what this index set holds
     if data_file is not None:
         saved = snapshot.read(data_file, SNAPSHOT_KIND)

@@ -6,7 +6,7 @@ Pub/Sub topology the way infra/ builds it, a local scheduler that calls the scan
 tokens every few seconds, and a demo; prints a line per scan run. Ctrl-C or SIGTERM stops
 every child process. Exit codes: 0 stopped cleanly (or demo done with --exit-when-done);
 1 a process died or the demo timed out; 2 bad usage, a port in use, another stack running with
-the same --log-dir, or gcloud missing.
+the same --log-dir, kept data written with another --shards, or gcloud missing.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from emulators.port_number import port_number
+from services.jobs.shard import MAX_SHARDS
 from services.local.stack import ChildDied, StackError
 from services.local.system import DEFAULT_PROJECT, ROOT, DemoTimeout, LocalSystem, Options, Ports
 
@@ -71,6 +72,14 @@ def parse_args(argv: list[str] | None) -> Options:
         type=float,
         metavar="SECONDS",
         help="exit 1 if the demo is not done by then (a number above 0)",
+    )
+    parser.add_argument(
+        "--shards",
+        type=_shard_count,
+        default=1,
+        metavar="N",
+        help=f"shards of the due index (JOBS_SHARDS for every service and the env file, and "
+        f"the emulator's index set of that N; 1 to {MAX_SHARDS}, default 1)",
     )
     parser.add_argument("--no-demo", action="store_true", help="seed nothing")
     parser.add_argument(
@@ -127,7 +136,18 @@ def parse_args(argv: list[str] | None) -> Options:
         cloud_run=not args.direct,
         invoker_iam=not args.invoker_iam_disabled,
         fresh=args.fresh,
+        shards=args.shards,
     )
+
+
+def _shard_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"not a whole number from 1 to {MAX_SHARDS}: {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from emulators.launcher import DEFAULT_PROJECT, READY_LINE, free_port, port_is_free
+from emulators.launcher import (
+    DEFAULT_PROJECT,
+    PROJECT_INDEXES,
+    READY_LINE,
+    free_port,
+    port_is_free,
+)
 from emulators.launcher import Ports as EmulatorPorts
 from emulators.oidc.server import CERTS_PATH, TOKEN_PATH
 from services.api import settings as api_keys
@@ -90,6 +96,7 @@ class Options:
     # False: the front ends run as with Cloud Run's invoker_iam_disabled (no invoker check).
     invoker_iam: bool = True
     fresh: bool = False  # start the emulators empty and keep nothing
+    shards: int = 1  # JOBS_SHARDS everywhere, and the emulator's index set of that N
 
     @property
     def behind_cloud_run_iam(self) -> bool:
@@ -99,6 +106,13 @@ class Options:
     def data_dir(self) -> Path | None:
         """Where the emulators keep their state between runs (None: nothing is kept)."""
         return None if self.fresh or self.official else self.log_dir / "data"
+
+    @property
+    def firestore_indexes(self) -> str:
+        """The index set the emulator enforces: the one infra deploys for this N."""
+        if self.shards == 1:
+            return PROJECT_INDEXES
+        return f"{PROJECT_INDEXES}?shards={self.shards}"
 
     @property
     def budget_interval_s(self) -> float:
@@ -131,6 +145,32 @@ def check_ports(ports: Ports) -> None:
         seen[port] = name.replace("_", "-")
         if not port_is_free(HOST, port):
             raise PortInUse(name, port, flag)
+
+
+SHARDS_MARK = "jobs-shards"  # in the data dir: the --shards its records were written with
+
+
+def check_kept_shards(data_dir: Path, shards: int) -> None:
+    """Refuse kept data written with another --shards (its records lack or carry other shard
+    values, which the other index set cannot find); record this N for the next run."""
+    mark = data_dir / SHARDS_MARK
+    try:
+        kept = int(mark.read_text().strip()) if mark.exists() else None
+    except (OSError, ValueError):
+        kept = None
+    if kept is None and data_dir.is_dir() and any(data_dir.iterdir()):
+        kept = 1  # data kept before the mark existed: written unsharded
+    if kept is not None and kept != shards:
+        raise StackError(
+            f"{data_dir} holds records written with --shards {kept}; run with --shards {kept}, "
+            "or --fresh to start empty (a deployment changes N with jobsctl backfill-shards, "
+            "docs/capacity.md)"
+        )
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        mark.write_text(f"{shards}\n")
+    except OSError as exc:
+        raise StackError(f"cannot write {mark}: {exc.strerror or exc}") from exc
 
 
 class LocalSystem:
@@ -200,8 +240,11 @@ class LocalSystem:
         for name in ("firestore", "firestore_admin", "pubsub", "pubsub_admin", "oidc", "storage"):
             argv += [f"--{name.replace('_', '-')}-port", str(getattr(ports, name))]
         if options.official:
-            argv.append("--official")
+            argv.append("--official")  # Google's emulator enforces no indexes
+        else:
+            argv += ["--firestore-indexes", options.firestore_indexes]
         if options.data_dir is not None:
+            check_kept_shards(options.data_dir, options.shards)
             argv += ["--data-dir", str(options.data_dir)]
         child = self.supervisor.start("emulators", argv, env=_base_environment(), cwd=ROOT)
         self.supervisor.wait_until(
@@ -227,6 +270,7 @@ class LocalSystem:
             **_base_environment(),
             **self.endpoints.exports,
             common_keys.PROJECT: self.options.project,
+            common_keys.SHARDS: str(self.options.shards),
             common_keys.LOG_LEVEL: "INFO",
             # Behind the front end, tokens arrive as Cloud Run forwards them: signature removed.
             common_keys.BEHIND_CLOUD_RUN_IAM: str(self.options.behind_cloud_run_iam).lower(),
@@ -391,7 +435,9 @@ class LocalSystem:
 
     def store(self) -> FirestoreJobStore:
         if self._store is None:
-            self._store = FirestoreJobStore(self.backends().firestore(), self.clock)
+            self._store = FirestoreJobStore(
+                self.backends().firestore(), self.clock, shards=self.options.shards
+            )
         return self._store
 
     def storage(self) -> Any:
@@ -416,6 +462,8 @@ class LocalSystem:
         return {
             **self.endpoints.exports,
             common_keys.PROJECT: self.options.project,
+            # jobsctl's lists, stats and claims must query the shards the services write.
+            common_keys.SHARDS: str(self.options.shards),
             # The client libraries' own project variable: `firestore.Client()` with no
             # project argument then writes where this stack reads.
             "GOOGLE_CLOUD_PROJECT": self.options.project,

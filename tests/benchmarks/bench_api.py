@@ -68,7 +68,7 @@ def main() -> None:
             headers = {"Authorization": f"Bearer {token}"}
 
             def schedule(session: requests.Session, n: int) -> requests.Response:
-                body = {
+                body: dict[str, Any] = {
                     "job_id": f"job-{n:06d}",
                     "action": "media.delete_source",
                     "subject": f"media-{n}",

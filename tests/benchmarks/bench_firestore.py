@@ -7,6 +7,7 @@ Run: ``.venv/bin/python -m tests.benchmarks firestore``. The emulator runs as it
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import re
 import statistics
@@ -114,7 +115,7 @@ def main() -> None:
                 )
             batch.commit()
 
-        latencies = [timed(lambda r=r: commit_500(r)) for r in range(7)]
+        latencies = [timed(functools.partial(commit_500, r)) for r in range(7)]
         print(
             f"500-write commit latency (median of 7): {statistics.median(latencies) * 1000:,.1f} ms"
         )

@@ -110,7 +110,7 @@ def main() -> None:
     )
     timed = _TimedStore(store)
     scanner = Scanner(
-        timed,  # type: ignore[arg-type]
+        timed,
         publisher,
         clock,
         LIMITS,

@@ -220,3 +220,17 @@ def test_a_log_dir_that_cannot_be_a_directory_is_a_usage_error(tmp_path: Path) -
     assert proc.returncode == 2, proc.stderr[-500:]
     assert "Traceback" not in proc.stderr
     assert f"--log-dir {taken}" in proc.stderr
+
+
+def test_a_sharded_stack_completes_the_demo_with_that_index_set_everywhere(
+    tmp_path: Path,
+) -> None:
+    proc = _start(tmp_path, "--exit-when-done", "--shards", "4")
+    out, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, err + out
+    # The emulator refuses every unsharded query with this index set, as Firestore would:
+    # the demo completing means the scan, worker and seeding all ran sharded.
+    assert "emulators: firestore strict: indexes from services.jobs.schema?shards=4" in out
+    assert "demo done: 3/3 due jobs completed, 3/3 source files deleted" in out
+    assert "export JOBS_SHARDS=4" in (tmp_path / "env").read_text().splitlines()
+    _assert_all_gone(_stopped_pids(out))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import google.cloud.storage as storage
 import requests
@@ -14,6 +15,9 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-encoding", "host"}
 
@@ -35,11 +39,10 @@ class FlakyStorage:
                 return True
             return False
 
-    def __call__(self, environ: dict[str, object], start_response: object) -> object:
-        return self._app(environ, start_response)
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        return self._answer(Request(environ))(environ, start_response)
 
-    @Request.application
-    def _app(self, request: Request) -> Response:
+    def _answer(self, request: Request) -> Response:
         if self._should_fail(request):
             response = Response(
                 f'{{"error": {{"code": {self.status}, "message": "injected outage"}}}}',

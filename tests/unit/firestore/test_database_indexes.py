@@ -1,11 +1,14 @@
 """The indexes an update leaves behind are those of the final documents indexed from scratch:
 `Database.put` re-indexes only the fields an update changed, so this checks every kind of
-change (value, type, a map's inner field, an array, a field added or removed, a delete)."""
+change (value, type, a map's inner field, an array, a field added or removed, a delete); with
+single-field index exemptions too, which leave no equality or array-contains entries for the
+exempted fields (a map's exemption covering its inner fields) and every other entry as it was."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,12 +65,34 @@ def _indexes(db: Database) -> tuple[Any, Any, Any]:
     return tidy(db.eq_index), tidy(db.contains_index), (sorted_entries, composite_entries)
 
 
+# A map (`lease`, inner fields included) and an array field exempted; `state` and `n` not.
+EXEMPT = frozenset({("jobs", ("lease",)), ("jobs", ("tags",))})
+
+
+def _fresh(final: dict[str, dict[str, Any] | None], exempt: frozenset[Any]) -> Database:
+    """The final documents put once each, then every index built."""
+    fresh = Database(("p", "(default)"), exempt)
+    for name, fields in final.items():
+        if fields is not None:
+            fresh.put(name, _doc(name, fields), 1)
+    for field in FIELDS:
+        fresh.sorted_index("jobs", (field,))
+        fresh.sorted_index("jobs", (field, "owner"))
+    _build_composites(fresh)
+    return fresh
+
+
+def _single_field(index: dict[Any, Any], keep: Any) -> dict[Any, Any]:
+    return {key: value for key, value in index.items() if keep(key[1])}
+
+
+@pytest.mark.parametrize("exempt", [frozenset(), EXEMPT], ids=["no exemptions", "exemptions"])
 @settings(max_examples=150, deadline=None)
-@given(writes)
+@given(sequence=writes)
 def test_indexes_after_updates_equal_the_final_documents_indexed_from_scratch(
-    sequence: list[tuple[str, dict[str, Any] | None]],
+    exempt: frozenset[Any], sequence: list[tuple[str, dict[str, Any] | None]]
 ) -> None:
-    db = Database(("p", "(default)"))
+    db = Database(("p", "(default)"), exempt)
     # Sorted indexes exist before the writes, so they are maintained by every put.
     for field in FIELDS:
         db.sorted_index("jobs", (field,))
@@ -77,12 +102,39 @@ def test_indexes_after_updates_equal_the_final_documents_indexed_from_scratch(
     for time_us, (name, fields) in enumerate(sequence, start=1):
         db.put(name, None if fields is None else _doc(name, fields), time_us)
         final[name] = fields
-    fresh = Database(("p", "(default)"))
-    for name, fields in final.items():
-        if fields is not None:
-            fresh.put(name, _doc(name, fields), 1)
+    assert _indexes(db) == _indexes(_fresh(final, exempt))
+    if not exempt:
+        return
+    equality, contains, ordered = _indexes(db)
+    everything = _indexes(_fresh(final, frozenset()))
+    exempted = {path for _, path in exempt}
+
+    def kept(path: Any) -> bool:
+        return path[:1] not in exempted
+
+    assert all(kept(path) for _, path in [*equality, *contains])
+    assert equality == _single_field(everything[0], kept)
+    assert contains == _single_field(everything[1], kept)
+    # Sorted and composite indexes (the planner's own) hold every document either way.
+    assert ordered == everything[2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(sequence=writes, first=st.sampled_from([frozenset(), EXEMPT]))
+def test_other_exemptions_rebuild_the_single_field_entries(
+    sequence: list[tuple[str, dict[str, Any] | None]], first: frozenset[Any]
+) -> None:
+    """A project given other index definitions: its entries become those of the documents
+    indexed from scratch under the new exemptions."""
+    db = Database(("p", "(default)"), first)
+    final: dict[str, dict[str, Any] | None] = {}
+    for time_us, (name, fields) in enumerate(sequence, start=1):
+        db.put(name, None if fields is None else _doc(name, fields), time_us)
+        final[name] = fields
+    then = EXEMPT if not first else frozenset()
+    db.set_unindexed(then)
     for field in FIELDS:
-        fresh.sorted_index("jobs", (field,))
-        fresh.sorted_index("jobs", (field, "owner"))
-    _build_composites(fresh)
-    assert _indexes(db) == _indexes(fresh)
+        db.sorted_index("jobs", (field,))
+        db.sorted_index("jobs", (field, "owner"))
+    _build_composites(db)
+    assert _indexes(db) == _indexes(_fresh(final, then))
