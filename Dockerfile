@@ -33,6 +33,7 @@ EXPOSE 8080
 # (services/<target>/main.py, the FUNCTION_SOURCE): a bad JOBS_* value exits 2 naming every
 # bad key, before anything listens, so the revision fails its startup probe. Then exec, so
 # functions-framework gets SIGTERM. Its THREADS, CLOUD_RUN_TIMEOUT_SECONDS and
-# THREADED_TIMEOUT_ENABLED come from the service's environment (infra/env.py).
+# THREADED_TIMEOUT_ENABLED (false: keep-alive, docs/deploy.md "Request timeout") come from the
+# service's environment (infra/env.py).
 CMD python -m services.${FUNCTION_TARGET}.main \
     && exec functions-framework --target=${FUNCTION_TARGET} --source=${FUNCTION_SOURCE} --port=${PORT}

@@ -46,18 +46,20 @@ class SerializedHandler(RequestHandler):
     wfile: Any
 
     def _serialized(self, method: Any) -> None:
-        self._buffer_body()
+        wire_in, wire_out = self.rfile, self.wfile
+        self.rfile = io.BytesIO(self._read_body())
         answer = io.BytesIO()
-        wire = self.wfile
         self.wfile = answer
         try:
             with self.store_lock:
                 method()
         finally:
-            self.wfile = wire
+            # The connection's own streams again: a kept-alive connection reads its next
+            # request from the socket, not from this request's buffered body.
+            self.rfile, self.wfile = wire_in, wire_out
         self.wfile.write(answer.getvalue())
 
-    def _buffer_body(self) -> None:
+    def _read_body(self) -> bytes:
         """Read the body now (Content-Length or chunked) so the handler reads it from memory."""
         length = self.headers.get("Content-Length")
         if length:
@@ -69,7 +71,7 @@ class SerializedHandler(RequestHandler):
             self.headers["Content-Length"] = str(len(body))
         else:
             body = b""
-        self.rfile = io.BytesIO(body)
+        return body
 
     def do_GET(self) -> None:
         self._serialized(super().do_GET)

@@ -6,6 +6,13 @@ turns that into an `OSError` the launcher can report. Requests are served by the
 handler and storage, so `google.cloud.storage.Client` talks to it over HTTP through
 `STORAGE_EMULATOR_HOST=http://HOST:PORT`; connections are served concurrently with the store
 changed one request at a time (`serialized`). One gap is filled: see `_PreconditionHandler`.
+
+Connections are kept alive (HTTP/1.1), as Cloud Storage's JSON API keeps them: the package's
+handler (http.server's default HTTP/1.0) closed each one after a single request, so every
+client call paid a new TCP connection, and this server a new thread for it. Every answer
+states its length (the package's `Response.close`, `send_json`, http.server's `send_error`),
+and the body is read whole before the handler runs (`serialized`), so the next request on
+the connection starts where this one ended.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from emulators.http_server import BackgroundHTTPServer, send_json
 from emulators.storage.serialized import InMemoryStorage, serialized
 
 ENV_VAR = "STORAGE_EMULATOR_HOST"
+IDLE_CONNECTION_TIMEOUT_S = 120
 
 _OBJECT_PATH = re.compile(r"^(?:/storage/v1)?/b/(?P<bucket>[-.\w]+)/o/(?P<object>.*[^/]+)$")
 
@@ -37,6 +45,10 @@ class _PreconditionHandler(RequestHandler):
     what a deferred "delete the source files" job sends; without the check a test would pass
     where Cloud Storage refuses.
     """
+
+    protocol_version = "HTTP/1.1"
+    # An idle kept-alive connection is closed after this long (its thread ends with it).
+    timeout = IDLE_CONNECTION_TIMEOUT_S
 
     def do_DELETE(self) -> None:
         if self._generation_mismatch():

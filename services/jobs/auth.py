@@ -3,7 +3,13 @@
 Cloud Run IAM already checks the invoker; the services check again here (issuer, audience,
 email allowlist, verified email, expiry) so a misconfigured IAM binding is not the only wall.
 The signature and expiry checks are google-auth's `verify_token`; its certs are cached in
-memory so a busy worker does not fetch Google's certs document on every push.
+memory so a busy worker does not fetch Google's certs document on every push. Pub/Sub and
+Cloud Scheduler send the same token for many requests, so a token google-auth verified is
+remembered by its exact text, with the certs document that verified it (`_VerifiedTokens`):
+a request carrying it again skips the signature and audience checks, which that text, that
+document and the verifier's one audience decide, and runs the others again (the times against
+the clock of this request, the issuer, the allowlisted and verified email). A refreshed certs
+document (a rotated or withdrawn key) makes every remembered token be verified afresh.
 
 Behind Cloud Run's IAM invoker check the container never sees a signature: Cloud Run verifies
 the token itself, then forwards it with the JWT's third segment replaced by the literal
@@ -241,6 +247,7 @@ class _CachedCertsRequest(google.auth.transport.Request):
     def __init__(self, cache: CertsCache, needed_kid: str | None) -> None:
         self._cache = cache
         self._needed_kid = needed_kid
+        self.served: bytes | None = None  # the certs document handed out, once asked
 
     def __call__(
         self,
@@ -253,17 +260,62 @@ class _CachedCertsRequest(google.auth.transport.Request):
     ) -> google.auth.transport.Response:
         if url != self._cache.certs_url or method != "GET":
             raise google.auth.exceptions.TransportError(f"unexpected request {method} {url}")
-        return _CachedResponse(self._cache.document(self._needed_kid))
+        self.served = self._cache.document(self._needed_kid)
+        return _CachedResponse(self.served)
+
+
+@dataclass(frozen=True)
+class _Verified:
+    claims: Mapping[str, Any]
+    certs: bytes  # the certs document object that verified the signature
+
+
+class _VerifiedTokens:
+    """Tokens google-auth verified (signature, audience, times), by their exact text; at
+    most `limit`, the oldest dropped first; thread-safe."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Verified] = {}
+
+    def get(self, token: str) -> _Verified | None:
+        with self._lock:
+            return self._entries.get(token)
+
+    def add(self, token: str, claims: Mapping[str, Any], certs: bytes) -> None:
+        with self._lock:
+            self._entries.pop(token, None)
+            while len(self._entries) >= self._limit:
+                del self._entries[next(iter(self._entries))]
+            self._entries[token] = _Verified(claims, certs)
+
+    def discard(self, token: str) -> None:
+        with self._lock:
+            self._entries.pop(token, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
 
 
 class TokenVerifier:
-    """Checks tokens against one `AuthPolicy`; share one per process (it holds the certs)."""
+    """Checks tokens against one `AuthPolicy`; share one per process (it holds the certs and
+    the tokens already verified)."""
 
-    def __init__(self, policy: AuthPolicy, certs: CertsCache | None = None) -> None:
+    def __init__(
+        self,
+        policy: AuthPolicy,
+        certs: CertsCache | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         if not policy.audience:
             raise ValueError("an audience is required")
         self.policy = policy
         self._certs = certs or CertsCache(policy.certs_url)
+        self._verified = _VerifiedTokens()
+        self._wall_clock = wall_clock
 
     def verify_request(self, headers: RequestHeaders) -> Caller:
         """The caller behind a request's headers, read as Cloud Run reads them."""
@@ -281,7 +333,11 @@ class TokenVerifier:
         if token.rsplit(".", 1)[1] == SIGNATURE_REMOVED:
             return self._verify_forwarded(header, payload)
         kid = header.get("kid")
-        request = _CachedCertsRequest(self._certs, kid if isinstance(kid, str) else None)
+        needed_kid = kid if isinstance(kid, str) else None
+        remembered = self._remembered(token, needed_kid)
+        if remembered is not None:
+            return remembered
+        request = _CachedCertsRequest(self._certs, needed_kid)
         try:
             claims = id_token.verify_token(
                 token,
@@ -298,6 +354,31 @@ class TokenVerifier:
             # A correctly signed token with claims of the wrong type (an `iat` of null, an
             # `aud` list) trips google-auth's arithmetic; it is still just a bad token.
             raise Unauthenticated("token claims have the wrong types") from exc
+        caller = self._authorize(claims)
+        if request.served is not None:
+            self._verified.add(token, claims, request.served)
+        return caller
+
+    def _remembered(self, token: str, needed_kid: str | None) -> Caller | None:
+        """The caller of a token verified before with the current certs document: its
+        signature and audience stand (same text, same keys, same policy); the times, issuer
+        and email are checked again now."""
+        remembered = self._verified.get(token)
+        if remembered is None:
+            return None  # never asks for the certs: verify_token does, once
+        try:
+            certs = self._certs.document(needed_kid)
+        except CertsUnavailable:
+            return None  # verify_token asks again and reports it
+        if remembered.certs is not certs:
+            return None  # refreshed since: verified afresh (and remembered anew)
+        claims = remembered.claims
+        try:
+            # google-auth's rule: whole seconds of now inside [iat - skew, exp + skew].
+            _check_times(claims, self.policy.clock_skew_s, now=math.floor(self._wall_clock()))
+        except Unauthenticated:
+            self._verified.discard(token)
+            raise
         return self._authorize(claims)
 
     def _verify_forwarded(self, header: Mapping[str, Any], claims: Mapping[str, Any]) -> Caller:

@@ -6,7 +6,9 @@ cost on the client side. A job record's values are plain (None, bool, int, float
 datetime, and maps and lists of them), so `update_write` builds the same `Write` straight on
 the protobuf classes the client's wrappers hold. `tests/unit/jobs/test_encoding.py` proves
 the result equal to what `pbs_for_update` builds, for generated values and for every
-transition of the state machine. Anything else (a sentinel such as DELETE_FIELD, a
+transition of the state machine. One sentinel is encoded: a top-level `ArrayUnion` (how the
+worker appends history entries) becomes the field transform `append_missing_elements` on the
+same Write, as the client builds it. Anything else (another sentinel such as DELETE_FIELD, a
 reference, a GeoPoint, a dotted field path) gets None, and the caller takes the client's own
 path, so nothing here ever changes what is written.
 
@@ -22,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
+from google.cloud.firestore_v1.transforms import ArrayUnion
 from google.cloud.firestore_v1.types import common, write
 from google.protobuf import timestamp_pb2
 from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
@@ -49,12 +52,24 @@ def update_write(
     update = _WRITE()
     update.update.name = document_path
     target = update.update.fields
+    plain = sorted(name for name, value in fields.items() if not isinstance(value, ArrayUnion))
+    unions = sorted(name for name, value in fields.items() if isinstance(value, ArrayUnion))
     try:
-        for name, value in fields.items():
-            _fill(target[name], value, True)
+        for name in plain:
+            _fill(target[name], fields[name], True)
+        for name in unions:
+            # The client's DocumentExtractor: the field leaves the mask and becomes a
+            # transform, its elements encoded as array elements (any map key).
+            transform = update.update_transforms.add()
+            transform.field_path = name
+            transform.append_missing_elements.SetInParent()
+            elements = transform.append_missing_elements.values
+            for item in fields[name].values:
+                _fill(elements.add(), item, False)
     except (_Unsupported, TypeError, ValueError, OverflowError):
         return None
-    update.update_mask.field_paths.extend(sorted(fields))
+    update.update_mask.SetInParent()  # present even when every field is a transform
+    update.update_mask.field_paths.extend(plain)
     if last_update_time is None:
         update.current_document.CopyFrom(_PRECONDITION(exists=True))
     else:

@@ -58,6 +58,7 @@ from services.worker.deadline import (
     STOP_CANCEL,
     STOP_LEASE_LOST,
     Heartbeat,
+    HeartbeatStarter,
 )
 from services.worker.envelope import Delivery
 from services.worker.errors import DependencyDown, Interrupted, PermanentError, TransientError
@@ -192,6 +193,8 @@ class Processor:
         self._max_delivery = max_delivery
         # Real seconds between the background thread's checks: half a beat interval.
         self._poll_s = heartbeat_poll_s or lease.total_seconds() / (2 * HEARTBEATS_PER_LEASE)
+        # Starts an action's heartbeat thread once it has run that long (no thread until then).
+        self._heartbeats = HeartbeatStarter(self._poll_s)
 
     def process(self, delivery: Delivery) -> Outcome:
         """Process one delivery; never raises for a store or action failure."""
@@ -296,7 +299,7 @@ class Processor:
             progress=dict(job.progress) if job.progress is not None else None,
             deadline=heartbeat.deadline,
         )
-        heartbeat.start(self._poll_s)
+        heartbeat.start_later(self._heartbeats)
         try:
             try:
                 result = action.run(request)

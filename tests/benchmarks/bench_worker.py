@@ -42,6 +42,7 @@ from typing import Any
 import requests
 from werkzeug.serving import make_server
 
+from tests.benchmarks import rig
 from tests.benchmarks.rig import Done
 
 PUSHER = "pusher@deferred-jobs.iam.gserviceaccount.com"
@@ -113,44 +114,16 @@ def _in_process(push_concurrency: int) -> Iterator[Emulators]:
 def _separate_process(push_concurrency: int | None = None) -> Iterator[Emulators]:
     """The emulators in their own process (`python -m emulators`), the worker elsewhere;
     `push_concurrency` None keeps the emulator's default (benchmarks that only pull)."""
-    command = [sys.executable, "-m", "emulators"]
-    for flag in ("firestore", "firestore-admin", "pubsub", "pubsub-admin", "oidc", "storage"):
-        command += [f"--{flag}-port", "0"]
-    if push_concurrency is not None:
-        command += ["--pubsub-push-concurrency", str(push_concurrency)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        exports, admin = _read_exports(process)
-        os.environ.update(exports)
-        stats_url = admin["firestore admin"] + "/stats"
-        push_url = admin["pubsub admin"] + "/stats"
+    with rig.own_process(push_concurrency) as launched:
+        stats_url = launched.admin["firestore admin"] + "/stats"
+        push_url = launched.admin["pubsub admin"] + "/stats"
         yield Emulators(
-            exports["JOBS_OIDC_CERTS_URL"],
+            launched.exports["JOBS_OIDC_CERTS_URL"],
             lambda project: dict(requests.get(stats_url, params={"project": project}).json()),
             lambda project: requests.delete(stats_url, params={"project": project}).close(),
             lambda: dict(requests.get(push_url).json()["push_attempts_by_status"]),
             lambda: requests.delete(push_url).close(),
         )
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def _read_exports(process: subprocess.Popen[str]) -> tuple[dict[str, str], dict[str, str]]:
-    exports: dict[str, str] = {}
-    admin: dict[str, str] = {}
-    assert process.stdout is not None
-    for line in process.stdout:
-        line = line.strip()
-        if line.startswith("export "):
-            key, _, value = line.removeprefix("export ").partition("=")
-            exports[key] = value
-        elif line.startswith("# ") and ": http" in line:
-            name, _, url = line.removeprefix("# ").partition(": ")
-            admin[name] = url
-        elif line == "# emulators ready":
-            return exports, admin
-    raise RuntimeError("the emulator launcher exited before it was ready")
 
 
 def main() -> None:
@@ -196,7 +169,7 @@ def _worker_in_process(project: str, emulators: Emulators, storage_client: Any) 
     from services.jobs.store import FirestoreJobStore
     from services.worker import media
     from services.worker.actions import ActionRegistry
-    from services.worker.app import create_app
+    from services.worker.app import create_app, read_environment_once
     from services.worker.settings import WorkerSettings
 
     clock = SystemClock()
@@ -211,6 +184,9 @@ def _worker_in_process(project: str, emulators: Emulators, storage_client: Any) 
         allowed_invokers=frozenset({PUSHER}),
         certs_url=emulators.certs_url,
     )
+    # As default_actions sets up the deployed worker's client (the benchmark's environment has
+    # no proxy or netrc settings either).
+    read_environment_once(storage_client._http)
     actions = ActionRegistry([media.delete_source_action(storage_client, settings.retry_policy)])
     holder["app"] = create_app(
         settings,

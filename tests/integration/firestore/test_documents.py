@@ -216,3 +216,16 @@ def test_recursive_delete_removes_documents_and_subcollections(firestore_client:
     assert firestore_client.recursive_delete(jobs, chunk_size=5) == 24
     assert [c.id for c in firestore_client.collections()] == ["control"]
     assert list(firestore_client.collection_group("runs").stream()) == []
+
+
+def test_a_write_that_changes_no_field_keeps_the_update_time(firestore_client: Any) -> None:
+    # WriteResult.update_time: "If the write did not actually change the document, this will
+    # be the previous update_time."
+    # (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#writeresult)
+    ref = firestore_client.collection("jobs").document("j1")
+    first = ref.set({"a": 1, "m": {"x": [1, 2]}, "t": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)})
+    same = ref.update({"m": {"x": [1, 2]}, "a": 1})
+    assert same.update_time == first.update_time == ref.get().update_time
+    moved = ref.update({"m": {"x": [1, 3]}})
+    assert moved.update_time > first.update_time
+    assert ref.get().create_time == first.update_time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 import threading
 from collections.abc import Iterator
@@ -98,3 +99,35 @@ def test_a_chunked_upload_is_stored_whole(
     answer = requests.post(url, data=chunks(), timeout=10)
     assert answer.status_code == 200, answer.text
     assert storage_bucket.blob("chunked").download_as_bytes() == b"first-second"
+
+
+def test_one_kept_alive_connection_serves_a_sequence_of_calls(
+    storage_emulator: StorageEmulator, storage_bucket: storage.Bucket
+) -> None:
+    # What the client's connection pool does: each call on the connection the last one used.
+    # Answers of every kind (2xx, 404, 412) leave it usable for the next request.
+    objects = f"/storage/v1/b/{storage_bucket.name}/o"
+    upload = f"/upload{objects}?uploadType=media&name=kept"
+    connection = http.client.HTTPConnection(storage_emulator.host, storage_emulator.port)
+    sockets, statuses = set(), []
+    try:
+        for method, path, body in [
+            ("POST", upload, b"bytes"),
+            ("GET", f"{objects}/kept?alt=media", None),
+            ("DELETE", f"{objects}/kept?ifGenerationMatch=1", None),
+            ("DELETE", f"{objects}/kept", None),
+            ("DELETE", f"{objects}/kept", None),
+            ("GET", f"{objects}/kept", None),
+        ]:
+            connection.request(method, path, body=body)
+            response = connection.getresponse()
+            response.read()
+            statuses.append(response.status)
+            assert not response.will_close
+            sockets.add(id(connection.sock))
+    finally:
+        connection.close()
+    # The delete's 2xx: the package answers 200 where Cloud Storage answers 204 (no body).
+    assert statuses[:3] == [200, 200, 412] and 200 <= statuses[3] < 300
+    assert statuses[4:] == [404, 404]
+    assert len(sockets) == 1

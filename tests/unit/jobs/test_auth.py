@@ -530,3 +530,125 @@ def test_x_serverless_authorization_is_read_in_preference_to_authorization(
 def test_invoker_authorization_without_either_header_is_none() -> None:
     assert invoker_authorization({}) is None
     assert invoker_authorization({"Authorization": "Bearer a"}) == "Bearer a"
+
+
+class _CountingVerify:
+    """google-auth's verify_token, counted: the signature checks a verifier really makes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from services.jobs import auth
+
+        self.calls = 0
+        real = auth.id_token.verify_token
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(auth.id_token, "verify_token", counted)
+
+
+class _WallClock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _remembering_verifier(
+    endpoint: FakeCertsEndpoint, certs_clock: FakeClock, wall: _WallClock
+) -> TokenVerifier:
+    policy = AuthPolicy(AUDIENCE, frozenset({EMAIL}), certs_url=CERTS_URL)
+    return TokenVerifier(
+        policy, CertsCache(CERTS_URL, endpoint, clock=certs_clock), wall_clock=wall
+    )
+
+
+def test_a_token_seen_again_is_not_signature_checked_again(
+    issuer: Issuer, endpoint: FakeCertsEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = _CountingVerify(monkeypatch)
+    verifier = _remembering_verifier(endpoint, FakeClock(), _WallClock())
+    token = issuer.mint(AUDIENCE, EMAIL)
+    callers = {verifier.verify(token) for _ in range(5)}
+    assert len(callers) == 1 and next(iter(callers)).email == EMAIL
+    assert counted.calls == 1
+    # Another token (another text) is checked on its own.
+    verifier.verify(issuer.mint(AUDIENCE, EMAIL, now=time.time() - 1))
+    assert counted.calls == 2
+
+
+def test_a_remembered_token_still_expires_on_the_clock_of_each_request(
+    issuer: Issuer, endpoint: FakeCertsEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = _CountingVerify(monkeypatch)
+    wall = _WallClock()
+    verifier = _remembering_verifier(endpoint, FakeClock(), wall)
+    token = issuer.mint(AUDIENCE, EMAIL, lifetime_s=60, now=wall.now)
+    verifier.verify(token)
+    wall.now += 60 + 10  # expiry + the default skew, in whole seconds: still accepted
+    assert verifier.verify(token).email == EMAIL
+    wall.now += 1
+    with pytest.raises(Unauthenticated, match="expired"):
+        verifier.verify(token)
+    assert counted.calls == 1  # the refusal came from the remembered claims, checked again
+
+
+def test_a_remembered_token_is_verified_again_once_the_certs_are_refreshed(
+    issuer: Issuer, endpoint: FakeCertsEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = _CountingVerify(monkeypatch)
+    certs_clock = FakeClock()
+    verifier = _remembering_verifier(endpoint, certs_clock, _WallClock())
+    token = issuer.mint(AUDIENCE, EMAIL)
+    verifier.verify(token)
+    certs_clock.now += 3601  # past the certs' TTL: a new document (a key may be withdrawn)
+    verifier.verify(token)
+    assert (counted.calls, endpoint.fetches) == (2, 2)
+
+
+def test_a_token_with_the_right_claims_and_a_wrong_signature_is_never_taken_for_one_seen(
+    issuer: Issuer, endpoint: FakeCertsEndpoint
+) -> None:
+    verifier = _remembering_verifier(endpoint, FakeClock(), _WallClock())
+    token = issuer.mint(AUDIENCE, EMAIL)
+    verifier.verify(token)
+    head, body, signature = token.split(".")
+    forged = ".".join(
+        [head, body, signature[:-4] + ("AAAA" if signature[-4:] != "AAAA" else "BBBB")]
+    )
+    with pytest.raises(Unauthenticated, match="signature"):
+        verifier.verify(forged)
+
+
+def test_a_refused_token_is_not_remembered(
+    issuer: Issuer, endpoint: FakeCertsEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = _CountingVerify(monkeypatch)
+    verifier = _remembering_verifier(endpoint, FakeClock(), _WallClock())
+    token = issuer.mint(AUDIENCE, "someone-else@p.iam.gserviceaccount.com")
+    for _ in range(3):
+        with pytest.raises(Forbidden):
+            verifier.verify(token)
+    assert counted.calls == 3
+
+
+def test_the_remembered_tokens_are_bounded(issuer: Issuer, endpoint: FakeCertsEndpoint) -> None:
+    verifier = _remembering_verifier(endpoint, FakeClock(), _WallClock())
+    now = time.time()
+    tokens = [issuer.mint(AUDIENCE, EMAIL, now=now - n) for n in range(300)]
+    for token in tokens:
+        verifier.verify(token)
+    assert len(verifier._verified) == 256
+    assert verifier.verify(tokens[0]).email == EMAIL  # dropped, so verified again: still fine
+
+
+def test_with_the_certs_unreachable_a_request_asks_for_them_once(
+    issuer: Issuer, endpoint: FakeCertsEndpoint
+) -> None:
+    endpoint.failure = "connect"
+    verifier = _remembering_verifier(endpoint, FakeClock(), _WallClock())
+    with pytest.raises(CertsUnavailable):
+        verifier.verify(issuer.mint(AUDIENCE, EMAIL))
+    assert endpoint.fetches == 1

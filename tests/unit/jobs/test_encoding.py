@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
 
 from services.jobs.encoding import _timestamp, update_write
-from services.jobs.model import Job, NewJob
-from services.jobs.store import _diff
+from services.jobs.model import Job, NewJob, Result
+from services.jobs.store import _appended, _diff
 from services.jobs.transitions import Transitions
 
 PATH = "projects/p/databases/(default)/documents/jobs/job-1"
@@ -53,6 +53,8 @@ values = st.recursive(
     max_leaves=12,
 )
 names = st.from_regex(r"[A-Za-z_][A-Za-z_0-9]{0,10}", fullmatch=True)
+# A top-level field value: plain, or an array union of plain values (the worker's history).
+field_values = st.one_of(values, st.lists(values, min_size=1, max_size=3).map(firestore.ArrayUnion))
 
 
 def _client_write(fields: dict[str, Any], last_update_time: datetime | None) -> Any:
@@ -65,7 +67,7 @@ def _client_write(fields: dict[str, Any], last_update_time: datetime | None) -> 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    fields=st.dictionaries(names, values, min_size=1, max_size=5),
+    fields=st.dictionaries(names, field_values, min_size=1, max_size=5),
     stamp=st.one_of(st.none(), moments, nanos),
 )
 def test_generated_updates_encode_as_the_client_encodes_them(
@@ -103,6 +105,32 @@ def test_the_scans_transitions_encode_as_the_client_encodes_them() -> None:
             assert ours is not None and ours == _client_write(diff, condition)
 
 
+def test_the_workers_transitions_encode_as_the_client_encodes_them() -> None:
+    # start and complete append their history entries as an array union (store._appended),
+    # conditioned on the update_time they read.
+    rules = Transitions()
+    new = NewJob("job-1", "media.delete_source", "media-1", NOW, {"bucket": "bkt", "object": "o"})
+    job = Job.create(new.validated(), NOW)
+    claimed = rules.claim(job, "run-1", NOW)
+    enqueued = rules.enqueued(claimed, claimed.generation, "m-1", NOW, NOW)
+    running = rules.start(enqueued, enqueued.generation, NOW, timedelta(minutes=4), "w", "t")
+    assert running.lease is not None
+    done = rules.complete(running, running.lease, Result("deleted", {"deleted": ["o"]}), NOW)
+    stamp = NOW + timedelta(seconds=1)
+    for old, new_job in ((enqueued, running), (running, done)):
+        diff = _appended(old, new_job)
+        assert isinstance(diff["history"], firestore.ArrayUnion)
+        ours = update_write(PATH, diff, stamp)
+        assert ours is not None and ours == _client_write(diff, stamp)
+
+
+def test_an_update_of_transforms_only_encodes_as_the_client_does() -> None:
+    fields = {"history": firestore.ArrayUnion([{"at": NOW, "to": "running"}])}
+    ours = update_write(PATH, fields, NOW)
+    assert ours is not None and ours == _client_write(fields, NOW)
+    assert ours.HasField("update_mask") and not ours.update_mask.field_paths
+
+
 def test_what_it_does_not_encode_is_left_to_the_client() -> None:
     assert update_write(PATH, {}) is None
     assert update_write(PATH, {"a.b": 1}) is None  # the client reads a path here
@@ -111,6 +139,8 @@ def test_what_it_does_not_encode_is_left_to_the_client() -> None:
     assert update_write(PATH, {"tags": {"a", "b"}}) is None
     assert update_write(PATH, {"n": 2**64}) is None
     assert update_write(PATH, {"where": firestore.GeoPoint(1.0, 2.0)}) is None
+    assert update_write(PATH, {"tags": firestore.ArrayRemove(["a"])}) is None
+    assert update_write(PATH, {"tags": firestore.ArrayUnion([firestore.SERVER_TIMESTAMP])}) is None
 
 
 @settings(max_examples=500, deadline=None)

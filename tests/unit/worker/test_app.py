@@ -267,3 +267,44 @@ def test_an_unexpected_error_before_parsing_is_logged_without_a_job_id(
         "internal_error",
         None,
     )
+
+
+def test_a_session_stops_reading_an_environment_without_its_settings(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import requests
+
+    from services.worker.app import read_environment_once
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no netrc file there
+    home = {"HOME": str(tmp_path), "PATH": "/usr/bin"}
+    session = requests.Session()
+    assert read_environment_once(session, home) is True
+    assert session.trust_env is False
+    # A CA bundle is what every request would have verified against: the session keeps it.
+    session = requests.Session()
+    both = {**home, "CURL_CA_BUNDLE": "/etc/curl.pem", "REQUESTS_CA_BUNDLE": "/etc/ca.pem"}
+    assert read_environment_once(session, both) is True
+    assert (session.trust_env, session.verify) == (False, "/etc/ca.pem")
+    for name, value in [
+        ("HTTPS_PROXY", "http://proxy:3128"),
+        ("no_proxy", "localhost"),
+        ("NETRC", "/secrets/netrc"),
+    ]:
+        session = requests.Session()
+        assert read_environment_once(session, {**home, name: value}) is False
+        assert session.trust_env is True, name
+
+
+def test_a_netrc_file_keeps_the_session_reading_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import requests
+
+    from services.worker.app import read_environment_once
+
+    (tmp_path / ".netrc").write_text("machine storage.googleapis.com login a password b\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    session = requests.Session()
+    assert read_environment_once(session, {"HOME": str(tmp_path)}) is False
+    assert session.trust_env is True

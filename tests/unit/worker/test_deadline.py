@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 from services.jobs.clock import FakeClock
@@ -14,6 +16,7 @@ from services.worker.deadline import (
     STOP_DEADLINE,
     STOP_LEASE_LOST,
     Heartbeat,
+    HeartbeatStarter,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -118,3 +121,54 @@ def test_no_beat_after_stop() -> None:
     clock.advance(LEASE)
     beat.beat_if_due()
     assert store.calls == []
+
+
+def _heartbeat_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "lease-heartbeat"]
+
+
+def test_a_heartbeat_stopped_within_the_delay_never_gets_a_thread() -> None:
+    clock = FakeClock(T0)
+    starter = HeartbeatStarter(poll_s=0.2)
+    beats = [heartbeat(clock, LeaseStore(clock, running_job(clock))) for _ in range(20)]
+    for beat in beats:
+        beat.start_later(starter)
+    assert starter.pending == 20
+    for beat in beats:
+        beat.stop()
+    assert starter.pending == 0  # withdrawn at once: nothing kept for the delay
+    time.sleep(0.4)
+    assert _heartbeat_threads() == []
+
+
+def test_a_long_action_gets_its_thread_after_the_delay_and_it_beats() -> None:
+    clock = FakeClock(T0)
+    store = LeaseStore(clock, running_job(clock))
+    starter = HeartbeatStarter(poll_s=0.05)
+    beat = heartbeat(clock, store).start_later(starter)
+    clock.advance(LEASE / 3)  # a beat is due; only a background check can make it now
+    deadline = time.monotonic() + 10
+    while not store.calls:
+        assert time.monotonic() < deadline, "the heartbeat thread never beat"
+        time.sleep(0.01)
+    assert starter.pending == 0 and len(_heartbeat_threads()) == 1
+    beat.stop()
+    assert _heartbeat_threads() == []  # stop joined it
+    beats = len(store.calls)
+    clock.advance(LEASE)
+    time.sleep(0.2)
+    assert len(store.calls) == beats  # no beat after stop
+
+
+def test_the_starter_serves_heartbeats_added_after_it_went_idle() -> None:
+    clock = FakeClock(T0)
+    starter = HeartbeatStarter(poll_s=0.02)
+    for _ in range(2):
+        store = LeaseStore(clock, running_job(clock))
+        beat = heartbeat(clock, store).start_later(starter)
+        clock.advance(LEASE / 3)
+        deadline = time.monotonic() + 10
+        while not store.calls:
+            assert time.monotonic() < deadline, "the heartbeat thread never beat"
+            time.sleep(0.01)
+        beat.stop()
