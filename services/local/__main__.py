@@ -5,16 +5,17 @@ behind the local Cloud Run front end that checks invokers as Cloud Run's IAM doe
 Pub/Sub topology the way infra/ builds it, a local scheduler that calls the scan with OIDC
 tokens every few seconds, and a demo; prints a line per scan run. Ctrl-C or SIGTERM stops
 every child process. Exit codes: 0 stopped cleanly (or demo done with --exit-when-done);
-1 a process died or the demo timed out; 2 bad usage, a port in use, another stack running with
+1 a process died, the demo timed out, or this process's own exit hung for 10 s after every child
+stopped (every thread's stack is printed); 2 bad usage, a port in use, another stack running with
 the same --log-dir, kept data written with another --shards, or gcloud missing.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import math
-import signal
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -23,6 +24,8 @@ from emulators.port_number import port_number
 from services.jobs.shard import MAX_SHARDS
 from services.local.stack import ChildDied, StackError
 from services.local.system import DEFAULT_PROJECT, ROOT, DemoTimeout, LocalSystem, Options, Ports
+
+EXIT_WATCHDOG_S = 10.0  # how long the interpreter may take to exit once every child stopped
 
 
 def parse_args(argv: list[str] | None) -> Options:
@@ -152,12 +155,9 @@ def _shard_count(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
-    # SIGINT and SIGTERM both stop the stack like Ctrl-C. SIGINT explicitly too: a shell
-    # starts a background job (`make run &`) with SIGINT ignored, and Python keeps an
-    # inherited SIG_IGN, so `kill -INT` did nothing.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.default_int_handler)
     system = LocalSystem(options, sys.stdout)
+    # SIGINT and SIGTERM both stop the stack like Ctrl-C, never inside a client call.
+    system.interrupts.install()
     try:
         return system.run()
     except KeyboardInterrupt:
@@ -170,5 +170,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def arm_exit_watchdog(seconds: float = EXIT_WATCHDOG_S) -> None:
+    """Every child is stopped by now. If this interpreter's own shutdown has still not finished
+    `seconds` later (a client library's thread or atexit handler waiting on something), print
+    every thread's stack to stderr and exit 1, rather than leave the shell hanging with no clue
+    (https://docs.python.org/3/library/faulthandler.html#faulthandler.dump_traceback_later)."""
+    sys.stdout.flush()
+    faulthandler.dump_traceback_later(seconds, exit=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    arm_exit_watchdog()
+    sys.exit(code)

@@ -38,6 +38,7 @@ from services.jobs.clock import SystemClock
 from services.jobs.store import FirestoreJobStore
 from services.local.cloud_run import deployments, front_end_argv
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
+from services.local.interrupts import InterruptGate
 from services.local.lock import StackLock
 from services.local.scheduler import Attempt, LocalScheduler, token_from_issuer_url
 from services.local.stack import Child, PortInUse, StackError, Supervisor, port_accepts
@@ -188,6 +189,8 @@ class LocalSystem:
         self._store: FirestoreJobStore | None = None
         self._storage: Any = None
         self._demo_kept = False  # the kept data already held the demo: not seeded again
+        # Stop signals wait for the client calls this (main) thread makes (interrupts.py).
+        self.interrupts = InterruptGate()
 
     def run(self) -> int:
         """Start, show progress, stop. Returns 0, or raises StackError (children stopped);
@@ -217,17 +220,18 @@ class LocalSystem:
         self._start_emulators()
         self._start_services()
         backends = self.backends()
-        create_topology(
-            self.topology,
-            self.endpoints.worker_url,
-            backends.publisher(),
-            backends.subscriber(),
-            PushPolicy(),
-            lenient=self.options.official,
-        )
-        self._demo_kept = self.options.demo and not self._demo_missing()
-        if self.options.demo and not self._demo_kept:
-            seed_demo(self.demo, self.store(), self.storage(), self.clock.now())
+        with self.interrupts.shielded():
+            create_topology(
+                self.topology,
+                self.endpoints.worker_url,
+                backends.publisher(),
+                backends.subscriber(),
+                PushPolicy(),
+                lenient=self.options.official,
+            )
+            self._demo_kept = self.options.demo and not self._demo_missing()
+            if self.options.demo and not self._demo_kept:
+                seed_demo(self.demo, self.store(), self.storage(), self.clock.now())
         self._write_env_file()
         self._banner()
 
@@ -388,7 +392,8 @@ class LocalSystem:
 
     def _demo_done(self, deadline: float | None) -> bool:
         """Whether the demo is done (said once); DemoTimeout once `deadline` passed."""
-        status = demo_status(self.demo, self.store(), self.storage())
+        with self.interrupts.shielded():
+            status = demo_status(self.demo, self.store(), self.storage())
         if status.done:
             self._say(_done_line(status))
             if not self.options.exit_when_done:
@@ -402,7 +407,8 @@ class LocalSystem:
         return False
 
     def _report_attempt(self, attempt: Attempt) -> None:
-        counts = self.store().stats(self.clock.now(), timedelta(minutes=10)).per_state
+        with self.interrupts.shielded():
+            counts = self.store().stats(self.clock.now(), timedelta(minutes=10)).per_state
         states = " ".join(f"{state.value} {n}" for state, n in counts.items())
         if attempt.succeeded:
             b = attempt.body
