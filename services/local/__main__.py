@@ -153,7 +153,10 @@ def _shard_count(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, exit_watchdog: bool = False) -> int:
+    """Run the stack; `exit_watchdog` (the program, not a caller in-process) arms
+    `arm_exit_watchdog` once every child stopped, before this frame's clients are released:
+    that release is where a half-done gRPC call once hung the exit."""
     options = parse_args(argv)
     system = LocalSystem(options, sys.stdout)
     # SIGINT and SIGTERM both stop the stack like Ctrl-C, never inside a client call.
@@ -168,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     except StackError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    finally:
+        if exit_watchdog:
+            arm_exit_watchdog()
 
 
 def arm_exit_watchdog(seconds: float = EXIT_WATCHDOG_S) -> None:
@@ -180,6 +186,4 @@ def arm_exit_watchdog(seconds: float = EXIT_WATCHDOG_S) -> None:
 
 
 if __name__ == "__main__":
-    code = main()
-    arm_exit_watchdog()
-    sys.exit(code)
+    sys.exit(main(exit_watchdog=True))
