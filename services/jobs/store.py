@@ -1136,7 +1136,7 @@ class FirestoreJobStore:
         now = self._clock.now()
         new = self._rules.start(job, generation, now, lease, worker_id, uuid.uuid4().hex)
         stamp = self._update_unchanged(ref, job, new, append_history=exact)
-        return None if stamp is None else dataclasses.replace(new, update_time=stamp)
+        return None if stamp is None else new.replaced(update_time=stamp)
 
     def _start_holding_key(
         self, ref: Any, job: Job, generation: int, lease: timedelta, worker_id: str, exact: bool
@@ -1155,8 +1155,7 @@ class FirestoreJobStore:
                 self._hold_key(transaction, job, token, now + lease, now)
             diff = _appended(job, new) if exact else _diff(job, new)
             if diff:
-                condition = self._client.write_option(last_update_time=job.update_time)
-                transaction.update(ref, diff, option=condition)
+                add_update(transaction, ref, diff, job.update_time)
             return new
 
         try:
@@ -1301,7 +1300,7 @@ class FirestoreJobStore:
         stamp = self._update_unchanged(self._jobs.document(lease.job_id), basis, new)
         if stamp is None:
             return None  # changed since: the transaction decides
-        return dataclasses.replace(new, update_time=stamp)
+        return new.replaced(update_time=stamp)
 
     def retry_later(
         self,

@@ -43,9 +43,8 @@ import requests
 from werkzeug.serving import make_server
 
 from tests.benchmarks import rig
-from tests.benchmarks.rig import Done
+from tests.benchmarks.rig import PUSHER, Done
 
-PUSHER = "pusher@deferred-jobs.iam.gserviceaccount.com"
 DEFAULT_JOBS = 400
 MEDIA_BUCKET = "bench-media"
 
@@ -337,10 +336,7 @@ def _run(jobs: int, emulators: Emulators, project: str, start_worker: WorkerFact
             request={
                 "name": subscription,
                 "topic": topic,
-                "push_config": {
-                    "push_endpoint": worker.url,
-                    "oidc_token": {"service_account_email": PUSHER, "audience": worker.url},
-                },
+                "push_config": rig.push_config(worker.url),
                 "ack_deadline_seconds": 60,
             }
         )
@@ -400,10 +396,7 @@ def _raw_push(publisher: Any, subscriber: Any, project: str, count: int) -> floa
         request={
             "name": subscription,
             "topic": topic,
-            "push_config": {
-                "push_endpoint": url,
-                "oidc_token": {"service_account_email": PUSHER, "audience": url},
-            },
+            "push_config": rig.push_config(url),
             "ack_deadline_seconds": 60,
         }
     )

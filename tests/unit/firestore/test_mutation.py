@@ -40,6 +40,18 @@ values = st.one_of(
 field_maps = st.dictionaries(st.sampled_from(FIELDS), values, max_size=4)
 
 
+def _update(name: str, sent: dict[str, Any], mask: list[str] | None) -> Any:
+    """An update of `name` sending `sent` (only the masked fields, with a mask)."""
+    write = Write()
+    write.update.name = name
+    for field, value in sent.items():
+        if mask is None or field in mask:
+            write.update.fields[field].CopyFrom(value)
+    if mask is not None:
+        write.update_mask.field_paths.extend(mask)
+    return write
+
+
 def _stored(fields: dict[str, Any]) -> Stored:
     doc = Document(name=NAME, fields=fields)
     doc.create_time.CopyFrom(timestamp(CREATED_US))
@@ -71,13 +83,7 @@ def _expected(
 def test_apply_leaves_the_modelled_fields_and_moves_update_time_only_on_a_change(
     old: dict[str, Any] | None, sent: dict[str, Any], mask: list[str] | None, stamp: bool
 ) -> None:
-    write = Write()
-    write.update.name = NAME
-    for name, value in sent.items():
-        if mask is None or name in mask:
-            write.update.fields[name].CopyFrom(value)
-    if mask is not None:
-        write.update_mask.field_paths.extend(mask)
+    write = _update(NAME, sent, mask)
     if stamp:
         server_time = write.update_transforms.add(field_path="stamped")
         server_time.set_to_server_value = server_time.REQUEST_TIME
@@ -141,16 +147,11 @@ def test_masked_updates_leave_the_indexes_of_the_final_documents(
         db.sorted_index("jobs", (field,))
     build_composites(db)
     for name, sent, mask, delete in sequence:
-        write = Write()
         if delete:
+            write = Write()
             write.delete = name
         else:
-            write.update.name = name
-            for field, value in sent.items():
-                if mask is None or field in mask:
-                    write.update.fields[field].CopyFrom(value)
-            if mask is not None:
-                write.update_mask.field_paths.extend(mask)
+            write = _update(name, sent, mask)
         engine.commit(key, [write], None)
     fresh = Database(key)
     for name, stored in db.docs.items():
