@@ -3,7 +3,11 @@ side in one process, and their ratio.
 
 raw: N documents updated twice each (what a claim and an enqueue mark write) in 500-write
 commits, 4 commits at a time, while the same N job IDs are published with the scan's own
-`Publisher`. scan: real `Scanner` runs over N due jobs until none is due. Both count from the
+`Publisher`. scan: real `Scanner` runs over N due jobs until none is due. read: the part of a
+claim raw does not do, alone: the same N due documents read (not decoded, not written) by the
+claim's query in transactions of 500, one after another, as the claim thread does; so
+raw / (raw + read) is the most the scan could reach if it did nothing but raw's work and the
+reads a claim cannot skip (printed as "bound", by wall time and by CPU). Both count from the
 first request to the last answer; seeding is not timed. Each also prints this process's CPU
 time per job (in one process: every thread, client, emulators and gRPC under one interpreter
 lock; in two: the client's, and the emulator process's beside it), the figure that holds better
@@ -20,7 +24,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.benchmarks import rig
@@ -75,6 +79,9 @@ def _side_by_side(jobs: int, project: str, emulator_cpu: Callable[[], float]) ->
     rig.drain_pull(topic.subscriber_client, topic.subscription)
 
     rig.seed_due(client, jobs, clock.now() - timedelta(hours=1), prefix="scan")
+    cpu, remote = time.process_time(), emulator_cpu()
+    read_s, read = _read(client, clock.now())
+    read_cpu, read_remote = time.process_time() - cpu, emulator_cpu() - remote
     # Runs of max_per_run each, as LIMITS says: the control's default catch-up rate
     # (20/s x the 60 s interval = 1,200) would otherwise cut every run short of it.
     store.update_control(
@@ -109,13 +116,61 @@ def _side_by_side(jobs: int, project: str, emulator_cpu: Callable[[], float]) ->
     )
     print(f"scan / raw: {scan_rate / raw_rate:.0%}")
     raw_ms, scan_ms = 1000 * raw_cpu / jobs, 1000 * scan_cpu / max(published, 1)
+    read_ms = 1000 * read_cpu / max(read, 1)
     print(
-        f"CPU per job in this process: raw {raw_ms:.2f} ms, scan {scan_ms:.2f} ms; "
-        f"raw / scan: {raw_ms / scan_ms:.0%}"
+        f"read: {read:,} due documents read in claim-sized transactions in {read_s:.1f} s = "
+        f"{read / read_s:,.0f} documents/s; bound raw / (raw + read): "
+        f"{raw_s / (raw_s + read_s * jobs / max(read, 1)):.0%} by wall time, "
+        f"{raw_ms / (raw_ms + read_ms):.0%} by CPU"
+    )
+    print(
+        f"CPU per job in this process: raw {raw_ms:.2f} ms, read {read_ms:.2f} ms, "
+        f"scan {scan_ms:.2f} ms; raw / scan: {raw_ms / scan_ms:.0%}"
     )
     if raw_remote or scan_remote:
         raw_e, scan_e = 1000 * raw_remote / jobs, 1000 * scan_remote / max(published, 1)
-        print(f"CPU per job in the emulator process: raw {raw_e:.2f} ms, scan {scan_e:.2f} ms")
+        read_e = 1000 * read_remote / max(read, 1)
+        print(
+            f"CPU per job in the emulator process: raw {raw_e:.2f} ms, read {read_e:.2f} ms, "
+            f"scan {scan_e:.2f} ms; bound by its CPU: {raw_e / (raw_e + read_e):.0%}"
+        )
+
+
+def _read(client: Any, now: datetime) -> tuple[float, int]:
+    """(seconds, documents): every due document read by the claim's query (deferred, due by
+    now, oldest due first; pages of LIMITS["page_size"], each in a read-write transaction that
+    holds its documents, as a claim's does), through `TransactionRunner.query_in` as the claim
+    reads (raw protobufs, no decoding), committed with no writes. A cursor moves from page to
+    page, since nothing is claimed."""
+    from google.cloud.firestore_v1 import FieldFilter
+
+    from services.jobs import schema
+    from services.jobs.model import State
+    from services.jobs.transactions import CallBounds, TransactionRunner
+
+    runner = TransactionRunner(client, CallBounds(timeout_s=30))
+    base = (
+        client.collection(schema.JOBS)
+        .where(filter=FieldFilter("state", "==", State.DEFERRED.value))
+        .where(filter=FieldFilter("due_at", "<=", now))
+        .order_by("due_at")
+        .order_by("__name__")
+        .limit(LIMITS["page_size"])
+    )
+
+    def page(transaction: Any, after: list[Any] | None) -> list[Any]:
+        query = base.start_after(after) if after else base
+        return [(job_id, doc) for job_id, doc in runner.query_in(transaction, query)]
+
+    read, after = 0, None
+    started = time.perf_counter()
+    while True:
+        docs = runner.run(page, after)
+        read += len(docs)
+        if len(docs) < LIMITS["page_size"]:
+            return time.perf_counter() - started, read
+        job_id, last = docs[-1]
+        after = [last.fields["due_at"].timestamp_value.ToDatetime(tzinfo=UTC), job_id]
 
 
 def _raw(client: Any, publisher: Any, ids: list[str]) -> float:
