@@ -4,8 +4,8 @@ side in one process, and their ratio.
 raw: N documents updated twice each (what a claim and an enqueue mark write) in 500-write
 commits, 4 commits at a time, while the same N job IDs are published with the scan's own
 `Publisher`. scan: real `Scanner` runs over N due jobs until none is due. read: the part of a
-claim raw does not do, alone: the same N due documents read (not decoded, not written) by the
-claim's query in transactions of 500, one after another, as the claim thread does; so
+claim raw does not do, alone: N due documents read (not decoded, not written) by the claim's
+query in transactions of 500, one after another, as the claim thread does; so
 raw / (raw + read) is the most the scan could reach if it did nothing but raw's work and the
 reads a claim cannot skip (printed as "bound", by wall time and by CPU). Both count from the
 first request to the last answer; seeding is not timed. Each also prints this process's CPU
@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from tests.benchmarks import rig
@@ -80,7 +80,7 @@ def _side_by_side(jobs: int, project: str, emulator_cpu: Callable[[], float]) ->
 
     rig.seed_due(client, jobs, clock.now() - timedelta(hours=1), prefix="scan")
     cpu, remote = time.process_time(), emulator_cpu()
-    read_s, read = _read(client, clock.now())
+    read_s, read = _read(client, clock.now(), jobs)
     read_cpu, read_remote = time.process_time() - cpu, emulator_cpu() - remote
     # Runs of max_per_run each, as LIMITS says: the control's default catch-up rate
     # (20/s x the 60 s interval = 1,200) would otherwise cut every run short of it.
@@ -136,12 +136,14 @@ def _side_by_side(jobs: int, project: str, emulator_cpu: Callable[[], float]) ->
         )
 
 
-def _read(client: Any, now: datetime) -> tuple[float, int]:
-    """(seconds, documents): every due document read by the claim's query (deferred, due by
-    now, oldest due first; pages of LIMITS["page_size"], each in a read-write transaction that
-    holds its documents, as a claim's does), through `TransactionRunner.query_in` as the claim
-    reads (raw protobufs, no decoding), committed with no writes. A cursor moves from page to
-    page, since nothing is claimed."""
+def _read(client: Any, now: datetime, jobs: int) -> tuple[float, int]:
+    """(seconds, documents read): the claim's query (deferred, due by now, oldest due first,
+    LIMITS["page_size"] at a time) run `jobs / page_size` times, each in a read-write
+    transaction that holds what it read, as a claim's does, through
+    `TransactionRunner.query_in` as the claim reads (raw protobufs, no decoding), committed
+    with no writes. Nothing is claimed, so each run reads the same first page: the same work
+    per document as reading the next page, without a cursor (the emulator walks a cursor's
+    index from its start, which a claim never pays)."""
     from google.cloud.firestore_v1 import FieldFilter
 
     from services.jobs import schema
@@ -149,28 +151,20 @@ def _read(client: Any, now: datetime) -> tuple[float, int]:
     from services.jobs.transactions import CallBounds, TransactionRunner
 
     runner = TransactionRunner(client, CallBounds(timeout_s=30))
-    base = (
+    query = (
         client.collection(schema.JOBS)
         .where(filter=FieldFilter("state", "==", State.DEFERRED.value))
         .where(filter=FieldFilter("due_at", "<=", now))
         .order_by("due_at")
-        .order_by("__name__")
         .limit(LIMITS["page_size"])
     )
 
-    def page(transaction: Any, after: list[Any] | None) -> list[Any]:
-        query = base.start_after(after) if after else base
-        return [(job_id, doc) for job_id, doc in runner.query_in(transaction, query)]
+    def page(transaction: Any) -> int:
+        return sum(1 for _ in runner.query_in(transaction, query))
 
-    read, after = 0, None
     started = time.perf_counter()
-    while True:
-        docs = runner.run(page, after)
-        read += len(docs)
-        if len(docs) < LIMITS["page_size"]:
-            return time.perf_counter() - started, read
-        job_id, last = docs[-1]
-        after = [last.fields["due_at"].timestamp_value.ToDatetime(tzinfo=UTC), job_id]
+    read = sum(runner.run(page) for _ in range(max(1, jobs // LIMITS["page_size"])))
+    return time.perf_counter() - started, read
 
 
 def _raw(client: Any, publisher: Any, ids: list[str]) -> float:
