@@ -380,6 +380,16 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
                 low, high = (*prefix, low), (*prefix, high)
             t_lo, t_hi = index.span(low, low_inclusive, high, high_inclusive)
             lo, hi = max(lo, t_lo), min(hi, t_hi)
+    # Firestore seeks to a cursor rather than reading past what lies before it: a page
+    # behind a start_after cursor costs what the page does, not what precedes it.
+    first_low, first_high = _cursor_bounds(query, desc)
+    if first_low is not None:
+        key = (*prefix, first_low) if prefix else first_low
+        lo = max(lo, index.span(key, True, key, True)[0])
+    if first_high is not None:
+        key = (*prefix, first_high) if prefix else first_high
+        hi = min(hi, index.span(key, True, key, True)[1])
+    hi = max(lo, hi)
     positions = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
     in_scope = _in_scope(query)
     matches = query.filter.matches if query.filter is not None else None
@@ -404,6 +414,15 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
         found.append(stored)
     skipped = min(query.offset, len(found))
     return Result(found[skipped : skipped + query.limit], skipped)
+
+
+def _cursor_bounds(query: Query, desc: bool) -> tuple[SortKey | None, SortKey | None]:
+    """(lowest, highest) key of the walked field the cursors allow, both inclusive (a tie on
+    it is settled by the later cursor values, which `_within_cursors` still checks); None
+    where a side is open. Walking down, the start cursor bounds from above."""
+    start = query.start[0][0] if query.start is not None and query.start[0] else None
+    end = query.end[0][0] if query.end is not None and query.end[0] else None
+    return (end, start) if desc else (start, end)
 
 
 class _Top:

@@ -47,8 +47,36 @@ def _database(rows: list[tuple[Any, str]]) -> Database:
     return db
 
 
+# A cursor: its value on `v`, optionally a document number for __name__, and `before`.
+Cursor = tuple[Any, int | None, bool] | None
+
+cursors = st.one_of(
+    st.none(),
+    st.tuples(
+        st.one_of(st.none(), st.integers(-5, 5), st.sampled_from(["a", "b"])),
+        st.one_of(st.none(), st.integers(0, 40)),
+        st.booleans(),
+    ),
+)
+
+
+def _cursor(cursor: tuple[Any, int | None, bool]) -> dict[str, Any]:
+    value, name, before = cursor
+    values = [_value(value)]
+    if name is not None:
+        values.append(document.Value(reference_value=f"{ROOT}/jobs/d{name:03d}"))
+    return {"values": values, "before": before}
+
+
 def _query(
-    op: str | None, operand: Any, desc: bool, limit: int, offset: int, state: str | None
+    op: str | None,
+    operand: Any,
+    desc: bool,
+    limit: int,
+    offset: int,
+    state: str | None,
+    start: Cursor = None,
+    end: Cursor = None,
 ) -> Any:
     filters = []
     if op is not None:
@@ -69,10 +97,14 @@ def _query(
     }
     if filters:
         q["where"] = {"composite_filter": {"op": "AND", "filters": filters}}
+    if start is not None:
+        q["start_at"] = _cursor(start)
+    if end is not None:
+        q["end_at"] = _cursor(end)
     return query.StructuredQuery.pb(query.StructuredQuery(q))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     rows=st.lists(st.tuples(values, st.sampled_from(["a", "b"])), max_size=40),
     op=st.sampled_from(
@@ -83,6 +115,8 @@ def _query(
     limit=st.integers(0, 10),
     offset=st.integers(0, 3),
     state=st.sampled_from([None, "a"]),
+    start=cursors,
+    end=cursors,
 )
 def test_ordered_walk_matches_the_general_scan(
     rows: list[tuple[Any, str]],
@@ -92,9 +126,13 @@ def test_ordered_walk_matches_the_general_scan(
     limit: int,
     offset: int,
     state: str | None,
+    start: Cursor,
+    end: Cursor,
 ) -> None:
     db = _database(rows)
-    compiled = query_module.compile_query(ROOT, _query(op, operand, desc, limit, offset, state))
+    compiled = query_module.compile_query(
+        ROOT, _query(op, operand, desc, limit, offset, state, start, end)
+    )
     original = query_module._INDEX_WORTH_BUILDING
     query_module._INDEX_WORTH_BUILDING = -1  # always walk, however small the equality set
     try:
@@ -210,3 +248,31 @@ def test_an_equality_and_order_walk_never_visits_documents_outside_the_equality(
         f"d{n:03d}" for n in range(2000, 2005)
     ]
     assert len(visited) == 5
+
+
+@pytest.mark.parametrize("desc", [False, True])
+def test_a_cursor_page_does_not_walk_what_precedes_the_cursor(
+    desc: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _database([(i, "a") for i in range(1, 5)] * 100)  # 400 documents, v in 1..4
+    seen = []
+    within = query_module._within_cursors
+
+    def counting(stored: Any, *args: Any) -> bool:
+        seen.append(stored.name)
+        return within(stored, *args)
+
+    monkeypatch.setattr(query_module, "_within_cursors", counting)
+    # After the 150th document in the walk's order: 50 left of its value, then the next.
+    value, name = (3, 2) if not desc else (2, 397)
+    compiled = query_module.compile_query(
+        ROOT, _query(None, 0, desc, 5, 0, None, start=(value, name, False))
+    )
+    walked = query_module._ordered_walk(db, compiled)
+    walked_past = len(seen)
+    assert walked is not None
+    assert [d.name for d in walked.docs] == [d.name for d in query_module.scan(db, compiled).docs]
+    assert len(walked.docs) == 5
+    # Only the cursor value's own documents up to the cursor are read past: at most 100 of
+    # them, where walking from the start reads 150.
+    assert walked_past <= 100 + 5
