@@ -172,6 +172,15 @@ class Database:
         # field path) whether one covers it; each path once, shared by every document's cache.
         self.unindexed = unindexed
         self._paths: dict[IndexKey, tuple[FieldPath, bool]] = {}
+        # Per collection id, the top-level fields a sorted index lies on or inside.
+        self._sorted_tops: dict[str, set[str]] = defaultdict(set)
+
+    def _has_entries(self, cid: str, name: str) -> bool:
+        """Whether the top-level field ``name`` can have an equality, array-contains or sorted
+        index entry, its own or a nested field's. Not when an exemption covers it (and so
+        every field inside it, as :func:`is_exempt` reads a map's) and no sorted index lies on
+        or in it; composite indexes are moved on their own (:meth:`_move_composites`)."""
+        return self._path(cid, (name,))[1] or name in self._sorted_tops.get(cid, ())
 
     def single_field_indexed(self, collection_id: str, path: FieldPath) -> bool:
         """Whether ``path`` of the collection group has single-field index entries."""
@@ -210,6 +219,7 @@ class Database:
         self.eq_index.clear()
         self.contains_index.clear()
         self.sorted_indexes.clear()
+        self._sorted_tops.clear()
         for stored in self.docs.values():
             self._index(stored, walk(stored.doc.fields))
 
@@ -249,6 +259,7 @@ class Database:
                         entries.append((key, name))
             index = SortedIndex(entries)
             self.sorted_indexes[(collection_id, path)] = index
+            self._sorted_tops[collection_id].add(path[0])
         return index
 
     def composite_index(self, collection_id: str, paths: CompositePaths) -> SortedIndex:
@@ -322,11 +333,15 @@ class Database:
         """Move the index entries of a document from its `old` version to its `new` one,
         touching only the top-level fields whose value changed: an update usually changes a
         few fields of many, and an equal value (protobuf equality, so 1 and 1.0 differ) has
-        exactly the same entries. The sort keys of unchanged fields carry over."""
+        exactly the same entries. A field that can have no entries (:meth:`_has_entries`) is
+        not even compared. The sort keys of unchanged fields carry over."""
         old_fields, new_fields = old.doc.fields, new.doc.fields
+        cid = new.collection_id
         unchanged: set[str] = set()
         names = {*old_fields, *new_fields} if touched is None else touched
         for name in names:
+            if not self._has_entries(cid, name):
+                continue  # (its cached sort keys are not carried over: made again if asked)
             before = old_fields.get(name)
             after = new_fields.get(name)
             if before is not None and after is not None and before == after:
