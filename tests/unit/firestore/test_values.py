@@ -14,9 +14,12 @@ from emulators.firestore.values import (
     ArrayValue,
     MapValue,
     Value,
+    check_writable_path,
     format_field_path,
+    get_field,
     parse_field_path,
     sort_key,
+    writable_path,
 )
 
 
@@ -92,6 +95,48 @@ def test_invalid_field_paths_are_invalid_argument(text: str) -> None:
 @given(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4))
 def test_formatting_a_field_path_parses_back_to_the_same_segments(segments: list[str]) -> None:
     assert parse_field_path(format_field_path(tuple(segments))) == tuple(segments)
+
+
+def _checked(text: str) -> tuple[str, ...] | str:
+    """What parse_field_path then check_writable_path make of `text`: its path or the error."""
+    try:
+        path = parse_field_path(text)
+        check_writable_path(path)
+    except InvalidArgument as exc:
+        return exc.message
+    return path
+
+
+def _remembered(text: str) -> tuple[str, ...] | str:
+    try:
+        return writable_path(text)
+    except InvalidArgument as exc:
+        return exc.message
+
+
+paths_texts = st.one_of(
+    st.lists(
+        st.sampled_from(["a", "b", "__x__", "`__y__`", "`a.b`", "", "1", "`"]), max_size=22
+    ).map(".".join),
+    st.text(max_size=12),
+)
+
+
+@given(st.lists(paths_texts, min_size=1, max_size=6))
+def test_a_remembered_writable_path_is_what_parsing_and_checking_it_again_gives(
+    texts: list[str],
+) -> None:
+    # Each text twice: the second answer may come from what the first remembered, and a path
+    # that failed (bad syntax, a reserved name, nested too deeply) fails the same way again.
+    for text in [*texts, *texts]:
+        assert _remembered(text) == _checked(text)
+
+
+def test_get_field_does_not_add_a_missing_top_level_field() -> None:
+    fields = MapValue(fields={"a": Value(string_value="x")}).fields
+    assert get_field(fields, ("b",)) is None
+    assert get_field(fields, ("a",)) == Value(string_value="x")
+    assert list(fields) == ["a"]
 
 
 def test_sorted_index_ranges_are_inclusive_or_exclusive_as_asked() -> None:
