@@ -350,7 +350,8 @@ def _range_candidates(
 def _ordered_walk(db: Database, query: Query) -> Result | None:
     """Serve ``[where a == x ...] order by f [, __name__] limit n`` by walking an index in
     order, stopping after n matches; None when the query does not have that shape or an
-    equality index already narrows it well.
+    equality index already narrows it well (unless the index to walk was built already and
+    the walk stays within that equality).
 
     With equality filters the walk goes over the composite index (the equality fields, then
     f) within the equalities' prefix, so documents that fail them are never visited: as in
@@ -365,16 +366,23 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
         return None
     cid = query.collection_id
     terms = query.filter.terms if query.filter is not None else []
-    for term in terms:
-        if term.op not in _RANGE_OPS:
-            size, _ = _term_candidates(db, cid, term)
-            if 0 <= size <= _INDEX_WORTH_BUILDING:
-                return None
     equal: dict[FieldPath, SortKey] = {}
     for term in terms:
         if term.op == _FieldOp.EQUAL and term.path not in (NAME_PATH, path):
             equal.setdefault(term.path, term.keys[0])
-    index = db.composite_index(cid, (*sorted(equal), path)) if equal else db.sorted_index(cid, path)
+    paths = (*sorted(equal), path)
+    built = (
+        paths in db.composite_indexes.get(cid, {}) if equal else (cid, path) in db.sorted_indexes
+    )
+    for term in terms:
+        if term.op in _RANGE_OPS:
+            continue
+        if built and term.op == _FieldOp.EQUAL and equal.get(term.path) == term.keys[0]:
+            continue  # the walk stays within this equality's prefix of the index already built
+        size, _ = _term_candidates(db, cid, term)
+        if 0 <= size <= _INDEX_WORTH_BUILDING:
+            return None
+    index = db.composite_index(cid, paths) if equal else db.sorted_index(cid, path)
     lo, hi = _span(index, equal, path, terms)
     positions = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
     in_scope = _in_scope(query)

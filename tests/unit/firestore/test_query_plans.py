@@ -114,6 +114,19 @@ def test_walk_is_skipped_when_an_equality_index_is_selective() -> None:
     assert [d.name.rsplit("/", 1)[1] for d in query_module.run(db, compiled).docs] == ["d003"]
 
 
+def test_a_selective_equality_walks_the_composite_index_once_it_is_built() -> None:
+    # The walk of an index already kept up visits only the page; a scan would sort the
+    # whole equality set (the last pages of a claim backlog).
+    db = _database([(i, "a" if i % 3 else "b") for i in range(12)])
+    compiled = query_module.compile_query(ROOT, _query(None, 0, False, 2, 0, "a"))
+    assert query_module._ordered_walk(db, compiled) is None  # not built: narrowed by "a"
+    db.composite_index("jobs", (("s",), ("v",)))
+    walked = query_module._ordered_walk(db, compiled)
+    assert walked is not None
+    assert [d.name for d in walked.docs] == [d.name for d in query_module.scan(db, compiled).docs]
+    assert [d.name.rsplit("/", 1)[1] for d in walked.docs] == ["d001", "d002"]
+
+
 @pytest.mark.parametrize("desc", [False, True])
 def test_sorted_index_follows_later_writes(desc: bool) -> None:
     db = _database([(i, "a") for i in range(5)])
