@@ -384,7 +384,6 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
             return None
     index = db.composite_index(cid, paths) if equal else db.sorted_index(cid, path)
     lo, hi = _span(index, equal, path, terms)
-    positions = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
     in_scope = _in_scope(query)
     matches = query.filter.matches if query.filter is not None else None
     order_paths = [p for p, _ in query.orders]
@@ -392,12 +391,10 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
     cursors = query.start is not None or query.end is not None
     wanted = query.offset + query.limit
     found: list[Stored] = []
-    entries = index.entries
     docs = db.docs
-    for i in positions:
+    for name in index.names(lo, hi, desc):
         if len(found) >= wanted:
             break
-        name = entries[i][1]
         stored = docs.get(name)
         if stored is None or not in_scope(name):
             continue
@@ -420,7 +417,7 @@ def _span(
     if prefix:
         lo, hi = index.span((*prefix,), True, (*prefix, _TOP), True)
     else:
-        lo, hi = 0, len(index.entries)
+        lo, hi = 0, len(index)
     for term in terms:
         if term.op in _RANGE_OPS and term.path == path:
             low, low_inclusive, high, high_inclusive = _range_bounds(term)
