@@ -20,7 +20,6 @@ from emulators.firestore.names import DatabaseKey, parse_document
 from emulators.firestore.values import (
     ArrayValue,
     Value,
-    check_writable_path,
     delete_field,
     get_field,
     is_nan,
@@ -28,10 +27,10 @@ from emulators.firestore.values import (
     kind,
     number,
     number_value,
-    parse_field_path,
     set_field,
     sort_key,
     validate_fields,
+    writable_path,
 )
 
 WriteResult = write_types.WriteResult.pb()
@@ -167,8 +166,7 @@ def _updated_fields(write: Any, current: Stored | None) -> tuple[Any, set[str] |
     result = _copy(current.doc) if current is not None else Document()
     touched = set()
     for text in write.update_mask.field_paths:
-        path = parse_field_path(text)
-        check_writable_path(path)
+        path = writable_path(text)
         touched.add(path[0])
         value = get_field(write.update.fields, path)
         if value is None:
@@ -190,8 +188,7 @@ def _copy(source: Any) -> Any:
 
 
 def _transform(fields: Any, transform: Any, commit_us: int, touched: set[str] | None) -> Any:
-    path = parse_field_path(transform.field_path)
-    check_writable_path(path)
+    path = writable_path(transform.field_path)
     if touched is not None:
         touched.add(path[0])
     current = get_field(fields, path)

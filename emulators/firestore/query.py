@@ -8,7 +8,7 @@ from typing import Any
 
 from google.cloud.firestore_v1.types import query as query_types
 
-from emulators.firestore.database import Database, Stored
+from emulators.firestore.database import Database, SortedIndex, Stored
 from emulators.firestore.errors import InvalidArgument, Unimplemented
 from emulators.firestore.names import DatabaseKey, documents_root, parse_parent
 from emulators.firestore.values import (
@@ -59,6 +59,9 @@ class Filter:
     terms: list[Term] = field(default_factory=list)  # indexable conjuncts (AND only)
     inequality_paths: list[FieldPath] = field(default_factory=list)
     exact: bool = False  # one equality/in term: its index answers it without re-checking
+    # The terms are the whole filter: a document matches exactly when it meets every one (an
+    # AND of indexable conjuncts, nothing else).
+    whole: bool = False
 
 
 @dataclass
@@ -190,7 +193,8 @@ def _compile_composite(pb: Any, database: DatabaseKey) -> Filter:
         def all_match(doc: Stored) -> bool:
             return all(m(doc) for m in matchers)
 
-        return Filter(all_match, [t for p in parts for t in p.terms], inequality)
+        whole = all(p.whole for p in parts)
+        return Filter(all_match, [t for p in parts for t in p.terms], inequality, whole=whole)
     if pb.op == _CompositeOp.OR:
         matchers = [p.matches for p in parts]
 
@@ -205,9 +209,11 @@ def _compile_unary(pb: Any) -> Filter:
     path = parse_field_path(pb.field.field_path)
     op = pb.op
     if op == _UnaryOp.IS_NULL:
-        return Filter(lambda d: d.key(path) == _NULL_KEY, [Term(_FieldOp.EQUAL, path, [_NULL_KEY])])
+        term = Term(_FieldOp.EQUAL, path, [_NULL_KEY])
+        return Filter(lambda d: d.key(path) == _NULL_KEY, [term], whole=True)
     if op == _UnaryOp.IS_NAN:
-        return Filter(lambda d: d.key(path) == _NAN_KEY, [Term(_FieldOp.EQUAL, path, [_NAN_KEY])])
+        term = Term(_FieldOp.EQUAL, path, [_NAN_KEY])
+        return Filter(lambda d: d.key(path) == _NAN_KEY, [term], whole=True)
     if op == _UnaryOp.IS_NOT_NULL:
         return Filter(lambda d: d.key(path) not in (None, _NULL_KEY), [], [path])
     if op == _UnaryOp.IS_NOT_NAN:
@@ -246,7 +252,7 @@ def _compile_field(pb: Any, database: DatabaseKey) -> Filter:
     key = keys[0]
     if op == _FieldOp.EQUAL:
         exact = path != NAME_PATH
-        return Filter(lambda d: d.key(path) == key, [Term(op, path, keys)], exact=exact)
+        return Filter(lambda d: d.key(path) == key, [Term(op, path, keys)], exact=exact, whole=True)
     if op == _FieldOp.NOT_EQUAL:
         return Filter(lambda d: d.key(path) not in (None, _NULL_KEY, key), [], [path])
     if op in _RANGE_OPS:
@@ -257,11 +263,13 @@ def _compile_field(pb: Any, database: DatabaseKey) -> Filter:
             other = d.key(path)
             return other is not None and other[0] == rank and compare(other, key)
 
-        return Filter(in_range, [Term(op, path, keys)], [path])
+        return Filter(in_range, [Term(op, path, keys)], [path], whole=True)
     if op == _FieldOp.IN:
         wanted = set(keys)
         exact = path != NAME_PATH
-        return Filter(lambda d: d.key(path) in wanted, [Term(op, path, keys)], exact=exact)
+        return Filter(
+            lambda d: d.key(path) in wanted, [Term(op, path, keys)], exact=exact, whole=True
+        )
     if op == _FieldOp.NOT_IN:
         excluded = set(keys)
         if _NULL_KEY in excluded:
@@ -278,7 +286,7 @@ def _compile_field(pb: Any, database: DatabaseKey) -> Filter:
             other = d.key(path)
             return other is not None and other[0] == 8 and any(k in wanted for k in other[1])
 
-        return Filter(contains, [Term(op, path, keys)])
+        return Filter(contains, [Term(op, path, keys)], whole=True)
     raise InvalidArgument("Field filter operator is unspecified or unknown.")
 
 
@@ -342,7 +350,8 @@ def _range_candidates(
 def _ordered_walk(db: Database, query: Query) -> Result | None:
     """Serve ``[where a == x ...] order by f [, __name__] limit n`` by walking an index in
     order, stopping after n matches; None when the query does not have that shape or an
-    equality index already narrows it well.
+    equality index already narrows it well (unless the index to walk was built already and
+    the walk stays within that equality).
 
     With equality filters the walk goes over the composite index (the equality fields, then
     f) within the equalities' prefix, so documents that fail them are never visited: as in
@@ -357,31 +366,27 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
         return None
     cid = query.collection_id
     terms = query.filter.terms if query.filter is not None else []
-    for term in terms:
-        if term.op not in _RANGE_OPS:
-            size, _ = _term_candidates(db, cid, term)
-            if 0 <= size <= _INDEX_WORTH_BUILDING:
-                return None
     equal: dict[FieldPath, SortKey] = {}
     for term in terms:
         if term.op == _FieldOp.EQUAL and term.path not in (NAME_PATH, path):
             equal.setdefault(term.path, term.keys[0])
-    prefix = tuple(equal[p] for p in sorted(equal))
-    if prefix:
-        index = db.composite_index(cid, (*sorted(equal), path))
-        lo, hi = index.span((*prefix,), True, (*prefix, _TOP), True)
-    else:
-        index = db.sorted_index(cid, path)
-        lo, hi = 0, len(index.entries)
+    paths = (*sorted(equal), path)
+    built = (
+        paths in db.composite_indexes.get(cid, {}) if equal else (cid, path) in db.sorted_indexes
+    )
     for term in terms:
-        if term.op in _RANGE_OPS and term.path == path:
-            low, low_inclusive, high, high_inclusive = _range_bounds(term)
-            if prefix:
-                low, high = (*prefix, low), (*prefix, high)
-            t_lo, t_hi = index.span(low, low_inclusive, high, high_inclusive)
-            lo, hi = max(lo, t_lo), min(hi, t_hi)
+        if term.op in _RANGE_OPS:
+            continue
+        if built and term.op == _FieldOp.EQUAL and equal.get(term.path) == term.keys[0]:
+            continue  # the walk stays within this equality's prefix of the index already built
+        size, _ = _term_candidates(db, cid, term)
+        if 0 <= size <= _INDEX_WORTH_BUILDING:
+            return None
+    index = db.composite_index(cid, paths) if equal else db.sorted_index(cid, path)
+    lo, hi = _span(index, equal, path, terms)
     # Firestore seeks to a cursor rather than reading past what lies before it: a page
     # behind a start_after cursor costs what the page does, not what precedes it.
+    prefix = tuple(equal[p] for p in sorted(equal))
     first_low, first_high = _cursor_bounds(query, desc)
     if first_low is not None:
         key = (*prefix, first_low) if prefix else first_low
@@ -390,7 +395,6 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
         key = (*prefix, first_high) if prefix else first_high
         hi = min(hi, index.span(key, True, key, True)[1])
     hi = max(lo, hi)
-    positions = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
     in_scope = _in_scope(query)
     matches = query.filter.matches if query.filter is not None else None
     order_paths = [p for p, _ in query.orders]
@@ -398,12 +402,10 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
     cursors = query.start is not None or query.end is not None
     wanted = query.offset + query.limit
     found: list[Stored] = []
-    entries = index.entries
     docs = db.docs
-    for i in positions:
+    for name in index.names(lo, hi, desc):
         if len(found) >= wanted:
             break
-        name = entries[i][1]
         stored = docs.get(name)
         if stored is None or not in_scope(name):
             continue
@@ -423,6 +425,27 @@ def _cursor_bounds(query: Query, desc: bool) -> tuple[SortKey | None, SortKey | 
     start = query.start[0][0] if query.start is not None and query.start[0] else None
     end = query.end[0][0] if query.end is not None and query.end[0] else None
     return (end, start) if desc else (start, end)
+
+
+def _span(
+    index: SortedIndex, equal: dict[FieldPath, SortKey], path: FieldPath, terms: list[Term]
+) -> tuple[int, int]:
+    """Positions [lo, hi) of the entries of ``index`` (the composite one of the ``equal``
+    fields then ``path``, or ``path``'s sorted one without equalities) that have the equal
+    fields' keys and meet every range term on ``path``."""
+    prefix = tuple(equal[p] for p in sorted(equal))
+    if prefix:
+        lo, hi = index.span((*prefix,), True, (*prefix, _TOP), True)
+    else:
+        lo, hi = 0, len(index)
+    for term in terms:
+        if term.op in _RANGE_OPS and term.path == path:
+            low, low_inclusive, high, high_inclusive = _range_bounds(term)
+            if prefix:
+                low, high = (*prefix, low), (*prefix, high)
+            t_lo, t_hi = index.span(low, low_inclusive, high, high_inclusive)
+            lo, hi = max(lo, t_lo), min(hi, t_hi)
+    return lo, max(lo, hi)  # ranges that exclude each other: an empty span
 
 
 class _Top:
@@ -590,13 +613,18 @@ def _within_cursors(
 
 def count_by_index(db: Database, query: Query) -> int | None:
     """The number of matches straight from the indexes, for a count over a whole collection
-    filtered by at most one equality/in term; None when the query needs a scan."""
+    filtered by at most one equality/in term, or by equalities and ranges on one field whose
+    index was built (:func:`_count_in_span`); None when the query needs a scan."""
     if needs_order(query) or query.all_descendants or not query.collection_id:
-        return None
-    if len(query.orders) != 1:  # an inequality added an ordered field that may be missing
         return None
     cid = query.collection_id
     collection = db.by_collection.get(f"{query.parent}/{cid}", set())
+    if len(query.orders) != 1:
+        # An inequality or an order added a field that documents may lack: only a range's
+        # field is counted, from an index whose entries all have it.
+        if query.filter is None or len(db.by_group.get(cid, ())) != len(collection):
+            return None
+        return _count_in_span(db, query)
     if query.filter is None:
         return len(collection)
     if not query.filter.exact or len(db.by_group.get(cid, ())) != len(collection):
@@ -606,3 +634,42 @@ def count_by_index(db: Database, query: Query) -> int | None:
     if by_value is None:
         return None  # exempted: no entries to count
     return sum(len(by_value.get(key, ())) for key in set(term.keys))
+
+
+def _count_in_span(db: Database, query: Query) -> int | None:
+    """The matches of ``[where a == x ...] and f <op> y ...`` counted as the span of an index
+    that already exists (the composite one of the equality fields then f, or f's sorted one):
+    each entry there has every equality key and an f in range, and each match is such an
+    entry, as the index holds every document of the collection group having those fields.
+    None for any other filter (an order on another field, a term of another kind, a term on
+    __name__) or when no such index was built (building one here would cost every later
+    write its upkeep)."""
+    assert query.filter is not None
+    if not query.filter.whole:
+        return None
+    equal: dict[FieldPath, SortKey] = {}
+    ranged: set[FieldPath] = set()
+    for term in query.filter.terms:
+        if term.path == NAME_PATH:
+            return None
+        if term.op == _FieldOp.EQUAL:
+            if equal.setdefault(term.path, term.keys[0]) != term.keys[0]:
+                return None
+        elif term.op in _RANGE_OPS:
+            ranged.add(term.path)
+        else:
+            return None
+    if len(ranged) != 1:
+        return None
+    (path,) = ranged
+    if path in equal or any(p not in (path, NAME_PATH, *equal) for p, _ in query.orders):
+        return None
+    cid = query.collection_id
+    if equal:
+        index = db.composite_indexes.get(cid, {}).get((*sorted(equal), path))
+    else:
+        index = db.sorted_indexes.get((cid, path))
+    if index is None:
+        return None
+    lo, hi = _span(index, equal, path, query.filter.terms)
+    return hi - lo

@@ -182,6 +182,25 @@ def check_writable_path(path: FieldPath) -> None:
         raise InvalidArgument("Field path is nested too deeply.")
 
 
+# Paths that passed writable_path, by their text: every write of a kind names the same few,
+# and parsing one costs more than the rest of setting its value. Bounded; texts that fail are
+# not kept (they fail again, with the same error, each time).
+_WRITABLE: dict[str, FieldPath] = {}
+_WRITABLE_KEPT = 4096
+
+
+def writable_path(text: str) -> FieldPath:
+    """``text`` parsed (:func:`parse_field_path`) and checked (:func:`check_writable_path`)."""
+    known = _WRITABLE.get(text)
+    if known is None:
+        known = parse_field_path(text)
+        check_writable_path(known)
+        if len(_WRITABLE) >= _WRITABLE_KEPT:
+            _WRITABLE.clear()
+        _WRITABLE[text] = known
+    return known
+
+
 def validate_fields(fields: Any, depth: int = 0) -> None:
     """Reject field names production rejects: empty, reserved, or too deeply nested."""
     if depth > MAX_DEPTH:
@@ -209,6 +228,9 @@ def validate_fields(fields: Any, depth: int = 0) -> None:
 
 def get_field(fields: Any, path: FieldPath) -> Any | None:
     """The value at ``path`` inside a protobuf fields map, or None when absent."""
+    if len(path) == 1:
+        # (the map's get does not add the key, unlike indexing it)
+        return fields.get(path[0])
     current = fields
     last = len(path) - 1
     for i, seg in enumerate(path):

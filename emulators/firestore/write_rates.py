@@ -68,17 +68,18 @@ class WriteRates:
         if plan is None:
             plan = self._plans[served] = _Plan(served)
         seen = [
-            (key, o.doc.update_time.seconds)
-            for o in outcomes
-            if o.doc is not None
-            for key in plan.keys(o.doc)
+            (plan.keys(o.doc), o.doc.update_time.seconds) for o in outcomes if o.doc is not None
         ]
         if not seen:
             return
         with self._lock:
             windows = self._windows.setdefault(database[0], {})
-            for key, second in seen:
-                windows.setdefault(key, _Window()).add(second)
+            for keys, second in seen:
+                for key in keys:
+                    window = windows.get(key)
+                    if window is None:
+                        window = windows[key] = _Window()
+                    window.add(second)
 
     def snapshot(self, project: str | None = None) -> list[dict[str, Any]]:
         """One row per key, busiest first: collection, field, shard, peak_writes_per_s, writes."""
@@ -141,31 +142,49 @@ class _Collection:
         return known
 
 
+# Per timestamp path of a collection: its field name, whether its single-field index counts
+# it, and the composite indexes holding it (every path each needs present, and whether `shard`
+# stands before the timestamp).
+_Counted = tuple[str, bool, tuple[tuple[tuple[Path, ...], bool], ...]]
+_NO_SHARD = object()  # the document's shard, not read yet
+
+
 class _Plan:
     """What one index set holds, per collection (computed once per index set)."""
 
     def __init__(self, served: Definitions | None) -> None:
         self._served = served
         self._collections: dict[str, _Collection] = {}
-        self._names: dict[Path, str] = {}
+        self._counted: dict[tuple[str, Path], _Counted] = {}
 
     def keys(self, doc: Any) -> set[Key]:
-        collection = doc.name.split("/")[-2]
+        collection = doc.name.rsplit("/", 2)[-2]
         plan = self._of(collection)
         timestamps: list[Path] = []
         _walk(doc.fields, (), collection, plan, timestamps)
         keys: set[Key] = set()
         fields = doc.fields
         present: dict[Path, bool] = {}  # per path an index needs, whether the document has it
+        shard: Any = _NO_SHARD
         for path in timestamps:
-            field = self._names.get(path) or self._names.setdefault(path, format_field_path(path))
-            if self._served is None or not plan.is_exempt(collection, path):
+            field, alone, holders = self._of_path(collection, plan, path)
+            if alone:
                 keys.add((collection, field, None))
-            for holder in plan.holders.get(path, ()):
-                if all(_has(fields, p, present) for p in holder.paths):
-                    # (Firestore leaves a document missing a field out of the index.)
-                    keys.add((collection, field, _shard(fields) if holder.sharded else None))
+            for paths, sharded in holders:
+                if not _has_all(fields, paths, present):
+                    continue  # (Firestore leaves a document missing a field out of the index.)
+                if sharded and shard is _NO_SHARD:
+                    shard = _shard(fields)
+                keys.add((collection, field, shard if sharded else None))
         return keys
+
+    def _of_path(self, collection: str, plan: _Collection, path: Path) -> _Counted:
+        known = self._counted.get((collection, path))
+        if known is None:
+            alone = self._served is None or not plan.is_exempt(collection, path)
+            holders = tuple((h.paths, h.sharded) for h in plan.holders.get(path, ()))
+            known = self._counted[(collection, path)] = (format_field_path(path), alone, holders)
+        return known
 
     def _of(self, collection: str) -> _Collection:
         known = self._collections.get(collection)
@@ -215,15 +234,18 @@ def _walk(fields: Any, prefix: Path, collection: str, plan: _Collection, out: li
                 _walk(value.map_value.fields, path, collection, plan, out)
 
 
-def _has(fields: Any, path: Path, known: dict[Path, bool]) -> bool:
-    """Whether the document has a value at `path` (remembered in `known`: several indexes
-    ask for the same paths)."""
-    found = known.get(path)
-    if found is None:
-        found = known[path] = (
-            (path[0] in fields) if len(path) == 1 else _value(fields, path) is not None
-        )
-    return found
+def _has_all(fields: Any, paths: tuple[Path, ...], known: dict[Path, bool]) -> bool:
+    """Whether the document has a value at each of `paths` (each answer remembered in `known`:
+    several indexes ask for the same paths)."""
+    for path in paths:
+        found = known.get(path)
+        if found is None:
+            found = known[path] = (
+                (path[0] in fields) if len(path) == 1 else _value(fields, path) is not None
+            )
+        if not found:
+            return False
+    return True
 
 
 def _value(fields: Any, path: Path) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from google.cloud.firestore_v1.types import write as write_types
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,13 @@ from emulators.firestore.database import Database, Document, Stored
 from emulators.firestore.engine import Engine
 from emulators.firestore.mutation import apply, micros, timestamp
 from emulators.firestore.values import ArrayValue, MapValue, Value
+from tests.unit.firestore.test_database_indexes import (
+    EVERY_SORTED,
+    EXEMPT,
+    SOME_SORTED,
+)
 from tests.unit.firestore.test_database_indexes import _build_composites as build_composites
+from tests.unit.firestore.test_database_indexes import _build_sorted as build_sorted
 from tests.unit.firestore.test_database_indexes import _indexes as indexes_of
 
 Write = write_types.Write.pb()
@@ -135,16 +142,20 @@ engine_writes = st.lists(
 )
 
 
+@pytest.mark.parametrize("exempt", [frozenset(), EXEMPT], ids=["no exemptions", "exemptions"])
+@pytest.mark.parametrize("sorted_paths", [EVERY_SORTED, SOME_SORTED], ids=["every", "some"])
 @settings(max_examples=150, deadline=None)
-@given(engine_writes)
+@given(sequence=engine_writes)
 def test_masked_updates_leave_the_indexes_of_the_final_documents(
+    exempt: frozenset[Any],
+    sorted_paths: tuple[tuple[str, ...], ...],
     sequence: list[tuple[str, dict[str, Any], list[str] | None, bool]],
 ) -> None:
     engine = Engine()
+    engine.exemptions = lambda _: exempt
     key = ("p", "(default)")
     db = engine.database(key)
-    for field in FIELDS:
-        db.sorted_index("jobs", (field,))
+    build_sorted(db, sorted_paths)
     build_composites(db)
     for name, sent, mask, delete in sequence:
         if delete:
@@ -153,10 +164,9 @@ def test_masked_updates_leave_the_indexes_of_the_final_documents(
         else:
             write = _update(name, sent, mask)
         engine.commit(key, [write], None)
-    fresh = Database(key)
+    fresh = Database(key, exempt)
     for name, stored in db.docs.items():
         fresh.put(name, stored.doc, 1)
-    for field in FIELDS:
-        fresh.sorted_index("jobs", (field,))
+    build_sorted(fresh, sorted_paths)
     build_composites(fresh)
     assert indexes_of(db) == indexes_of(fresh)
