@@ -29,6 +29,7 @@ from emulators.firestore.values import (
     number_value,
     set_field,
     sort_key,
+    validate_array_items,
     validate_fields,
     writable_path,
 )
@@ -196,6 +197,13 @@ def _transform(fields: Any, transform: Any, commit_us: int, touched: set[str] | 
     handler = _TRANSFORMS.get(which or "")
     if handler is None:
         raise InvalidArgument("A field transform needs a transform type.")
+    if which in _ARRAY_TRANSFORMS:
+        # Its elements end up in (or are compared with) the stored array: checked as a set
+        # value's would be, so no transform stores what a write of the field would be refused.
+        # Google's own clients refuse a nested array in either transform before sending it
+        # (https://github.com/googleapis/nodejs-firestore/pull/1003); the Python client sends
+        # it, and this is what it then meets.
+        validate_array_items(getattr(transform, which).values, len(path))
     new_value = handler(current, transform, commit_us)
     set_field(fields, path, new_value)
     return new_value
@@ -263,6 +271,8 @@ def _remove_all(current: Any | None, transform: Any, commit_us: int) -> Any:
     items = [v for v in _array_items(current) if sort_key(v) not in removed]
     return Value(array_value=ArrayValue(values=items))
 
+
+_ARRAY_TRANSFORMS = frozenset({"append_missing_elements", "remove_all_from_array"})
 
 _TRANSFORMS: dict[str, Callable[[Any | None, Any, int], Any]] = {
     "set_to_server_value": _server_value,

@@ -218,12 +218,19 @@ def validate_fields(fields: Any, depth: int = 0) -> None:
         if which == "map_value":
             validate_fields(value.map_value.fields, depth + 1)
         elif which == "array_value":
-            for item in value.array_value.values:
-                inner = item.WhichOneof("value_type")
-                if inner == "array_value":
-                    raise InvalidArgument("Cannot convert an array value in an array value.")
-                if inner == "map_value":
-                    validate_fields(item.map_value.fields, depth + 1)
+            validate_array_items(value.array_value.values, depth + 1)
+
+
+def validate_array_items(items: Any, depth: int) -> None:
+    """Reject the elements of an array production rejects: an array directly in an array
+    (https://firebase.google.com/docs/firestore/manage-data/data-types, "Arrays"), or a map
+    whose fields `validate_fields` refuses at `depth` (that of the array's own fields)."""
+    for item in items:
+        inner = item.WhichOneof("value_type")
+        if inner == "array_value":
+            raise InvalidArgument("Cannot convert an array value in an array value.")
+        if inner == "map_value":
+            validate_fields(item.map_value.fields, depth)
 
 
 def get_field(fields: Any, path: FieldPath) -> Any | None:

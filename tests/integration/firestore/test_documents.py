@@ -131,6 +131,24 @@ def test_field_transforms_apply_at_commit(firestore_client: Any) -> None:
     assert ref.get().get("tags") == ["b"]
 
 
+@pytest.mark.parametrize("transform", [firestore.ArrayUnion, firestore.ArrayRemove])
+@pytest.mark.parametrize(
+    "element",
+    [["nested"], {"__reserved__": 1}, {"inner": {"list": [["nested"]]}}],
+    ids=["an array", "a map with a reserved name", "an array in an array in a map"],
+)
+def test_an_array_transform_refuses_elements_a_set_would_refuse(
+    firestore_client: Any, transform: Any, element: Any
+) -> None:
+    ref = firestore_client.collection("jobs").document("j1")
+    ref.set({"tags": ["a"]})
+    with pytest.raises(exceptions.InvalidArgument):
+        ref.set({"tags": [element]})  # what the transform's result would hold
+    with pytest.raises(exceptions.InvalidArgument):
+        ref.update({"tags": transform([element])})
+    assert ref.get().get("tags") == ["a"]
+
+
 def test_batch_commit_is_atomic(firestore_client: Any) -> None:
     jobs = firestore_client.collection("jobs")
     jobs.document("exists").set({"a": 1})
