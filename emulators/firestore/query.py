@@ -383,18 +383,7 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
         if 0 <= size <= _INDEX_WORTH_BUILDING:
             return None
     index = db.composite_index(cid, paths) if equal else db.sorted_index(cid, path)
-    lo, hi = _span(index, equal, path, terms)
-    # Firestore seeks to a cursor rather than reading past what lies before it: a page
-    # behind a start_after cursor costs what the page does, not what precedes it.
-    prefix = tuple(equal[p] for p in sorted(equal))
-    first_low, first_high = _cursor_bounds(query, desc)
-    if first_low is not None:
-        key = (*prefix, first_low) if prefix else first_low
-        lo = max(lo, index.span(key, True, key, True)[0])
-    if first_high is not None:
-        key = (*prefix, first_high) if prefix else first_high
-        hi = min(hi, index.span(key, True, key, True)[1])
-    hi = max(lo, hi)
+    lo, hi = _seek(index, equal, query, desc, *_span(index, equal, path, terms))
     in_scope = _in_scope(query)
     matches = query.filter.matches if query.filter is not None else None
     order_paths = [p for p, _ in query.orders]
@@ -418,13 +407,35 @@ def _ordered_walk(db: Database, query: Query) -> Result | None:
     return Result(found[skipped : skipped + query.limit], skipped)
 
 
-def _cursor_bounds(query: Query, desc: bool) -> tuple[SortKey | None, SortKey | None]:
-    """(lowest, highest) key of the walked field the cursors allow, both inclusive (a tie on
-    it is settled by the later cursor values, which `_within_cursors` still checks); None
-    where a side is open. Walking down, the start cursor bounds from above."""
+def _seek(
+    index: SortedIndex,
+    equal: dict[FieldPath, SortKey],
+    query: Query,
+    desc: bool,
+    lo: int,
+    hi: int,
+) -> tuple[int, int]:
+    """[lo, hi) narrowed to the walked field's keys the cursors allow: Firestore seeks to a
+    cursor rather than reading past what lies before it, so a page behind a start_after
+    cursor costs what the page does, not what precedes it. Inclusive on that key: a tie on
+    it is settled by the later cursor values, which `_within_cursors` still checks. Walking
+    down, the start cursor bounds from above."""
     start = query.start[0][0] if query.start is not None and query.start[0] else None
     end = query.end[0][0] if query.end is not None and query.end[0] else None
-    return (end, start) if desc else (start, end)
+    low, high = (end, start) if desc else (start, end)
+    prefix = _prefix(equal)
+    if low is not None:
+        key = (*prefix, low) if prefix else low
+        lo = max(lo, index.span(key, True, key, True)[0])
+    if high is not None:
+        key = (*prefix, high) if prefix else high
+        hi = min(hi, index.span(key, True, key, True)[1])
+    return lo, max(lo, hi)
+
+
+def _prefix(equal: dict[FieldPath, SortKey]) -> tuple[SortKey, ...]:
+    """The equality fields' keys in the order a composite index holds them (by path)."""
+    return tuple(equal[p] for p in sorted(equal))
 
 
 def _span(
@@ -433,7 +444,7 @@ def _span(
     """Positions [lo, hi) of the entries of ``index`` (the composite one of the ``equal``
     fields then ``path``, or ``path``'s sorted one without equalities) that have the equal
     fields' keys and meet every range term on ``path``."""
-    prefix = tuple(equal[p] for p in sorted(equal))
+    prefix = _prefix(equal)
     if prefix:
         lo, hi = index.span((*prefix,), True, (*prefix, _TOP), True)
     else:

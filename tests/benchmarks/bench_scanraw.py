@@ -80,7 +80,7 @@ def _side_by_side(jobs: int, project: str, emulator_cpu: Callable[[], float]) ->
 
     rig.seed_due(client, jobs, clock.now() - timedelta(hours=1), prefix="scan")
     cpu, remote = time.process_time(), emulator_cpu()
-    read_s, read = _read(client, clock.now(), jobs)
+    read_s, read = _read(store, client, clock.now(), jobs)
     read_cpu, read_remote = time.process_time() - cpu, emulator_cpu() - remote
     # Runs of max_per_run each, as LIMITS says: the control's default catch-up rate
     # (20/s x the 60 s interval = 1,200) would otherwise cut every run short of it.
@@ -136,28 +136,18 @@ def _side_by_side(jobs: int, project: str, emulator_cpu: Callable[[], float]) ->
         )
 
 
-def _read(client: Any, now: datetime, jobs: int) -> tuple[float, int]:
-    """(seconds, documents read): the claim's query (deferred, due by now, oldest due first,
-    LIMITS["page_size"] at a time) run `jobs / page_size` times, each in a read-write
-    transaction that holds what it read, as a claim's does, through
-    `TransactionRunner.query_in` as the claim reads (raw protobufs, no decoding), committed
-    with no writes. Nothing is claimed, so each run reads the same first page: the same work
-    per document as reading the next page, without a cursor (the emulator walks a cursor's
-    index from its start, which a claim never pays)."""
-    from google.cloud.firestore_v1 import FieldFilter
-
-    from services.jobs import schema
-    from services.jobs.model import State
+def _read(store: Any, client: Any, now: datetime, jobs: int) -> tuple[float, int]:
+    """(seconds, documents read): the claim's own query (`due_query`, LIMITS["page_size"] at
+    a time) run `jobs / page_size` times, each in a read-write transaction that holds what it
+    read, as a claim's does, through `TransactionRunner.query_in` as the claim reads (raw
+    protobufs, no decoding), committed with no writes. Nothing is claimed, so each run reads
+    the same first page: the same work per document as reading the next one, which the claim
+    reaches without a cursor too."""
+    from services.jobs.queries import due_query
     from services.jobs.transactions import CallBounds, TransactionRunner
 
     runner = TransactionRunner(client, CallBounds(timeout_s=30))
-    query = (
-        client.collection(schema.JOBS)
-        .where(filter=FieldFilter("state", "==", State.DEFERRED.value))
-        .where(filter=FieldFilter("due_at", "<=", now))
-        .order_by("due_at")
-        .limit(LIMITS["page_size"])
-    )
+    query = store._query(due_query(now, LIMITS["page_size"]))
 
     def page(transaction: Any) -> int:
         return sum(1 for _ in runner.query_in(transaction, query))

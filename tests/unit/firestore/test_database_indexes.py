@@ -25,13 +25,22 @@ scalars = st.one_of(
     st.sampled_from(["a", "b"]).map(lambda s: Value(string_value=s)),
     st.just(Value(null_value=0)),
 )
-values = st.one_of(
-    scalars,
-    st.lists(scalars, max_size=3).map(lambda vs: Value(array_value=ArrayValue(values=vs))),
-    st.dictionaries(st.sampled_from(["owner", "until"]), scalars, max_size=2).map(
-        lambda fs: Value(map_value=MapValue(fields=fs))
-    ),
-)
+
+
+def values_of(scalars: st.SearchStrategy[Any], max_items: int) -> st.SearchStrategy[Any]:
+    """A scalar, an array of up to `max_items` of them, or a map of `owner` and `until`."""
+    return st.one_of(
+        scalars,
+        st.lists(scalars, max_size=max_items).map(
+            lambda vs: Value(array_value=ArrayValue(values=vs))
+        ),
+        st.dictionaries(st.sampled_from(["owner", "until"]), scalars, max_size=2).map(
+            lambda fs: Value(map_value=MapValue(fields=fs))
+        ),
+    )
+
+
+values = values_of(scalars, 3)
 documents = st.one_of(st.none(), st.dictionaries(st.sampled_from(FIELDS), values, max_size=4))
 writes = st.lists(st.tuples(st.sampled_from(NAMES), documents), min_size=1, max_size=12)
 

@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 from emulators.firestore.database import Database, Document, Stored
 from emulators.firestore.engine import Engine
 from emulators.firestore.mutation import apply, micros, timestamp
-from emulators.firestore.values import ArrayValue, MapValue, Value
+from emulators.firestore.values import Value
 from tests.unit.firestore.test_database_indexes import (
     EVERY_SORTED,
     EXEMPT,
     SOME_SORTED,
+    values_of,
 )
 from tests.unit.firestore.test_database_indexes import _build_composites as build_composites
 from tests.unit.firestore.test_database_indexes import _build_sorted as build_sorted
@@ -37,13 +38,7 @@ scalars = st.one_of(
     st.sampled_from(["a", "b"]).map(lambda s: Value(string_value=s)),
     st.just(Value(null_value=0)),
 )
-values = st.one_of(
-    scalars,
-    st.lists(scalars, max_size=2).map(lambda vs: Value(array_value=ArrayValue(values=vs))),
-    st.dictionaries(st.sampled_from(["owner", "until"]), scalars, max_size=2).map(
-        lambda fs: Value(map_value=MapValue(fields=fs))
-    ),
-)
+values = values_of(scalars, 2)
 field_maps = st.dictionaries(st.sampled_from(FIELDS), values, max_size=4)
 
 
