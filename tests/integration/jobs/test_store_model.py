@@ -321,7 +321,8 @@ class StoreModel(RuleBasedStateMachine):
             for entry in history[1:]:
                 assert entry.from_state is not None
                 assert (entry.from_state, entry.to_state) in TRANSITIONS
-            if len(history) < self.store._rules.history_limit:  # nothing dropped: a full chain
+            limit = self.store._documents.rules.history_limit
+            if len(history) < limit:  # nothing dropped: a full chain
                 for before, after in itertools.pairwise(history):
                     assert after.from_state is before.to_state
             assert history[-1].to_state is job.state
