@@ -68,7 +68,9 @@ class Claims:
         page_size: int = CLAIM_PAGE_SIZE,
         on_quarantine: Callable[[str], None] | None = None,
     ) -> list[ClaimedJob]:
-        """Claim up to `limit` deferred jobs due at or before `now`, oldest due first.
+        """Claim up to `limit` deferred jobs due at or before `now`: oldest due first with one
+        shard; with JOBS_SHARDS > 1 oldest first within each shard, the limit split over the
+        shards, so a run may claim a newer job of one shard before an older one of another.
 
         Each page is one transaction that queries and claims (generation + 1), so overlapping
         callers never claim the same job: 1 read + 1 write per claimed job, 1 read when nothing

@@ -186,7 +186,7 @@ class Documents:
             query = query.limit(spec.limit)
         return query
 
-    def update_unchanged(
+    def update_if_unchanged(
         self, ref: Any, old: Job, new: Job, *, append_history: bool = True
     ) -> datetime | None:
         """Write the fields `new` changed over `old`, on condition that the document is still

@@ -57,7 +57,7 @@ class Leases:
             raise ValidationError("lease must be positive")
         ref = self._docs.jobs.document(job_id)
         try:
-            started = self._start_unlocked(ref, job_id, generation, lease, worker_id)
+            started = self._start_by_compare_and_set(ref, job_id, generation, lease, worker_id)
         except InvalidRecord:
             self._docs.quarantine(job_id, Role.WORKER, worker_id)
             raise
@@ -80,7 +80,7 @@ class Leases:
             self._docs.quarantine(job_id, Role.WORKER, worker_id)
             raise
 
-    def _start_unlocked(
+    def _start_by_compare_and_set(
         self, ref: Any, job_id: str, generation: int, lease: timedelta, worker_id: str
     ) -> Job | None:
         """`start` as one read and one write conditioned on the read's update_time: the same
@@ -108,7 +108,7 @@ class Leases:
             return self._start_holding_key(ref, job, generation, lease, worker_id, exact)
         now = self._docs.clock.now()
         new = self._docs.rules.start(job, generation, now, lease, worker_id, uuid.uuid4().hex)
-        stamp = self._docs.update_unchanged(ref, job, new, append_history=exact)
+        stamp = self._docs.update_if_unchanged(ref, job, new, append_history=exact)
         return None if stamp is None else new.replaced(update_time=stamp)
 
     def _start_holding_key(
@@ -178,7 +178,7 @@ class Leases:
     ) -> Job:
         """Running → enqueued after a transient error or an interrupted action, so Pub/Sub's
         redelivery (`message_id`) starts it again; `progress` is kept for that delivery.
-        `enqueued_at` is set now, so the stale-enqueued gauge and the rescuer measure from
+        `enqueued_at` is set now, so the stale-enqueued gauge and the reclaimer measure from
         this release. `attempt` is unchanged: Pub/Sub's deliveryAttempt counts these quick
         retries. With a cancel request the job is cancelled instead."""
 
@@ -202,7 +202,7 @@ class Leases:
         refuses it and the completion is decided in a transaction as without `basis`.
         """
         if basis is not None:
-            done = self._complete_unread(lease, result, basis)
+            done = self._complete_by_compare_and_set(lease, result, basis)
             if done is not None:
                 return done
         ref = self._docs.jobs.document(lease.job_id)
@@ -234,14 +234,14 @@ class Leases:
 
         return self._docs.tx.run(body)
 
-    def _complete_unread(self, lease: Lease, result: Result, basis: Job) -> Job | None:
+    def _complete_by_compare_and_set(self, lease: Lease, result: Result, basis: Job) -> Job | None:
         """The compare-and-set completion, or None when it does not apply or was refused."""
         if basis.explicit_key or basis.update_time is None:
             return None
         if lease.update_time is None or basis.update_time != lease.update_time:
             return None
         new = self._docs.rules.complete(basis, lease, result, self._docs.clock.now())
-        stamp = self._docs.update_unchanged(self._docs.jobs.document(lease.job_id), basis, new)
+        stamp = self._docs.update_if_unchanged(self._docs.jobs.document(lease.job_id), basis, new)
         if stamp is None:
             return None  # changed since: the transaction decides
         return new.replaced(update_time=stamp)

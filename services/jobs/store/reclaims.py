@@ -67,7 +67,7 @@ class Reclaims:
         *,
         enqueued_timeout: timedelta | None = None,
     ) -> ReclaimReport:
-        """The rescuer: take back abandoned work, at most `limit` jobs, each audited by
+        """The reclaimer: take back abandoned work, at most `limit` jobs, each audited by
         `reclaimer:<run_id>`, and quarantine records nothing else could move.
 
         - Claimed with claim.claimed_at older than now - claim_timeout → deferred (same
@@ -119,7 +119,7 @@ class Reclaims:
                         and j.enqueued_at is not None
                         and j.enqueued_at < before
                     ),
-                    self._docs.rules.rescue_enqueued,
+                    self._docs.rules.reclaim_enqueued,
                 )
             )
         tally = _ReclaimTally(run_id)

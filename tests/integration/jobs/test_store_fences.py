@@ -181,7 +181,7 @@ def test_a_push_for_a_malformed_job_is_refused_as_invalid_after_quarantining_it(
 
 
 @pytest.mark.parametrize("due_at", ["2026-01-01T00:00:00Z", 1767225600, None])
-def test_a_due_at_of_the_wrong_type_is_found_by_the_rescuer_and_quarantined(
+def test_a_due_at_of_the_wrong_type_is_found_by_the_reclaimer_and_quarantined(
     store: FirestoreJobStore, firestore_client: firestore.Client, clock: FakeClock, due_at: Any
 ) -> None:
     store.schedule(new_job("wrong"))
@@ -189,7 +189,7 @@ def test_a_due_at_of_the_wrong_type_is_found_by_the_rescuer_and_quarantined(
     _spoil(firestore_client, "wrong", {"due_at": due_at})
     assert store.claim_due(clock.now(), "run-1", 10) == []  # no due query can see it
 
-    report = store.reclaim_expired(clock.now(), TIMEOUT, 10, "rescuer-1")
+    report = store.reclaim_expired(clock.now(), TIMEOUT, 10, "reclaimer-1")
 
     assert report.quarantined == ("wrong",)
     raw = store.raw("wrong")
@@ -198,10 +198,10 @@ def test_a_due_at_of_the_wrong_type_is_found_by_the_rescuer_and_quarantined(
     assert stored(store, "right").state is State.DEFERRED
 
 
-# --- 4. a job enqueued with no message is rescued --------------------------------------------
+# --- 4. a job enqueued with no message is reclaimed --------------------------------------------
 
 
-def test_a_job_left_enqueued_past_the_timeout_is_rescued_and_its_old_message_fenced(
+def test_a_job_left_enqueued_past_the_timeout_is_reclaimed_and_its_old_message_fenced(
     store: FirestoreJobStore, clock: FakeClock
 ) -> None:
     store.schedule(new_job("j"))
@@ -211,9 +211,9 @@ def test_a_job_left_enqueued_past_the_timeout_is_rescued_and_its_old_message_fen
     assert store.reclaim_expired(clock.now(), TIMEOUT, 10, "r", enqueued_timeout=TIMEOUT) == []
     clock.advance(timedelta(seconds=2))
 
-    (rescued,) = store.reclaim_expired(clock.now(), TIMEOUT, 10, "r", enqueued_timeout=TIMEOUT)
+    (reclaimed,) = store.reclaim_expired(clock.now(), TIMEOUT, 10, "r", enqueued_timeout=TIMEOUT)
 
-    assert (rescued.from_state, rescued.to_state, rescued.reason) == (
+    assert (reclaimed.from_state, reclaimed.to_state, reclaimed.reason) == (
         State.ENQUEUED,
         State.DEFERRED,
         "enqueued_timeout",
