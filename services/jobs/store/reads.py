@@ -73,16 +73,10 @@ class Reads:
 
     def get(self, job_id: str) -> Job | None:
         """The job, or None. One read. InvalidRecord when the document cannot be decoded
-        (`raw` shows it as stored)."""
+        (quarantined as it was found; the Firestore console shows it as stored)."""
         with store_errors():
             snapshot = self._docs.jobs.document(job_id).get(**self._docs.bounds.kwargs)
         return decoded(snapshot) if snapshot.exists else None
-
-    def raw(self, job_id: str) -> dict[str, Any] | None:
-        """The job document exactly as stored (for records `get` cannot decode), or None."""
-        with store_errors():
-            snapshot = self._docs.jobs.document(job_id).get(**self._docs.bounds.kwargs)
-        return snapshot.to_dict() if snapshot.exists else None
 
     def list_jobs(
         self,
@@ -134,7 +128,7 @@ class Reads:
             try:
                 jobs.append(decoded(snapshot))
             except InvalidRecord:
-                invalid.append(snapshot.id)  # listed by ID; `raw` shows it, a scan moves it
+                invalid.append(snapshot.id)  # listed by ID; a scan moves it aside
         next_cursor = None
         if more:
             last = snapshots[-1]
