@@ -2,6 +2,8 @@
 (`services.worker.processor.WorkerStore`): the Firestore store on the emulator, and the
 in-memory store the worker's unit tests use. Both move jobs through the same
 `services.jobs.transitions`, so the fake re-implements no rule; this proves it behaves alike.
+The scan's and the API's contracts have their own suites beside this one
+(`test_store_conformance_scan.py`, `test_store_conformance_api.py`).
 """
 
 from __future__ import annotations
