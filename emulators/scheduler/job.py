@@ -64,7 +64,7 @@ class CronTimetable:
 
 
 @dataclass(frozen=True)
-class TestCadence:
+class FixedCadence:
     """TEST SETTING, not Cloud Scheduler: a run every `seconds` (multiples of it since the Unix
     epoch), for tests that need the scan triggered faster than once a minute."""
 
@@ -149,7 +149,7 @@ class HttpJob:
     @property
     def timetable(self) -> Timetable:
         if self.test_cadence_s is not None:
-            return TestCadence(self.test_cadence_s)
+            return FixedCadence(self.test_cadence_s)
         return CronTimetable(CronSchedule.parse(self.schedule), self.zone)
 
     @property
