@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import pulumi
 
+from emulators.scheduler.job import MAX_ATTEMPT_DEADLINE_S, MIN_ATTEMPT_DEADLINE_S
+from emulators.scheduler.retry import MAX_RETRY_COUNT
 from infra.cron import longest_gap_s
 from infra.errors import CronError, InfraConfigError
 from services.jobs.shard import MAX_SHARDS
@@ -74,15 +76,16 @@ SETTINGS: tuple[Setting, ...] = (
         98,
         "days each daily Firestore backup is kept; 0: no backup schedule",
     ),
-    # The scan trigger's defaults are services/local's too (services/scan/cadence.py).
+    # The scan trigger's defaults are services/local's too (services/scan/cadence.py), its
+    # limits Cloud Scheduler's as the local one enforces them (emulators/scheduler).
     Setting("schedule", "str", cadence.DEFAULT_SCHEDULE, doc="unix-cron schedule of the scan"),
     Setting("timeZone", "str", cadence.DEFAULT_TIME_ZONE, doc="time zone of the schedule"),
     Setting(
         "scanAttemptDeadlineS",
         "int",
         cadence.DEFAULT_ATTEMPT_DEADLINE_S,
-        15,
-        1800,
+        int(MIN_ATTEMPT_DEADLINE_S),
+        int(MAX_ATTEMPT_DEADLINE_S),
         "Cloud Scheduler attempt deadline",
     ),
     Setting(
@@ -90,7 +93,7 @@ SETTINGS: tuple[Setting, ...] = (
         "int",
         cadence.DEFAULT_RETRY_COUNT,
         0,
-        5,
+        MAX_RETRY_COUNT,
         "Cloud Scheduler retries of a failed scan",
     ),
     Setting("scanTimeBudgetS", "int", 120, 1, 1799, "scan run time budget (< attempt deadline)"),
