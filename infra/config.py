@@ -17,9 +17,12 @@ from typing import Any, Literal
 
 import pulumi
 
-from infra.cron import parse_cron
+from emulators.scheduler.job import MAX_ATTEMPT_DEADLINE_S, MIN_ATTEMPT_DEADLINE_S
+from emulators.scheduler.retry import MAX_RETRY_COUNT
+from infra.cron import longest_gap_s
 from infra.errors import CronError, InfraConfigError
 from services.jobs.shard import MAX_SHARDS
+from services.scan import cadence
 from services.scan.settings import MIN_ENQUEUED_TIMEOUT_S
 from services.worker.deadline import HEARTBEATS_PER_LEASE
 from services.worker.settings import (
@@ -73,10 +76,26 @@ SETTINGS: tuple[Setting, ...] = (
         98,
         "days each daily Firestore backup is kept; 0: no backup schedule",
     ),
-    Setting("schedule", "str", "*/5 * * * *", doc="unix-cron schedule of the scan"),
-    Setting("timeZone", "str", "Etc/UTC", doc="time zone of the schedule"),
-    Setting("scanAttemptDeadlineS", "int", 180, 15, 1800, "Cloud Scheduler attempt deadline"),
-    Setting("scanRetryCount", "int", 0, 0, 5, "Cloud Scheduler retries of a failed scan"),
+    # The scan trigger's defaults are services/local's too (services/scan/cadence.py), its
+    # limits Cloud Scheduler's as the local one enforces them (emulators/scheduler).
+    Setting("schedule", "str", cadence.DEFAULT_SCHEDULE, doc="unix-cron schedule of the scan"),
+    Setting("timeZone", "str", cadence.DEFAULT_TIME_ZONE, doc="time zone of the schedule"),
+    Setting(
+        "scanAttemptDeadlineS",
+        "int",
+        cadence.DEFAULT_ATTEMPT_DEADLINE_S,
+        int(MIN_ATTEMPT_DEADLINE_S),
+        int(MAX_ATTEMPT_DEADLINE_S),
+        "Cloud Scheduler attempt deadline",
+    ),
+    Setting(
+        "scanRetryCount",
+        "int",
+        cadence.DEFAULT_RETRY_COUNT,
+        0,
+        MAX_RETRY_COUNT,
+        "Cloud Scheduler retries of a failed scan",
+    ),
     Setting("scanTimeBudgetS", "int", 120, 1, 1799, "scan run time budget (< attempt deadline)"),
     Setting("scanMaxPerRun", "int", 1000, 1, 100_000, "jobs one scan run claims at most"),
     Setting("scanPublishTimeoutS", "int", 30, 1, 600, "how long a scan waits for its publishes"),
@@ -563,7 +582,7 @@ def _check_names(values: dict[str, Any], errors: list[str]) -> None:
 
 def _check_schedule(expression: str, errors: list[str]) -> int:
     try:
-        gap = parse_cron(expression).longest_gap_s()
+        gap = longest_gap_s(expression)
     except CronError as exc:
         errors.append(f"schedule: {exc}")
         return 0

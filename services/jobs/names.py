@@ -25,6 +25,7 @@ class Names:
     pusher_account: str
     scan_service: str
     worker_service: str
+    scheduler_job: str
 
     @classmethod
     def for_prefix(cls, prefix: str = NAME_PREFIX) -> Names:
@@ -37,6 +38,7 @@ class Names:
             pusher_account=f"{prefix}-pusher",
             scan_service=f"{prefix}-scan",
             worker_service=f"{prefix}-worker",
+            scheduler_job=f"{prefix}-scan",
         )
 
     def email(self, account: str, project: str) -> str:

@@ -1,5 +1,6 @@
 """The local system end to end: emulators, the scan, worker and api processes (each behind the
-local Cloud Run front end unless --direct), topology, demo, scheduler.
+local Cloud Run front end unless --direct), topology, demo, and the local Cloud Scheduler
+(emulators/scheduler) that triggers the scan at the default stack's cadence.
 
 `LocalSystem.run()` brings everything up in dependency order, seeds the demo, then reports one
 line per scan run until the demo's due jobs are done (and, unless told to exit then, until
@@ -31,6 +32,11 @@ from emulators.launcher import (
 )
 from emulators.launcher import Ports as EmulatorPorts
 from emulators.oidc.server import CERTS_PATH, TOKEN_PATH
+from emulators.scheduler.attempt import token_from_issuer_url
+from emulators.scheduler.cron import CronSchedule
+from emulators.scheduler.job import HttpJob
+from emulators.scheduler.retry import RetryConfig
+from emulators.scheduler.scheduler import Attempt, CloudScheduler
 from services.api import settings as api_keys
 from services.cli.backends import DEAD_LETTER_SUBSCRIPTION, Backends
 from services.jobs import settings as common_keys
@@ -40,9 +46,9 @@ from services.local.cloud_run import deployments, front_end_argv
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
 from services.local.interrupts import InterruptGate
 from services.local.lock import StackLock
-from services.local.scheduler import Attempt, LocalScheduler, token_from_issuer_url
 from services.local.stack import Child, PortInUse, StackError, Supervisor, port_accepts
 from services.local.topology import Names, PushPolicy, Topology, create_topology
+from services.scan import cadence
 from services.scan import settings as scan_keys
 from services.worker import settings as worker_keys
 
@@ -59,6 +65,9 @@ API_CALLER_ACCOUNT = "deferred-jobs-producer"
 PRODUCER_API_URL = "DEFERRED_JOBS_API_URL"
 PRODUCER_TOKEN_URL = "DEFERRED_JOBS_TOKEN_URL"
 PRODUCER_CALLER = "DEFERRED_JOBS_CALLER"
+# The local scheduler job's location: the region both committed stacks deploy to
+# (Pulumi.dev.yaml, Pulumi.prod.yaml). Only its job name shows it.
+SCHEDULER_LOCATION = "europe-west1"
 
 
 class DemoTimeout(StackError):
@@ -86,7 +95,9 @@ class Ports(EmulatorPorts):
 class Options:
     ports: Ports = field(default_factory=Ports)
     project: str = DEFAULT_PROJECT
-    scan_every_s: float = 5.0
+    # TEST SETTING: trigger the scan every this many seconds instead of on the stack's cron
+    # schedule (Cloud Scheduler cannot go below a minute). None: the default stack's schedule.
+    test_cadence_s: float | None = None
     official: bool = False
     exit_when_done: bool = False
     timeout_s: float | None = None
@@ -117,9 +128,12 @@ class Options:
 
     @property
     def budget_interval_s(self) -> float:
-        """The interval the scan budgets for: the scheduler's, but not below what the scan
-        accepts (a faster local scheduler just finds each run's budget sooner)."""
-        return max(self.scan_every_s, scan_keys.MIN_INTERVAL_S)
+        """The interval the scan budgets for (JOBS_SCAN_INTERVAL_S): the schedule's longest gap,
+        as infra sets it; under a test cadence that cadence, but not below what the scan accepts
+        (a faster local scheduler just finds each run's budget sooner)."""
+        if self.test_cadence_s is not None:
+            return max(self.test_cadence_s, scan_keys.MIN_INTERVAL_S)
+        return float(CronSchedule.parse(cadence.DEFAULT_SCHEDULE).longest_gap_s())
 
 
 @dataclass
@@ -352,9 +366,12 @@ class LocalSystem:
     # -- watch --------------------------------------------------------------------------
 
     def watch(self) -> int:
-        """Trigger the scan on schedule; a line per run; return once done (or on Ctrl-C)."""
+        """Trigger the scan on schedule, and once at once (a forced run, as `gcloud scheduler
+        jobs run` does) so the demo does not wait for the next scheduled time; a line per
+        attempt; return once done (or on Ctrl-C)."""
         attempts: queue.Queue[Attempt] = queue.Queue()
         scheduler = self._scheduler(attempts.put).start()
+        scheduler.run_now()
         timeout_s = self.options.timeout_s
         deadline = time.monotonic() + timeout_s if timeout_s else None
         done = not self.options.demo
@@ -376,14 +393,26 @@ class LocalSystem:
         finally:
             scheduler.stop()
 
-    def _scheduler(self, on_attempt: Callable[[Attempt], None]) -> LocalScheduler:
-        return LocalScheduler(
-            url=self.endpoints.scan_url,
-            audience=self.endpoints.scan_url,
-            invoker_email=self.topology.scheduler_email,
-            interval_s=self.options.scan_every_s,
-            tokens=token_from_issuer_url(self._token_url()),
-            on_attempt=on_attempt,
+    def scheduler_job(self) -> HttpJob:
+        """The scan's trigger as infra deploys it by default (services/scan/cadence.py)."""
+        name = (
+            f"projects/{self.options.project}/locations/{SCHEDULER_LOCATION}"
+            f"/jobs/{self.topology.names.scheduler_job}"
+        )
+        return HttpJob(
+            name=name,
+            uri=self.endpoints.scan_url,
+            oidc_service_account_email=self.topology.scheduler_email,
+            schedule=cadence.DEFAULT_SCHEDULE,
+            time_zone=cadence.DEFAULT_TIME_ZONE,
+            attempt_deadline_s=cadence.DEFAULT_ATTEMPT_DEADLINE_S,
+            retry=RetryConfig(retry_count=cadence.DEFAULT_RETRY_COUNT),
+            test_cadence_s=self.options.test_cadence_s,
+        )
+
+    def _scheduler(self, on_attempt: Callable[[Attempt], None]) -> CloudScheduler:
+        return CloudScheduler(
+            self.scheduler_job(), token_from_issuer_url(self._token_url()), on_attempt=on_attempt
         )
 
     def _token_url(self) -> str:
@@ -420,7 +449,7 @@ class LocalSystem:
                 run = "paused " + run
         else:
             run = f"FAILED {attempt.status or ''} {attempt.error[:120]}".strip()
-        self._say(f"scan #{attempt.number}: {run} | {states}")
+        self._say(f"scan #{attempt.number} ({_attempt_kind(attempt)}): {run} | {states}")
 
     # -- stop ---------------------------------------------------------------------------
 
@@ -493,10 +522,7 @@ class LocalSystem:
         self._say(self._data_line())
         for note in e.notes:
             self._say(f"emulators: {note}")
-        self._say(
-            f"scheduler: POST {e.scan_url} every {self.options.scan_every_s:g} s as "
-            f"{self.topology.scheduler_email}"
-        )
+        self._say(self._scheduler_line())
         if self._demo_kept:
             self._say("demo: kept from an earlier run (not seeded again)")
         elif self.options.demo:
@@ -505,6 +531,18 @@ class LocalSystem:
                 "1 due in 30 days, 1 cancelled"
             )
         self._say(f"in another shell: source {self.options.log_dir / 'env'} && jobsctl watch")
+
+    def _scheduler_line(self) -> str:
+        job = self.scheduler_job()
+        if job.test_cadence_s is not None:
+            when = f"every {job.test_cadence_s:g} s (TEST CADENCE, not Cloud Scheduler's)"
+        else:
+            when = f"{job.schedule!r} ({job.time_zone})"
+        return (
+            f"scheduler: job {job.job_id} POSTs {job.uri} {when} as "
+            f"{job.oidc_service_account_email}, attempt deadline {job.attempt_deadline_s:g} s, "
+            f"{job.retry.retry_count} retries; one forced run now"
+        )
 
     def _demo_missing(self) -> bool:
         """False when kept data already holds the demo (a re-run shows its outcome)."""
@@ -529,6 +567,14 @@ def _done_line(status: DemoStatus) -> str:
         f"demo done: {status.completed}/{due} due jobs completed, {status.deleted_objects}/{due} "
         "source files deleted; the 30-day job is still deferred, the cancelled one untouched"
     )
+
+
+def _attempt_kind(attempt: Attempt) -> str:
+    """forced / scheduled, the execution's schedule time, and the retry number if any."""
+    kind = "forced" if attempt.forced else "scheduled"
+    if attempt.schedule_time is not None:
+        kind += f" {attempt.schedule_time:%H:%M:%S}"
+    return kind + (f" retry {attempt.retry}" if attempt.retry else "")
 
 
 def _base_environment() -> dict[str, str]:

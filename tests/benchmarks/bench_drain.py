@@ -1,7 +1,9 @@
 """A fault drain of the whole local stack: jobs lost and side effects repeated.
 
 Brings up the local stack (emulators, scan and worker as functions-framework processes, the
-local scheduler), schedules JOBS jobs of OBJECTS source files each, and drains them while:
+local Cloud Scheduler at a 1 s TEST CADENCE, not Cloud Scheduler's once a minute: this drain
+counts losses and repeats, its duration is no production figure), schedules JOBS jobs of
+OBJECTS source files each, and drains them while:
 Pub/Sub refuses publishes, Firestore refuses commits, Cloud Storage answers deletions with 503
 (an HTTP proxy in front of the storage emulator), and the worker and the scan are SIGKILLed
 mid-drain and restarted. The worker runs with a short lease and the scan with a short claim
@@ -112,7 +114,8 @@ def main() -> None:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the proxy's request lines
     log_dir = Path(tempfile.mkdtemp(prefix="drain-"))
     ports = Ports.all_free()
-    options = Options(ports=ports, scan_every_s=1.0, log_dir=log_dir, demo=False)
+    # TEST CADENCE: the scan every 1 s (faults and restarts need many runs in a few minutes).
+    options = Options(ports=ports, test_cadence_s=1.0, log_dir=log_dir, demo=False)
     system = LocalSystem(options, io.StringIO())
     started = time.monotonic()
     try:

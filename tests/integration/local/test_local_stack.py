@@ -19,6 +19,9 @@ from services.local.demo import plan_demo
 from services.local.system import ROOT
 
 TIMEOUT_S = 90
+# The first scan attempt is the forced run `make run` makes at start (like `gcloud scheduler
+# jobs run`), carrying the next scheduled time.
+FIRST_RUN_CLAIMS_THE_DEMO = r"^scan #1 \(forced \d\d:\d[05]:00\): claimed 3 published 3"
 # Each test runs a whole stack (three process groups): one at a time under pytest-xdist.
 pytestmark = pytest.mark.xdist_group("local_stack")
 
@@ -31,8 +34,6 @@ def _start(log_dir: Path, *extra: str) -> subprocess.Popen[str]:
             "-m",
             "services.local",
             "--free-ports",
-            "--scan-every",
-            "1",
             "--log-dir",
             str(log_dir),
             "--timeout",
@@ -73,7 +74,9 @@ def test_exit_when_done_completes_the_demo_and_stops_every_child(tmp_path: Path)
     proc = _start(tmp_path, "--exit-when-done")
     out, err = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == 0, err + out
-    assert re.search(r"^scan #1: claimed 3 published 3", out, flags=re.MULTILINE), out
+    # The default cadence is the stack's (*/5): the forced run at start claims the demo's jobs.
+    assert "scheduler: job deferred-jobs-scan POSTs" in out and "'*/5 * * * *' (Etc/UTC)" in out
+    assert re.search(FIRST_RUN_CLAIMS_THE_DEMO, out, flags=re.MULTILINE), out
     assert "demo done: 3/3 due jobs completed, 3/3 source files deleted" in out
     _assert_all_gone(_stopped_pids(out))
 
@@ -177,23 +180,26 @@ def test_official_without_gcloud_says_how_to_get_it(tmp_path: Path) -> None:
     assert "--official needs the gcloud CLI" in proc.stderr
 
 
-def test_a_scan_interval_below_one_second_still_completes_the_demo(tmp_path: Path) -> None:
-    # docs/local.md allows fractions; the scan refuses a budget interval below 1 s, so every
-    # run answered 500 and the demo never finished.
-    proc = _start(tmp_path, "--exit-when-done", "--scan-every", "0.5")
+def test_a_test_cadence_below_one_second_still_completes_the_demo(tmp_path: Path) -> None:
+    # TEST CADENCE (not Cloud Scheduler's): the scan refuses a budget interval below 1 s, so
+    # under a 0.5 s cadence every run once answered 500 and the demo never finished.
+    proc = _start(tmp_path, "--exit-when-done", "--test-cadence-s", "0.5")
     out, err = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == 0, err + out
+    assert "every 0.5 s (TEST CADENCE, not Cloud Scheduler's)" in out
     assert "FAILED" not in out
     assert "demo done: 3/3 due jobs completed" in out
     _assert_all_gone(_stopped_pids(out))
 
 
-def test_a_scan_interval_that_is_not_a_finite_number_is_a_usage_error(tmp_path: Path) -> None:
-    for every in ("nan", "inf"):
+def test_a_test_cadence_that_is_not_a_finite_positive_number_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    for every in ("nan", "inf", "0", "-1"):
         proc = subprocess.run(
             [
                 *(sys.executable, "-m", "services.local", "--free-ports"),
-                *("--scan-every", every, "--log-dir", str(tmp_path)),
+                *("--test-cadence-s", every, "--log-dir", str(tmp_path)),
             ],
             cwd=ROOT,
             capture_output=True,
@@ -202,8 +208,21 @@ def test_a_scan_interval_that_is_not_a_finite_number_is_a_usage_error(tmp_path: 
             check=False,
         )
         assert proc.returncode == 2, every
-        assert "--scan-every must be" in proc.stderr, every
+        assert "--test-cadence-s must be" in proc.stderr, every
         assert not (tmp_path / "emulators.log").exists(), every
+
+
+def test_the_old_scan_every_option_is_gone(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [*(sys.executable, "-m", "services.local", "--scan-every", "5")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "unrecognized arguments: --scan-every" in proc.stderr
 
 
 def test_a_log_dir_that_cannot_be_a_directory_is_a_usage_error(tmp_path: Path) -> None:

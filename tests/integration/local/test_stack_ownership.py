@@ -145,7 +145,7 @@ def test_the_readme_snippet_and_jobsctl_run_verbatim_in_a_shell_that_sourced_the
     # Started with SIGINT ignored, as a shell starts a background job (`make run &`).
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "services.local", "--free-ports", "--scan-every", "1"),
+            *(sys.executable, "-m", "services.local", "--free-ports"),
             *("--log-dir", str(tmp_path / "stack")),
         ],
         cwd=ROOT,

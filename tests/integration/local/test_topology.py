@@ -24,6 +24,7 @@ def test_local_names_are_the_infra_names_for_the_default_prefix() -> None:
         "pusher_account",
         "scan_service",
         "worker_service",
+        "scheduler_job",
     ):
         assert getattr(local, field) == getattr(infra, field)
 
