@@ -576,6 +576,14 @@ class FirestoreJobStore:
             raise errors_seen[0]
         return claimed
 
+    def anything_due(self, now: datetime) -> bool:
+        """Whether any deferred job is due at `now`: one billed read (one per 30 shards).
+        The scan asks before it takes its partition's lease (services/jobs/leases.py)."""
+        if self._shards == 1:
+            with store_errors():
+                return bool(list(self._stream(due_query(now, 1))))
+        return self._anything_due(now)
+
     def _anything_due(self, now: datetime) -> bool:
         with store_errors():
             return any(

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from services.jobs.control import Control, HousekeepingMark
+from services.jobs.leases import Lease, LeaseRefused
 from services.jobs.model import Backlog as StoreBacklog
 from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, ReclaimReport
 from services.jobs.runs import ScanRun
@@ -23,6 +24,8 @@ class ScanStore(Protocol):
     def get_control(self) -> Control: ...
 
     def record_housekeeping(self, mark: HousekeepingMark) -> None: ...
+
+    def anything_due(self, now: datetime) -> bool: ...
 
     def reclaim_expired(
         self,
@@ -53,6 +56,21 @@ class ScanStore(Protocol):
     def backlog(
         self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
     ) -> StoreBacklog: ...
+
+
+class LeaseKeeper(Protocol):
+    """The partitions' leases (leases.ScanLeases keeps them in Firestore)."""
+
+    def acquire(
+        self,
+        partition: int,
+        run_id: str,
+        now: datetime,
+        hold: timedelta,
+        execution: str | None = None,
+    ) -> Lease | LeaseRefused: ...
+
+    def release(self, lease: Lease, now: datetime, *, finished: bool) -> bool: ...
 
 
 class JobPublisher(Protocol):
