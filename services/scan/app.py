@@ -40,10 +40,10 @@ from services.jobs.auth import (
     allowed_emails,
 )
 from services.jobs.clock import Clock, SystemClock
-from services.jobs.leases import ScanLeases
 from services.jobs.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink, build_sink
 from services.jobs.publisher import Publisher
 from services.jobs.runs import RunFailure, RunLogError, ScanRun, ScanRunLog
+from services.jobs.scan_leases import ScanLeases
 from services.jobs.startup import json_response
 from services.scan.dependencies import LeaseKeeper
 from services.scan.pacer import Sleep

@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from services.jobs.control import Control, HousekeepingMark
-from services.jobs.leases import Lease, LeaseRefused
 from services.jobs.model import Backlog as StoreBacklog
 from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, ReclaimReport
 from services.jobs.runs import ScanRun
+from services.jobs.scan_leases import Lease, LeaseRefused
 
 
 class ScanStore(Protocol):
@@ -25,7 +25,7 @@ class ScanStore(Protocol):
 
     def record_housekeeping(self, mark: HousekeepingMark) -> None: ...
 
-    def anything_due(self, now: datetime) -> bool: ...
+    def anything_due(self, now: datetime, shards: Sequence[int] | None = None) -> bool: ...
 
     def reclaim_expired(
         self,
@@ -45,6 +45,7 @@ class ScanStore(Protocol):
         *,
         page_size: int,
         on_quarantine: Callable[[str], None] | None = None,
+        shards: Sequence[int] | None = None,
     ) -> Sequence[ClaimedJob]: ...
 
     def mark_enqueued_many(

@@ -1,13 +1,13 @@
-"""The `Scanner`: one scan run, no HTTP. Rescue, stage (claim, publish, mark), measure, report.
+"""The `Scanner`: one scan run, no HTTP. Reclaim, stage (claim, publish, mark), measure, report.
 
 A run reads the control document first. Paused or dry-run: it only measures. Otherwise the
-`Rescuer` (`rescuer.py`) takes back abandoned claims, leases and lost messages and quarantines
+`Reclaimer` (`reclaimer.py`) takes back abandoned claims, leases and lost messages and quarantines
 what it cannot decode; the `Stager` (`stager.py`) claims due jobs a page at a time until the
 enqueue budget, the time budget or the due jobs run out, publishes every ID and records each
 outcome; the `Gauges` (`gauges.py`) measure the backlog and report the run.
 
 Nothing here catches BaseException: if the process dies between claim and publish, the
-records stay `claimed` and the rescuer of a later run returns them after the claim timeout.
+records stay `claimed` and the reclaimer of a later run returns them after the claim timeout.
 No ID is ever dropped silently.
 """
 
@@ -21,9 +21,9 @@ from datetime import datetime, timedelta
 from services.jobs import errors
 from services.jobs.clock import Clock
 from services.jobs.control import Control, HousekeepingMark
-from services.jobs.leases import Lease, LeaseRefused
 from services.jobs.metrics import LOG_EVENT, MetricsSink, NullSink
 from services.jobs.runs import ScanRun
+from services.jobs.scan_leases import Lease, LeaseRefused
 from services.scan.budget import (
     DEFAULT_ENQUEUED_TIMEOUT_S,
     EnqueueBudget,
@@ -39,7 +39,8 @@ from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, Stor
 from services.scan.gauges import Gauges
 from services.scan.housekeeping import Housekeeping
 from services.scan.pacer import Pacer, Sleep, pace_page
-from services.scan.rescuer import REASON_LEASE_EXPIRED, Rescuer
+from services.scan.partitions import shards_of
+from services.scan.reclaimer import REASON_LEASE_EXPIRED, Reclaimer
 from services.scan.stager import Stager
 from services.scan.summary import Backlog, RunTally, StopReason, log_fields
 from services.scan.trigger import Execution
@@ -87,7 +88,7 @@ class Scanner:
         self._leases = leases
         # Paced waits: real sleeps in production, a FakeClock's advance in tests.
         self._sleep: Sleep = sleep or time.sleep
-        self.rescuer = Rescuer(store, clock, limits)
+        self.reclaimer = Reclaimer(store, clock, limits)
         self.stager = Stager(store, publisher, clock, limits)
         self.gauges = Gauges(store, clock, limits, metrics or NullSink(), runs)
         self.housekeeping = Housekeeping(limits.housekeeping_interval_s)
@@ -116,6 +117,7 @@ class Scanner:
         run_id = run_id or self.new_run_id(started_at)
         if not 0 <= partition < self._limits.partitions:
             raise ValueError(f"partition {partition} is outside 0-{self._limits.partitions - 1}")
+        shards = shards_of(partition, self._limits.partitions, self._limits.shards)
         tally = RunTally()
         try:
             control = self._store.get_control()
@@ -154,13 +156,13 @@ class Scanner:
             elif dry_run:
                 stopped = "dry_run"
             else:
-                rescued = False
+                reclaimed_first = False
                 # A run that may end when nothing is due looks first (1 read) and takes no
                 # lease when nothing is: an idle run costs what it did before leases.
-                due = self._limits.polls or self._anything_due(started_at)
+                due = self._limits.polls or self._anything_due(started_at, shards)
                 if housekeeping and not due:
-                    self.rescuer.rescue(run_id, claim_timeout, tally)
-                    rescued = True
+                    self.reclaimer.reclaim(run_id, claim_timeout, tally)
+                    reclaimed_first = True
                     due = tally.reclaimed > 0
                 if not due:
                     stopped = "drained"
@@ -180,9 +182,9 @@ class Scanner:
                         return run
                     finished = False
                     try:
-                        if housekeeping and not rescued:
-                            self.rescuer.rescue(run_id, claim_timeout, tally)
-                        stopped = self._stage(run_id, budget, started_at, tally, pace_per_s)
+                        if housekeeping and not reclaimed_first:
+                            self.reclaimer.reclaim(run_id, claim_timeout, tally)
+                        stopped = self._stage(run_id, budget, started_at, tally, pace_per_s, shards)
                         # A run whose publishes all failed answers 503: Cloud Scheduler's
                         # retry of it must run, not be taken for a duplicate.
                         finished = stopped != "unavailable"
@@ -227,10 +229,11 @@ class Scanner:
         started_at: datetime,
         tally: RunTally,
         pace_per_s: float,
+        shards: tuple[int, ...] | None,
     ) -> StopReason:
         time_budget = TimeBudget(started_at, self._limits.time_budget_s)
         if self._limits.mode != "paced" or pace_per_s <= 0:
-            return self.stager.run(run_id, budget, time_budget, tally)
+            return self.stager.run(run_id, budget, time_budget, tally, shards=shards)
         pacer = Pacer(
             self._clock,
             self._sleep,
@@ -239,10 +242,12 @@ class Scanner:
             time_budget.deadline,
         )
         poll_s = self._limits.poll_s if self._limits.polls else None
-        return self.stager.run(run_id, budget, time_budget, tally, pacer, poll_s)
+        return self.stager.run(run_id, budget, time_budget, tally, pacer, poll_s, shards)
 
-    def _anything_due(self, now: datetime) -> bool:
+    def _anything_due(self, now: datetime, shards: tuple[int, ...] | None) -> bool:
         try:
+            if shards is not None:
+                return self._store.anything_due(now, shards)
             return self._store.anything_due(now)
         except errors.StoreUnavailable as exc:
             raise StoreUnreachable(f"cannot look for due jobs: {exc}") from exc

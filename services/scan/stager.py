@@ -7,7 +7,7 @@ Every claimed ID is published and the stager waits for every publish future befo
 `enqueued` with the message ID (one conditional BatchWrite per chunk of 100, on a small thread
 pool overlapping the next page), or back to `deferred` with the error. Nothing here catches
 BaseException: if the process dies between claim and publish, the records stay `claimed` and
-a later run's rescuer returns them after the claim timeout.
+a later run's reclaimer returns them after the claim timeout.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class Stager:
         tally: RunTally,
         pacer: Pacer | None = None,
         poll_s: float | None = None,
+        shards: tuple[int, ...] | None = None,
     ) -> StopReason:
         """Stage one run's pages; waits for every mark before it returns.
 
@@ -75,7 +76,7 @@ class Stager:
         # The marks of one page run while the next page is claimed and published; at most
         # one page of marks is outstanding, and the run waits for all of them before it ends.
         in_flight: list[futures.Future[None]] = []
-        pace = _Pace(pacer, poll_s if pacer is not None else None)
+        pace = _Pace(pacer, poll_s if pacer is not None else None, shards)
         try:
             return self.stage(run_id, budget, time_budget, tally, in_flight, pace)
         finally:
@@ -90,7 +91,7 @@ class Stager:
         in_flight: list[futures.Future[None]],
         pace: _Pace | None = None,
     ) -> StopReason:
-        pace = pace or _Pace(None, None)
+        pace = pace or _Pace(None, None, None)
         remaining = budget.limit
         page = self._start_claim(run_id, remaining, time_budget, tally, pace)
         while isinstance(page, _Claiming):
@@ -182,6 +183,15 @@ class Stager:
                     return _DEADLINE
                 at = self._clock.now()  # what became due while it waited is due now
             # One claim transaction per page: JOBS_SCAN_PAGE_SIZE sets its size.
+            if pace.shards is not None:  # a partition's own shards
+                return self._store.claim_due(
+                    at,
+                    run_id,
+                    want,
+                    page_size=want,
+                    on_quarantine=tally.add_quarantined,
+                    shards=pace.shards,
+                )
             return self._store.claim_due(
                 at, run_id, want, page_size=want, on_quarantine=tally.add_quarantined
             )
@@ -343,10 +353,12 @@ _DEADLINE = _Deadline()
 @dataclass(frozen=True)
 class _Pace:
     """How a run claims: at its pacer's rate (None: as fast as it goes), polling every
-    `poll_s` after a short page (None: a short page ends the run)."""
+    `poll_s` after a short page (None: a short page ends the run), over `shards`."""
 
     pacer: Pacer | None
     poll_s: float | None
+    # A partition's shards (None: all of them).
+    shards: tuple[int, ...] | None
 
 
 @dataclass(frozen=True)

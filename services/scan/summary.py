@@ -18,7 +18,7 @@ from services.jobs.runs import MAX_FAILED_IDS, ScanRun
 # budget/time/drained: why claiming stopped; paused/dry_run: nothing was claimed; contention:
 # another run held the due records; unavailable: Firestore or Pub/Sub could not be reached;
 # overlap: another live run holds this partition's lease, so this one claimed nothing;
-# duplicate: this scheduled execution already ran or is running (services/jobs/leases.py).
+# duplicate: this scheduled execution already ran or is running (services/jobs/scan_leases.py).
 StopReason = Literal[
     "budget",
     "time",

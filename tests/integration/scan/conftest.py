@@ -30,11 +30,11 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from emulators.cloudrun.proxy import FrontEnd
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.leases import ScanLeases
 from services.jobs.metrics import InMemorySink
 from services.jobs.model import Job, NewJob
 from services.jobs.publisher import ATTR_GENERATION, Publisher
 from services.jobs.runs import ScanRunLog
+from services.jobs.scan_leases import ScanLeases
 from services.jobs.store import FirestoreJobStore
 from services.local.cloud_run import SCAN_CONCURRENCY, SCAN_TIMEOUT_S
 from services.scan.app import create_app
@@ -228,8 +228,8 @@ def scan_rig(
             certs_url=oidc_server.certs_url,
             metrics="none",
             behind_cloud_run_iam=cloud_run,
-            # Housekeeping on every run unless a test sets the interval: the rescuer's tests
-            # expect each run to rescue; test_idle_cost.py covers the interval and its default.
+            # Housekeeping on every run unless a test sets the interval: the reclaimer's tests
+            # expect each run to reclaim; test_idle_cost.py covers the interval and its default.
             **{
                 "max_per_run": 100,
                 "page_size": 50,

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from services.jobs import schema
-from services.jobs.leases import lease_document_id
+from services.jobs.scan_leases import lease_document_id
 from services.scan.trigger import JOB_NAME_HEADER, SCHEDULE_TIME_HEADER
 from tests.integration.scan.conftest import Rig
 
