@@ -4,8 +4,9 @@ One job per scan partition (`scanPartitions`, services/scan/partitions.py): with
 `scan-trigger` sends an empty body, as before partitions existed; with k > 1, each job
 `scan-trigger-p<p>` sends `{"partition": p}` and its run claims only that partition's
 shards, with its own lease and 1/k of the catch-up rate. The jobs carry Cloud Scheduler's
-`X-CloudScheduler-*` headers by themselves (https://cloud.google.com/scheduler/docs/configuring/deduplicate-job-requests), which
-the scan uses to answer a repeated execution with 200 and no work.
+`X-CloudScheduler-*` headers by themselves
+(https://cloud.google.com/scheduler/docs/configuring/deduplicate-job-requests), which the scan
+uses to answer a repeated execution with 200 and no work.
 """
 
 from __future__ import annotations
