@@ -296,11 +296,14 @@ class Scanner:
         """This run's enqueue budget: the control's dials (the ramp's rate while it climbs),
         under the deployment's ceiling, and this partition's share of it."""
         rate = control.rate_at(now) if now is not None else control.catch_up_rate
+        # The caps are per run, and with k partitions k runs share each interval: together
+        # they may claim k caps, never more than rate x interval (the rate is shared).
+        k = self._limits.partitions
         budget = enqueue_budget(
-            self._limits.max_per_run,
+            self._limits.max_per_run * k,
             self._limits.interval_s,
             rate_per_s=rate,
-            cap_override=min(self._limits.max_per_run, control.claim_budget),
+            cap_override=min(self._limits.max_per_run, control.claim_budget) * k,
         )
         return partition_share(budget, partition, self._limits.partitions)
 

@@ -154,3 +154,43 @@ def test_two_runs_started_together_never_both_claim(scan_rig: Callable[..., Rig]
     assert sorted(b["claimed"] for b in bodies) == [0, 150]
     pulled = first.pull()
     assert sum(pulled.values()) == 150 and set(pulled.values()) == {1}
+
+
+def test_two_partitions_run_at_once_each_on_its_own_shards(scan_rig: Callable[..., Rig]) -> None:
+    from services.jobs.shard import shard_of
+    from services.scan.partitions import partition_shards
+
+    first = scan_rig(shards=4, partitions=2, max_per_run=1000, page_size=50)
+    second = scan_rig(shards=4, partitions=2, max_per_run=1000, page_size=50, clock=first.clock)
+    first.store.update_control("test", "partitions", catch_up_rate=10, claim_budget=1000)
+    ids = first.seed(800)
+    answers: dict[int, Any] = {}
+
+    def call(rig: Rig, partition: int) -> None:
+        answers[partition] = rig.post(f'{{"partition": {partition}}}')
+
+    threads = [threading.Thread(target=call, args=(r, p)) for r, p in ((first, 0), (second, 1))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    bodies = {p: a.get_json() for p, a in answers.items()}
+    assert {p: a.status_code for p, a in answers.items()} == {0: 200, 1: 200}
+    # Different partitions hold different leases: both claim, each half of 10/s x 60 s.
+    assert {p: (b["partition"], b["claimed"]) for p, b in bodies.items()} == {
+        0: (0, 300),
+        1: (1, 300),
+    }
+    groups = partition_shards(2, 4)
+    pulled = first.pull()
+    assert sum(pulled.values()) == 600 and set(pulled.values()) == {1}
+    runs = {r.run_id: r for r in first.runs.recent(5)}
+    for partition, body in bodies.items():
+        assert runs[body["run_id"]].partition == partition
+    claimed = {job_id for job_id in pulled}
+    for job_id in claimed:
+        assert job_id in ids
+    by_partition = {p: {j for j in claimed if shard_of(j, 4) in groups[p]} for p in groups}
+    assert len(by_partition[0]) == len(by_partition[1]) == 300
+    # A partition the deployment does not have is a 400.
+    assert first.post('{"partition": 2}').status_code == 400

@@ -191,3 +191,15 @@ def test_the_bucket_never_holds_more_than_one_page() -> None:
     assert (clock.now() - before).total_seconds() == pytest.approx(0.5)
     clock.set(T0 + timedelta(minutes=1))
     assert pacer.take(1) == 0  # past the deadline: nothing
+
+
+def test_with_partitions_the_cap_is_per_run_and_the_rate_is_shared() -> None:
+    limits = dataclasses.replace(PACED, max_per_run=1000, partitions=4, shards=4)
+    control = Control(catch_up_rate=50, claim_budget=100_000)
+    scanner, _, _ = paced_scanner(FakeStore(due=[], control=control), limits)
+    # 50/s x 60 s = 3,000 per interval, shared by the 4 partitions' runs (each under its
+    # cap of 1,000): 750 each.
+    assert [scanner.budget_for(control, T0, p).limit for p in range(4)] == [750] * 4
+    fast = Control(catch_up_rate=500, claim_budget=100_000)
+    # 500/s x 60 s = 30,000, above 4 caps: each partition's run claims its cap.
+    assert [scanner.budget_for(fast, T0, p).limit for p in range(4)] == [1000] * 4
