@@ -23,6 +23,7 @@ from infra.cron import longest_gap_s
 from infra.errors import CronError, InfraConfigError
 from services.jobs.shard import MAX_SHARDS
 from services.scan import cadence
+from services.scan.budget import PACED_MARGIN_S, SCAN_MODES
 from services.scan.settings import MIN_ENQUEUED_TIMEOUT_S
 from services.worker.deadline import HEARTBEATS_PER_LEASE
 from services.worker.settings import (
@@ -96,8 +97,40 @@ SETTINGS: tuple[Setting, ...] = (
         MAX_RETRY_COUNT,
         "Cloud Scheduler retries of a failed scan",
     ),
-    Setting("scanTimeBudgetS", "int", 120, 1, 1799, "scan run time budget (< attempt deadline)"),
-    Setting("scanMaxPerRun", "int", 1000, 1, 100_000, "jobs one scan run claims at most"),
+    Setting(
+        "scanTimeBudgetS",
+        "int",
+        50,
+        1,
+        1799,
+        "scan run time budget (< attempt deadline); paced: how long a run works "
+        f"(<= the schedule's interval - {PACED_MARGIN_S:g})",
+    ),
+    Setting(
+        "scanMaxPerRun",
+        "int",
+        12_000,
+        1,
+        100_000,
+        "jobs one scan run claims at most (12,000: 200 jobs/s at one run a minute)",
+    ),
+    Setting("scanMode", "str", "paced", doc="one-pass or paced (docs/scan.md, Modes)"),
+    Setting("scanPollS", "int", 5, 1, 60, "paced: how often a run looks for newly due work"),
+    Setting(
+        "scanEndWhenIdle",
+        "bool",
+        True,
+        doc="paced: a run ends as soon as nothing is due (cheap); false: it polls its whole "
+        "time budget (lower due-to-claim latency, an instance busy all the time)",
+    ),
+    Setting(
+        "scanPartitions",
+        "int",
+        1,
+        1,
+        MAX_SHARDS,
+        "Scheduler jobs, each claiming its own group of shards (<= shards)",
+    ),
     Setting("scanPublishTimeoutS", "int", 30, 1, 600, "how long a scan waits for its publishes"),
     Setting("claimTimeoutS", "int", 600, 16, _DAY, "claim age before the reclaimer takes it"),
     Setting("workerRequestTimeoutS", "int", 240, 1, 600, "worker Cloud Run request timeout"),
@@ -248,6 +281,10 @@ class StackConfig:
     api_callers: tuple[str, ...] = ()
     api_scaling: Scaling = Scaling(0, 10, 80)
     shards: int = 1
+    scan_mode: str = "paced"
+    scan_poll_s: int = 5
+    scan_end_when_idle: bool = True
+    scan_partitions: int = 1
 
     @property
     def terminal_retention_s(self) -> int:
@@ -335,6 +372,10 @@ def parse_config(
         api_callers=tuple(values["apiCallers"]),
         api_scaling=Scaling(0, values["apiMaxInstances"], values["apiConcurrency"]),
         shards=values["shards"],
+        scan_mode=values["scanMode"],
+        scan_poll_s=values["scanPollS"],
+        scan_end_when_idle=values["scanEndWhenIdle"],
+        scan_partitions=values["scanPartitions"],
     )
 
 
@@ -474,7 +515,48 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
     for email in values["apiCallers"]:
         if not _SERVICE_ACCOUNT.match(email):
             errors.append(f"apiCallers: {email!r} is not a service account email")
-    return _check_schedule(values["schedule"], errors)
+    interval = _check_schedule(values["schedule"], errors)
+    _check_scan_pacing(values, interval, errors)
+    return interval
+
+
+def _check_scan_pacing(values: dict[str, Any], interval: int, errors: list[str]) -> None:
+    """The scan's mode, run length and partitions against the schedule and Cloud Run: the
+    same rules the scan checks at start (services/scan/settings.py, run_bound_problems).
+    Cloud Run's request timeout is the attempt deadline here (infra/program.py), so the
+    attempt-deadline rule above covers both."""
+    mode = values["scanMode"]
+    if mode not in SCAN_MODES:
+        errors.append(f"scanMode={mode!r} must be one of {', '.join(SCAN_MODES)}")
+        return
+    if mode == "paced" and interval:
+        room = interval - int(PACED_MARGIN_S)
+        if values["scanTimeBudgetS"] > room:
+            # A late run delays the next scheduled one (Job.schedule,
+            # https://cloud.google.com/scheduler/docs/reference/rest/v1/projects.locations.jobs).
+            errors.append(
+                f"scanTimeBudgetS={values['scanTimeBudgetS']} must be at most the schedule's "
+                f"interval - {PACED_MARGIN_S:g} = {room} with scanMode=paced: a paced run works "
+                "its whole time budget and must end before the next scheduled run"
+            )
+        if values["scanPollS"] >= values["scanTimeBudgetS"]:
+            errors.append(
+                f"scanPollS={values['scanPollS']} must be less than scanTimeBudgetS="
+                f"{values['scanTimeBudgetS']} with scanMode=paced"
+            )
+    partitions = values["scanPartitions"]
+    if partitions > values["shards"]:
+        errors.append(
+            f"scanPartitions={partitions} must be at most shards={values['shards']}: each "
+            "partition owns at least one shard"
+        )
+    slots = values["scanMaxInstances"] * values["scanConcurrency"]
+    if slots < partitions:
+        errors.append(
+            f"scanMaxInstances x scanConcurrency = {values['scanMaxInstances']} x "
+            f"{values['scanConcurrency']} = {slots} must be at least scanPartitions="
+            f"{partitions}: every partition's run must find a request slot at once"
+        )
 
 
 def _check_worker_deadlines(values: dict[str, Any], errors: list[str]) -> None:

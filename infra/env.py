@@ -73,6 +73,11 @@ SCAN_VARIABLES: tuple[str, ...] = (
     scan.CLAIM_TIMEOUT_S,
     scan.METRICS,
     scan.ENQUEUED_TIMEOUT_S,
+    scan.SCAN_MODE,
+    scan.SCAN_POLL_S,
+    scan.SCAN_END_WHEN_IDLE,
+    scan.SCAN_ATTEMPT_DEADLINE_S,
+    scan.SCAN_PARTITIONS,
     common.TERMINAL_RETENTION_S,
     common.BEHIND_CLOUD_RUN_IAM,
     common.SHARDS,
@@ -118,6 +123,13 @@ def scan_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi
         scan.CLAIM_TIMEOUT_S: str(config.claim_timeout_s),
         scan.METRICS: SCAN_METRICS,
         scan.ENQUEUED_TIMEOUT_S: str(config.enqueued_timeout_s),
+        # Paced runs and the bound they are checked against at start (the scan refuses a
+        # run longer than the attempt deadline, as the preview does).
+        scan.SCAN_MODE: config.scan_mode,
+        scan.SCAN_POLL_S: str(config.scan_poll_s),
+        scan.SCAN_END_WHEN_IDLE: "true" if config.scan_end_when_idle else "false",
+        scan.SCAN_ATTEMPT_DEADLINE_S: str(config.scan_attempt_deadline_s),
+        scan.SCAN_PARTITIONS: str(config.scan_partitions),
         # Both services finish jobs (the scan's reclaimer fails them), so both set expire_at.
         common.TERMINAL_RETENTION_S: str(config.terminal_retention_s),
         common.BEHIND_CLOUD_RUN_IAM: BEHIND_CLOUD_RUN_IAM,

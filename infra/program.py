@@ -29,8 +29,9 @@ class Deployment:
     scan: cloudrun.RunService
     worker: cloudrun.RunService
     messaging: messaging.Messaging
-    scheduler_job: cloudscheduler.Job
+    scheduler_job: cloudscheduler.Job  # partition 0's (the only one with one partition)
     monitoring: stack_monitoring.Monitoring
+    scheduler_jobs: tuple[cloudscheduler.Job, ...] = ()
 
     def outputs(self) -> dict[str, pulumi.Input[str]]:
         """The stack outputs."""
@@ -124,7 +125,7 @@ def build(config: StackConfig) -> Deployment:
         queues.subscription,
         *queues.grants,
     ]
-    job = scheduler.create_scan_trigger(
+    jobs = scheduler.create_scan_triggers(
         config,
         names,
         accounts.scheduler,
@@ -143,6 +144,7 @@ def build(config: StackConfig) -> Deployment:
         scan=scan,
         worker=worker,
         messaging=queues,
-        scheduler_job=job,
+        scheduler_job=jobs[0],
+        scheduler_jobs=jobs,
         monitoring=observed,
     )

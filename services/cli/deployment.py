@@ -8,12 +8,15 @@ from services.cli.errors import UsageError
 from services.cli.session import Session
 from services.cli.timespec import TimeSpecError, parse_duration
 from services.jobs.control import Control
-from services.scan.budget import EnqueueBudget, enqueue_budget
+from services.jobs.settings import SHARDS
+from services.scan.budget import DEFAULT_POLL_S, PACED_MARGIN_S, EnqueueBudget, enqueue_budget
 from services.scan.settings import (
     DEFAULT_INTERVAL_S,
     DEFAULT_MAX_PER_RUN,
     SCAN_INTERVAL_S,
     SCAN_MAX_PER_RUN,
+    SCAN_POLL_S,
+    SCAN_TIME_BUDGET_S,
 )
 
 
@@ -41,11 +44,42 @@ def ceiling(session: Session) -> int | None:
 
 
 def effective_budget(session: Session, control: Control) -> EnqueueBudget:
-    """The jobs one scan run may claim under `control`, exactly as the scan computes it."""
+    """The jobs one scan run may claim under `control`, exactly as the scan computes it (at
+    the ramp's rate while one climbs)."""
     cap = ceiling(session) or DEFAULT_MAX_PER_RUN
     return enqueue_budget(
         cap,
         interval_s(session),
-        rate_per_s=control.catch_up_rate,
+        rate_per_s=control.rate_at(session.now()),
         cap_override=min(cap, control.claim_budget),
     )
+
+
+def _duration_env(session: Session, key: str) -> float | None:
+    text = session.env(key)
+    if not text:
+        return None
+    try:
+        return parse_duration(text).total_seconds()
+    except TimeSpecError as exc:
+        raise UsageError(f"{key}={text!r}: {exc}") from exc
+
+
+def time_budget_s(session: Session, interval: float) -> float:
+    """A paced run's length: JOBS_SCAN_TIME_BUDGET_S, else the longest the scan allows
+    (the interval less its margin, at least 1 s)."""
+    return _duration_env(session, SCAN_TIME_BUDGET_S) or max(1.0, interval - PACED_MARGIN_S)
+
+
+def poll_s(session: Session) -> float:
+    """JOBS_SCAN_POLL_S, else the scan's default."""
+    return _duration_env(session, SCAN_POLL_S) or DEFAULT_POLL_S
+
+
+def shards(session: Session) -> int:
+    """JOBS_SHARDS, else 1."""
+    text = session.env(SHARDS)
+    try:
+        return max(1, int(text)) if text else 1
+    except ValueError as exc:
+        raise UsageError(f"{SHARDS}={text!r} is not an integer") from exc

@@ -115,11 +115,15 @@ class Snapshot:
             "set_rate_per_s": self.set_rate_per_s,
             "measured_rate_per_s": drain.per_s,
             "eta_s": self.eta_s,
+            "ramp": self.ramp_data(),
             "runs": [
                 {
                     "run_id": r.run_id,
                     "started_at": r.started_at,
                     "stopped_because": r.stopped_because,
+                    "partition": r.partition,
+                    "mode": r.mode,
+                    "note": r.note,
                     "budget": r.budget,
                     "claimed": r.claimed,
                     "published": r.published,
@@ -128,6 +132,23 @@ class Snapshot:
                 }
                 for r in self.runs
             ],
+        }
+
+    def ramp_data(self) -> dict[str, Any] | None:
+        """The ramp in force (`jobsctl resume --ramp`): its rate now, its next step, when it
+        reaches the set rate; None without one."""
+        ramp = self.control.ramp
+        if ramp is None:
+            return None
+        target = self.control.catch_up_rate
+        step = ramp.next_step(self.at, target)
+        return {
+            "started_at": ramp.started_at,
+            "start_rate_per_s": ramp.start_rate,
+            "rate_now_per_s": ramp.rate_at(self.at, target),
+            "next_step_at": step[0] if step else None,
+            "next_rate_per_s": step[1] if step else None,
+            "reaches_set_rate_at": ramp.reaches_at(target),
         }
 
 
@@ -184,6 +205,18 @@ def _rates(s: Snapshot) -> Table:
         else "- (needs two runs)"
     )
     grid.add_row("set rate", f"{s.set_rate_per_s:,.1f}/s (budget / interval)")
+    ramp = s.ramp_data()
+    if ramp is not None:
+        step = (
+            f"next x1.5 at {ramp['next_step_at']:%H:%M:%SZ} to {ramp['next_rate_per_s']:,.1f}/s"
+            if ramp["next_step_at"]
+            else "at the set rate"
+        )
+        grid.add_row(
+            "ramp",
+            f"{ramp['rate_now_per_s']:,.1f}/s now of {s.control.catch_up_rate:g}/s (500/50/5: "
+            f"from {ramp['start_rate_per_s']:g}/s at {ramp['started_at']:%H:%M:%SZ}); {step}",
+        )
     grid.add_row("measured", measured)
     eta = s.eta_s
     if eta is None:
@@ -203,11 +236,24 @@ def _stopped(run: ScanRun) -> str:
 
 def _runs(s: Snapshot) -> Table:
     table = Table(title="last scan runs", title_justify="left")
-    for header in ("started", "stopped", "budget", "claimed", "published", "failed"):
-        table.add_column(header, justify="left" if header in ("started", "stopped") else "right")
+    headers = (
+        "started",
+        "partition",
+        "mode",
+        "stopped",
+        "budget",
+        "claimed",
+        "published",
+        "failed",
+    )
+    for header in headers:
+        left = header in ("started", "stopped", "mode")
+        table.add_column(header, justify="left" if left else "right")
     for run in s.runs:
         table.add_row(
             run.started_at.strftime("%H:%M:%S"),
+            str(run.partition),
+            run.mode,
             _stopped(run),
             f"{run.budget:,}",
             f"{run.claimed:,}",
@@ -215,5 +261,5 @@ def _runs(s: Snapshot) -> Table:
             f"{run.publish_failed:,}",
         )
     if not s.runs:
-        table.add_row("-", "no scan run recorded yet", "", "", "", "")
+        table.add_row("-", "", "", "no scan run recorded yet", "", "", "", "")
     return table

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.jobs.errors import ValidationError
+from services.jobs.ramp import Ramp
 
 CONTROL_HISTORY_LIMIT = 20
 MAX_CLAIM_BUDGET = 100_000
@@ -23,7 +24,7 @@ MAX_CATCH_UP_RATE = 1_000_000.0
 MAX_CLAIM_TIMEOUT = timedelta(days=30)
 logger = logging.getLogger(__name__)
 
-SETTINGS = frozenset({"paused", "claim_budget", "catch_up_rate", "claim_timeout"})
+SETTINGS = frozenset({"paused", "claim_budget", "catch_up_rate", "claim_timeout", "ramp"})
 # The control document's map the scan writes after its housekeeping (never an operator).
 HOUSEKEEPING_FIELD = "housekeeping"
 # The backlog figures a housekeeping run measured, kept with it for the idle runs after it.
@@ -97,6 +98,15 @@ class Control:
     history: tuple[ControlChange, ...] = ()
     # Written by the scan, not an operator setting; carried through operator changes.
     housekeeping: HousekeepingMark | None = None
+    # `jobsctl resume --ramp`: the catch-up rate climbs to `catch_up_rate` by Firestore's
+    # 500/50/5 rule (services/jobs/ramp.py); None: the set rate applies at once.
+    ramp: Ramp | None = None
+
+    def rate_at(self, now: datetime) -> float:
+        """The catch-up rate in force at `now`: the set rate, or the ramp's below it."""
+        if self.ramp is None:
+            return self.catch_up_rate
+        return self.ramp.rate_at(now, self.catch_up_rate)
 
     def changed(self, *, by: str, reason: str, at: datetime, **changes: Any) -> Control:
         """A validated copy with `changes` applied and the change audited; ValidationError
@@ -145,6 +155,7 @@ class Control:
         }
         if self.housekeeping is not None:
             document[HOUSEKEEPING_FIELD] = self.housekeeping.to_document()
+        document["ramp"] = self.ramp.to_document() if self.ramp is not None else None
         return document
 
     @classmethod
@@ -198,6 +209,7 @@ class Control:
                 for c in data.get("history") or ()
             ),
             housekeeping=HousekeepingMark.from_document(data.get(HOUSEKEEPING_FIELD)),
+            ramp=Ramp.from_document(data.get("ramp")),
         )
 
 
@@ -232,6 +244,12 @@ def _setting_problems(changes: Mapping[str, Any]) -> list[str]:
             problems.append("catch_up_rate must be finite")
         elif rate > MAX_CATCH_UP_RATE:
             problems.append(f"catch_up_rate must be at most {MAX_CATCH_UP_RATE:,.0f} jobs/s")
+    if "ramp" in changes:
+        ramp = changes["ramp"]
+        if ramp is not None and not isinstance(ramp, Ramp):
+            problems.append("ramp must be a ramp or none")
+        elif ramp is not None:
+            problems += ramp.problems()
     if "claim_timeout" in changes:
         timeout = changes["claim_timeout"]
         if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
@@ -243,4 +261,6 @@ def _setting_problems(changes: Mapping[str, Any]) -> list[str]:
 
 def _plain(value: Any) -> Any:
     """Control history values as Firestore can store them (durations in seconds)."""
+    if isinstance(value, Ramp):
+        return value.to_document()
     return value.total_seconds() if isinstance(value, timedelta) else value

@@ -85,6 +85,11 @@ class ScanRun:
     oldest_enqueued_age_s: float = 0.0
     quarantined: int = 0  # undecodable job documents moved aside (failed, invalid_record)
     failure: RunFailure | None = None  # set when the scan answered 500 or 503 for this run
+    mode: str = "one-pass"  # one-pass or paced (docs/scan.md, "Modes")
+    partition: int = 0  # the partition whose shards the run claimed
+    rate_per_s: float = 0.0  # a paced run's claim rate (0: one-pass, as fast as it goes)
+    note: str = ""  # why an overlap or duplicate claimed nothing
+    execution: str | None = None  # the Cloud Scheduler execution (job@schedule time), if any
 
     @property
     def duration_s(self) -> float:
@@ -123,6 +128,11 @@ class ScanRun:
             "failed_ids": list(self.failed_ids[:MAX_FAILED_IDS]),
             "failed_ids_truncated": len(self.failed_ids) > MAX_FAILED_IDS,
             "failure": self.failure.to_document() if self.failure else None,
+            "mode": self.mode,
+            "partition": self.partition,
+            "rate_per_s": self.rate_per_s,
+            "note": self.note,
+            "execution": self.execution,
             schema.EXPIRE_AT: self.finished_at + retention,
         }
 
@@ -150,6 +160,11 @@ class ScanRun:
             oldest_enqueued_age_s=float(data.get("oldest_enqueued_age_s", 0.0)),
             quarantined=int(data.get("quarantined", 0)),
             failure=RunFailure.from_document(failure) if (failure := data.get("failure")) else None,
+            mode=str(data.get("mode") or "one-pass"),
+            partition=int(data.get("partition") or 0),
+            rate_per_s=float(data.get("rate_per_s") or 0.0),
+            note=str(data.get("note") or ""),
+            execution=str(execution) if (execution := data.get("execution")) else None,
         )
 
 

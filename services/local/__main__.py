@@ -3,7 +3,7 @@
 Starts the emulators, the scan and the worker (functions-framework, one process each, each
 behind the local Cloud Run front end that checks invokers as Cloud Run's IAM does), the
 Pub/Sub topology the way infra/ builds it, the local Cloud Scheduler (emulators/scheduler)
-that calls the scan with OIDC tokens on the default stack's schedule (*/5 * * * *, Etc/UTC) plus
+that calls the scan with OIDC tokens on the default stack's schedule (* * * * *, Etc/UTC) plus
 one forced run at start, and a demo; prints a line per scan attempt. Ctrl-C or SIGTERM stops
 every child process. Exit codes: 0 stopped cleanly (or demo done with --exit-when-done);
 1 a process died, the demo timed out, or this process's own exit hung for 10 s after every child

@@ -43,7 +43,10 @@ from services.jobs.clock import Clock, SystemClock
 from services.jobs.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink, build_sink
 from services.jobs.publisher import Publisher
 from services.jobs.runs import RunFailure, RunLogError, ScanRun, ScanRunLog
+from services.jobs.scan_leases import ScanLeases
 from services.jobs.startup import json_response
+from services.scan.dependencies import LeaseKeeper
+from services.scan.pacer import Sleep
 from services.scan.scanner import (
     JobPublisher,
     QueueUnreachable,
@@ -92,12 +95,14 @@ class ScanHandler:
         clock: Clock,
         project: str,
         runs: RunRecorder | None = None,
+        partitions: int = 1,
     ):
         self.scanner = scanner
         self._verifier = verifier
         self._clock = clock
         self._project = project
         self._runs = runs
+        self.partitions = partitions
 
     def handle(self, request: flask.Request) -> flask.Response:
         run_id = Scanner.new_run_id(self._clock.now())
@@ -131,7 +136,12 @@ class ScanHandler:
             return refusal
         body = request.stream.read(MAX_BODY_BYTES + 1)
         try:
-            trigger = parse_trigger(body)
+            trigger = parse_trigger(body, request.headers)
+            if trigger.partition >= self.partitions:
+                raise TriggerError(
+                    f"'partition' must be from 0 to {self.partitions - 1} "
+                    f"(the deployment has {self.partitions} partition(s))"
+                )
         except TriggerError as exc:
             logger.warning("bad scan request: %s", exc)
             return json_response(
@@ -139,7 +149,12 @@ class ScanHandler:
             )
         started_at = self._clock.now()
         try:
-            run = self.scanner.run(dry_run=trigger.dry_run, run_id=run_id)
+            run = self.scanner.run(
+                dry_run=trigger.dry_run,
+                run_id=run_id,
+                partition=trigger.partition,
+                execution=trigger.execution,
+            )
         except Exception as exc:
             # Recorded first, whatever the failure: a crash is re-raised below, to the last
             # resort in handle().
@@ -244,11 +259,19 @@ def create_app(
     verifier: Verifier | None = None,
     runs: RunRecorder | None = None,
     firestore_client: Any = None,
+    leases: LeaseKeeper | None = None,
+    sleep: Sleep | None = None,
 ) -> flask.Flask:
-    """The scan app; builds each dependency that is not injected (clients are built here)."""
+    """The scan app; builds each dependency that is not injected (clients are built here).
+    `sleep` is how a paced run waits (time.sleep; a FakeClock's advance in tests)."""
     clock = clock or SystemClock()
     if store is None or runs is None:
         firestore_client = firestore_client or _firestore_client(settings.project)
+    if leases is None and firestore_client is not None:
+        # Whenever the app talks to Firestore itself (always, in production: main.py
+        # injects only the publisher). Tests that inject a fake store and run log keep no
+        # leases unless they pass some.
+        leases = ScanLeases(firestore_client, timeout_s=settings.firestore_timeout_s)
     if store is None:
         store = _store(firestore_client, clock, settings)
     if runs is None:
@@ -277,8 +300,12 @@ def create_app(
         settings.limits(),
         runs=runs,
         metrics=metrics or build_sink(settings.metrics, settings.project),
+        leases=leases,
+        sleep=sleep,
     )
-    handler = ScanHandler(scanner, verifier, clock, settings.project, runs)
+    handler = ScanHandler(
+        scanner, verifier, clock, settings.project, runs, partitions=settings.partitions
+    )
     app = flask.Flask(__name__)
     app.extensions[EXTENSION_KEY] = handler
     app.add_url_rule(

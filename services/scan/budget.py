@@ -15,6 +15,22 @@ from typing import Literal
 
 BudgetSource = Literal["cap", "rate"]
 
+# How a run works (docs/scan.md, "Modes"). one-pass: claim the budget as fast as the scan goes,
+# then end. paced: claim at the catch-up rate per second (a token bucket) for the time budget,
+# polling for newly due work every JOBS_SCAN_POLL_S, or ending once nothing is due when
+# JOBS_SCAN_END_WHEN_IDLE (the cheap choice).
+ScanMode = Literal["one-pass", "paced"]
+SCAN_MODES: tuple[ScanMode, ...] = ("one-pass", "paced")
+# A paced run ends this long before the next scheduled one at the latest: its last publishes,
+# marks, backlog measure and run record happen in it.
+PACED_MARGIN_S = 10.0
+DEFAULT_POLL_S = 5.0
+MIN_POLL_S, MAX_POLL_S = 1.0, 60.0
+# Cloud Scheduler's attempt deadline for HTTP targets: default 3 min, 15 s to 30 min (Job.
+# attemptDeadline, https://cloud.google.com/scheduler/docs/reference/rest/v1/projects.locations.jobs).
+DEFAULT_ATTEMPT_DEADLINE_S = 180.0
+MIN_ATTEMPT_DEADLINE_S, MAX_ATTEMPT_DEADLINE_S = 15.0, 1800.0
+
 
 @dataclass(frozen=True)
 class EnqueueBudget:
@@ -52,6 +68,20 @@ def enqueue_budget(
     if by_rate < effective_cap:
         return EnqueueBudget(by_rate, effective_cap, rate_per_s, interval_s, "rate")
     return EnqueueBudget(effective_cap, effective_cap, rate_per_s, interval_s, "cap")
+
+
+def partition_share(budget: EnqueueBudget, partition: int, partitions: int) -> EnqueueBudget:
+    """Partition `partition`'s share of a run's budget when `partitions` Scheduler jobs each
+    claim their own shards: the limit split evenly, the remainder to the first ones, so the k
+    runs of one interval together claim what one run would (they share the rate, never
+    multiply it)."""
+    if partitions < 1 or not 0 <= partition < partitions:
+        raise ValueError(f"partition {partition} of {partitions} is out of range")
+    if partitions == 1:
+        return budget
+    share, extra = divmod(budget.limit, partitions)
+    limit = share + (1 if partition < extra else 0)
+    return EnqueueBudget(limit, budget.cap, budget.rate_per_s, budget.interval_s, budget.source)
 
 
 @dataclass(frozen=True)
@@ -121,3 +151,28 @@ class ScanLimits:
     enqueued_timeout_s: float = DEFAULT_ENQUEUED_TIMEOUT_S
     # 0: every run does its housekeeping; above 0, see services/scan/housekeeping.py.
     housekeeping_interval_s: float = DEFAULT_HOUSEKEEPING_INTERVAL_S
+    mode: ScanMode = "one-pass"
+    poll_s: float = DEFAULT_POLL_S
+    end_when_idle: bool = True
+    # Scheduler jobs, each owning a disjoint group of shards (services/scan/partitions.py).
+    partitions: int = 1
+    shards: int = 1
+    # How long a run's partition lease lasts: its longest run plus slack (settings.py).
+    lease_s: float = 120.0
+
+    @property
+    def polls(self) -> bool:
+        """A paced run that keeps looking for newly due work until its time budget ends."""
+        return self.mode == "paced" and not self.end_when_idle
+
+
+def pace_rate(budget: EnqueueBudget, time_budget_s: float) -> float:
+    """The per-second claim rate of a paced run: its budget spread over its time budget.
+
+    The budget is rate x interval (or the cap), and a paced run works for its time budget,
+    which ends PACED_MARGIN_S or more before the next run; claiming the budget over that time
+    makes each interval drain exactly the set rate (x interval / time budget per second while
+    the run works: 1.2 x at a 60 s interval and a 50 s run)."""
+    if time_budget_s <= 0:
+        raise ValueError(f"time budget must be > 0, got {time_budget_s}")
+    return budget.limit / time_budget_s

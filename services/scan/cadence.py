@@ -8,7 +8,9 @@ so `make run` triggers the scan at the cadence a default stack has.
 
 from __future__ import annotations
 
-DEFAULT_SCHEDULE = "*/5 * * * *"
+# Every minute: Cloud Scheduler's finest cadence, with paced runs (services/scan/budget.py)
+# working most of each minute, so a default stack drains at the rate the operator sets.
+DEFAULT_SCHEDULE = "* * * * *"
 DEFAULT_TIME_ZONE = "Etc/UTC"
 DEFAULT_ATTEMPT_DEADLINE_S = 180  # Cloud Scheduler's own default for HTTP targets
 DEFAULT_RETRY_COUNT = 0

@@ -15,6 +15,7 @@ from services.jobs.control import Control, HousekeepingMark
 from services.jobs.model import Backlog as StoreBacklog
 from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, ReclaimReport
 from services.jobs.runs import ScanRun
+from services.jobs.scan_leases import Lease, LeaseRefused
 
 
 class ScanStore(Protocol):
@@ -23,6 +24,8 @@ class ScanStore(Protocol):
     def get_control(self) -> Control: ...
 
     def record_housekeeping(self, mark: HousekeepingMark) -> None: ...
+
+    def anything_due(self, now: datetime, shards: Sequence[int] | None = None) -> bool: ...
 
     def reclaim_expired(
         self,
@@ -42,6 +45,7 @@ class ScanStore(Protocol):
         *,
         page_size: int,
         on_quarantine: Callable[[str], None] | None = None,
+        shards: Sequence[int] | None = None,
     ) -> Sequence[ClaimedJob]: ...
 
     def mark_enqueued_many(
@@ -53,6 +57,21 @@ class ScanStore(Protocol):
     def backlog(
         self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
     ) -> StoreBacklog: ...
+
+
+class LeaseKeeper(Protocol):
+    """The partitions' leases (leases.ScanLeases keeps them in Firestore)."""
+
+    def acquire(
+        self,
+        partition: int,
+        run_id: str,
+        now: datetime,
+        hold: timedelta,
+        execution: str | None = None,
+    ) -> Lease | LeaseRefused: ...
+
+    def release(self, lease: Lease, now: datetime, *, finished: bool) -> bool: ...
 
 
 class JobPublisher(Protocol):

@@ -58,13 +58,15 @@ class Gauges:
             oldest_enqueued_age_s=found.oldest_enqueued_age_s or 0.0,
         )
 
-    def report(self, run: ScanRun, *, record: bool = True) -> None:
-        """Log line and gauges always; the scan_runs document unless `record` is False."""
+    def report(self, run: ScanRun, *, record: bool = True, sink: bool = True) -> None:
+        """Log line always; gauges unless `sink` is False (a run that measured nothing); the
+        scan_runs document unless `record` is False."""
         logger.info("scan run finished", extra={"fields": log_fields(run)})
-        try:
-            self._metrics.record_scan(scan_report(run))
-        except Exception as exc:  # a metrics outage must not fail a run that did its work
-            logger.warning("metrics sink failed: %s", exc)
+        if sink:
+            try:
+                self._metrics.record_scan(scan_report(run))
+            except Exception as exc:  # a metrics outage must not fail a run that did its work
+                logger.warning("metrics sink failed: %s", exc)
         if self._runs is not None and record:
             try:
                 self._runs.record(run)

@@ -14,6 +14,7 @@ No ID is ever dropped silently.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from datetime import datetime, timedelta
 
@@ -22,6 +23,7 @@ from services.jobs.clock import Clock
 from services.jobs.control import Control, HousekeepingMark
 from services.jobs.metrics import LOG_EVENT, MetricsSink, NullSink
 from services.jobs.runs import ScanRun
+from services.jobs.scan_leases import Lease, LeaseRefused
 from services.scan.budget import (
     DEFAULT_ENQUEUED_TIMEOUT_S,
     EnqueueBudget,
@@ -29,14 +31,19 @@ from services.scan.budget import (
     TimeBudget,
     effective_claim_timeout,
     enqueue_budget,
+    pace_rate,
+    partition_share,
 )
-from services.scan.dependencies import JobPublisher, RunRecorder, ScanStore
+from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder, ScanStore
 from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, StoreUnreachable
 from services.scan.gauges import Gauges
 from services.scan.housekeeping import Housekeeping
+from services.scan.pacer import Pacer, Sleep, pace_page
+from services.scan.partitions import shards_of
 from services.scan.reclaimer import REASON_LEASE_EXPIRED, Reclaimer
 from services.scan.stager import Stager
 from services.scan.summary import Backlog, RunTally, StopReason, log_fields
+from services.scan.trigger import Execution
 
 # The names callers import from here (the split modules hold them).
 __all__ = [
@@ -72,10 +79,15 @@ class Scanner:
         *,
         runs: RunRecorder | None = None,
         metrics: MetricsSink | None = None,
+        leases: LeaseKeeper | None = None,
+        sleep: Sleep | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._limits = limits
+        self._leases = leases
+        # Paced waits: real sleeps in production, a FakeClock's advance in tests.
+        self._sleep: Sleep = sleep or time.sleep
         self.reclaimer = Reclaimer(store, clock, limits)
         self.stager = Stager(store, publisher, clock, limits)
         self.gauges = Gauges(store, clock, limits, metrics or NullSink(), runs)
@@ -89,10 +101,23 @@ class Scanner:
         """A sortable, unique run ID: UTC time, then a random suffix."""
         return f"{at.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
-    def run(self, *, dry_run: bool = False, run_id: str | None = None) -> ScanRun:
-        """One scan run; raises StoreUnreachable or QueueUnreachable (with `.run`) on outage."""
+    def run(
+        self,
+        *,
+        dry_run: bool = False,
+        run_id: str | None = None,
+        partition: int = 0,
+        execution: Execution | None = None,
+    ) -> ScanRun:
+        """One scan run; raises StoreUnreachable or QueueUnreachable (with `.run`) on outage.
+
+        `partition` names the shards the run claims (0: all of them with one partition);
+        `execution` the Cloud Scheduler execution the request belongs to, if any."""
         started_at = self._clock.now()
         run_id = run_id or self.new_run_id(started_at)
+        if not 0 <= partition < self._limits.partitions:
+            raise ValueError(f"partition {partition} is outside 0-{self._limits.partitions - 1}")
+        shards = shards_of(partition, self._limits.partitions, self._limits.shards)
         tally = RunTally()
         try:
             control = self._store.get_control()
@@ -101,8 +126,11 @@ class Scanner:
         except errors.StoreRejected as exc:
             raise StoreRefused(f"cannot read the control document: {exc}") from exc
         # (The handler logs a StoreRefused once, with event store_rejected.)
-        budget = self.budget_for(control)
+        budget = self.budget_for(control, started_at, partition)
         claim_timeout = self.claim_timeout_for(control)
+        paced = self._limits.mode == "paced"
+        pace_per_s = pace_rate(budget, self._limits.time_budget_s) if paced else 0.0
+        note = ""
 
         def finish(backlog: Backlog, reason: StopReason) -> ScanRun:
             return tally.finish(
@@ -114,6 +142,11 @@ class Scanner:
                 dry_run=dry_run,
                 budget=budget.limit,
                 backlog=backlog,
+                mode=self._limits.mode,
+                partition=partition,
+                rate_per_s=pace_per_s,
+                note=note,
+                execution=execution.key if execution else None,
             )
 
         housekeeping = self.housekeeping.due(started_at, control.housekeeping)
@@ -123,10 +156,40 @@ class Scanner:
             elif dry_run:
                 stopped = "dry_run"
             else:
-                if housekeeping:
+                reclaimed_first = False
+                # A run that may end when nothing is due looks first (1 read) and takes no
+                # lease when nothing is: an idle run costs what it did before leases.
+                due = self._limits.polls or self._anything_due(started_at, shards)
+                if housekeeping and not due:
                     self.reclaimer.reclaim(run_id, claim_timeout, tally)
-                time_budget = TimeBudget(started_at, self._limits.time_budget_s)
-                stopped = self.stager.run(run_id, budget, time_budget, tally)
+                    reclaimed_first = True
+                    due = tally.reclaimed > 0
+                if not due:
+                    stopped = "drained"
+                else:
+                    lease = self._acquire(partition, run_id, started_at, execution)
+                    if isinstance(lease, LeaseRefused):
+                        note = lease.describe()
+                        logger.warning(
+                            "scan run claims nothing: %s",
+                            note,
+                            extra={"fields": {"reason": f"lease_{lease.reason}"}},
+                        )
+                        run = finish(Backlog(), lease.reason)
+                        # No gauges: this run measured nothing, and zeros would hide the
+                        # backlog the run that holds the lease reports.
+                        self.gauges.report(run, sink=False)
+                        return run
+                    finished = False
+                    try:
+                        if housekeeping and not reclaimed_first:
+                            self.reclaimer.reclaim(run_id, claim_timeout, tally)
+                        stopped = self._stage(run_id, budget, started_at, tally, pace_per_s, shards)
+                        # A run whose publishes all failed answers 503: Cloud Scheduler's
+                        # retry of it must run, not be taken for a duplicate.
+                        finished = stopped != "unavailable"
+                    finally:
+                        self._release(lease, finished)
             idle = not (housekeeping or control.paused or dry_run or tally.claimed)
             if idle and stopped == "drained":
                 # Nothing was due and the last housekeeping is recent: no counts, no record.
@@ -159,14 +222,90 @@ class Scanner:
             )
         return run
 
-    def budget_for(self, control: Control) -> EnqueueBudget:
-        """This run's enqueue budget: the control's dials, under the deployment's ceiling."""
-        return enqueue_budget(
-            self._limits.max_per_run,
-            self._limits.interval_s,
-            rate_per_s=control.catch_up_rate,
-            cap_override=min(self._limits.max_per_run, control.claim_budget),
+    def _stage(
+        self,
+        run_id: str,
+        budget: EnqueueBudget,
+        started_at: datetime,
+        tally: RunTally,
+        pace_per_s: float,
+        shards: tuple[int, ...] | None,
+    ) -> StopReason:
+        time_budget = TimeBudget(started_at, self._limits.time_budget_s)
+        if self._limits.mode != "paced" or pace_per_s <= 0:
+            return self.stager.run(run_id, budget, time_budget, tally, shards=shards)
+        pacer = Pacer(
+            self._clock,
+            self._sleep,
+            pace_per_s,
+            pace_page(pace_per_s, self._limits.page_size),
+            time_budget.deadline,
         )
+        poll_s = self._limits.poll_s if self._limits.polls else None
+        return self.stager.run(run_id, budget, time_budget, tally, pacer, poll_s, shards)
+
+    def _anything_due(self, now: datetime, shards: tuple[int, ...] | None) -> bool:
+        try:
+            if shards is not None:
+                return self._store.anything_due(now, shards)
+            return self._store.anything_due(now)
+        except errors.StoreUnavailable as exc:
+            raise StoreUnreachable(f"cannot look for due jobs: {exc}") from exc
+        except errors.StoreRejected as exc:
+            raise StoreRefused(f"cannot look for due jobs: {exc}") from exc
+
+    def _acquire(
+        self, partition: int, run_id: str, now: datetime, execution: Execution | None
+    ) -> Lease | LeaseRefused | None:
+        """The partition's lease (None when the scanner keeps none: unit tests' fakes)."""
+        if self._leases is None:
+            return None
+        try:
+            return self._leases.acquire(
+                partition,
+                run_id,
+                now,
+                timedelta(seconds=self._limits.lease_s),
+                execution.key if execution else None,
+            )
+        except errors.StoreUnavailable as exc:
+            raise StoreUnreachable(f"cannot take the scan lease: {exc}") from exc
+        except errors.StoreRejected as exc:
+            raise StoreRefused(f"cannot take the scan lease: {exc}") from exc
+        except errors.LostRace:
+            # Another run is taking the same lease this instant: it wins, this one claims
+            # nothing, as an overlap.
+            return LeaseRefused("overlap", partition, None, None, None)
+
+    def _release(self, lease: Lease | None, finished: bool) -> None:
+        if lease is None or self._leases is None:
+            return
+        try:
+            self._leases.release(lease, self._clock.now(), finished=finished)
+        except errors.JobsError as exc:
+            # The lease expires by itself at its `until`; the next run waits at most that.
+            logger.warning(
+                "could not release the scan lease: %s",
+                exc,
+                extra={"fields": {"reason": "lease_unreleased"}},
+            )
+
+    def budget_for(
+        self, control: Control, now: datetime | None = None, partition: int = 0
+    ) -> EnqueueBudget:
+        """This run's enqueue budget: the control's dials (the ramp's rate while it climbs),
+        under the deployment's ceiling, and this partition's share of it."""
+        rate = control.rate_at(now) if now is not None else control.catch_up_rate
+        # The caps are per run, and with k partitions k runs share each interval: together
+        # they may claim k caps, never more than rate x interval (the rate is shared).
+        k = self._limits.partitions
+        budget = enqueue_budget(
+            self._limits.max_per_run * k,
+            self._limits.interval_s,
+            rate_per_s=rate,
+            cap_override=min(self._limits.max_per_run, control.claim_budget) * k,
+        )
+        return partition_share(budget, partition, self._limits.partitions)
 
     def _record_housekeeping(self, mark: HousekeepingMark) -> None:
         # Best effort: without the mark the next run does its housekeeping again, which

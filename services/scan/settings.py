@@ -23,12 +23,24 @@ from services.jobs.settings import (
     LOG_LEVEL,
     OIDC_CERTS_URL,
     PROJECT,
+    SHARDS,
     TERMINAL_RETENTION_S,
     CommonSettings,
     EnvReader,
     SettingsError,
 )
-from services.scan.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S
+from services.scan.budget import (
+    DEFAULT_ATTEMPT_DEADLINE_S,
+    DEFAULT_HOUSEKEEPING_INTERVAL_S,
+    DEFAULT_POLL_S,
+    MAX_ATTEMPT_DEADLINE_S,
+    MAX_POLL_S,
+    MIN_ATTEMPT_DEADLINE_S,
+    MIN_POLL_S,
+    PACED_MARGIN_S,
+    SCAN_MODES,
+    ScanMode,
+)
 from services.scan.scanner import DEFAULT_ENQUEUED_TIMEOUT_S, ScanLimits
 
 __all__ = [
@@ -60,6 +72,12 @@ HOUSEKEEPING_INTERVAL_S = "JOBS_SCAN_HOUSEKEEPING_INTERVAL_S"
 METRICS = "JOBS_METRICS"
 SCAN_RUN_RETENTION_S = "JOBS_SCAN_RUN_RETENTION_S"
 ENQUEUED_TIMEOUT_S = "JOBS_ENQUEUED_TIMEOUT_S"
+# Paced runs (services/scan/pacer.py) and the bounds a run must finish inside.
+SCAN_MODE = "JOBS_SCAN_MODE"
+SCAN_POLL_S = "JOBS_SCAN_POLL_S"
+SCAN_END_WHEN_IDLE = "JOBS_SCAN_END_WHEN_IDLE"
+SCAN_ATTEMPT_DEADLINE_S = "JOBS_SCAN_ATTEMPT_DEADLINE_S"
+SCAN_PARTITIONS = "JOBS_SCAN_PARTITIONS"
 
 ALL_KEYS = (
     *COMMON_KEYS,
@@ -77,6 +95,11 @@ ALL_KEYS = (
     METRICS,
     SCAN_RUN_RETENTION_S,
     ENQUEUED_TIMEOUT_S,
+    SCAN_MODE,
+    SCAN_POLL_S,
+    SCAN_END_WHEN_IDLE,
+    SCAN_ATTEMPT_DEADLINE_S,
+    SCAN_PARTITIONS,
 )
 
 # Cloud Scheduler's attempt deadline is at most 30 min; a run should end well inside it.
@@ -100,6 +123,11 @@ DEFAULT_RUN_RETENTION_S = 30 * 86400.0
 # retention). The default (scanner.DEFAULT_ENQUEUED_TIMEOUT_S) says why it is 3 h; the infra
 # sets the value per stack from its Pub/Sub settings.
 MIN_ENQUEUED_TIMEOUT_S, MAX_ENQUEUED_TIMEOUT_S = 300.0, 7 * 86400.0
+# Partitions (Scheduler jobs, each owning a group of shards) are at most the shards' maximum.
+MAX_PARTITIONS = 64
+# A run's lease outlasts its longest run by this much: a clock step or a slow release never
+# lets a second run in while the first may still publish.
+LEASE_SLACK_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +157,11 @@ class ScanSettings:
     behind_cloud_run_iam: bool = False
     # JOBS_SHARDS: the due index\'s shard count (services/jobs/shard.py).
     shards: int = 1
+    mode: ScanMode = "one-pass"
+    poll_s: float = DEFAULT_POLL_S
+    end_when_idle: bool = True
+    attempt_deadline_s: float = DEFAULT_ATTEMPT_DEADLINE_S
+    partitions: int = 1
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ScanSettings:
@@ -176,7 +209,19 @@ class ScanSettings:
                 min=MIN_ENQUEUED_TIMEOUT_S,
                 max=MAX_ENQUEUED_TIMEOUT_S,
             ),
+            mode=_mode(env.choice(SCAN_MODE, SCAN_MODES, default="one-pass")),
+            poll_s=env.duration_s(SCAN_POLL_S, DEFAULT_POLL_S, min=MIN_POLL_S, max=MAX_POLL_S),
+            end_when_idle=env.bool(SCAN_END_WHEN_IDLE, True),
+            attempt_deadline_s=env.duration_s(
+                SCAN_ATTEMPT_DEADLINE_S,
+                DEFAULT_ATTEMPT_DEADLINE_S,
+                min=MIN_ATTEMPT_DEADLINE_S,
+                max=MAX_ATTEMPT_DEADLINE_S,
+            ),
+            partitions=env.int(SCAN_PARTITIONS, 1, min=1, max=MAX_PARTITIONS),
         )
+        for key, message in run_bound_problems(settings):
+            env.problem(key, message)
         if "/" in settings.topic:
             env.problem(TOPIC, f"must be a topic ID, not a path; got {settings.topic!r}")
         if settings.claim_timeout_s <= settings.time_budget_s + settings.publish_timeout_s:
@@ -190,6 +235,11 @@ class ScanSettings:
         env.finish()
         return settings
 
+    @property
+    def run_length_s(self) -> float:
+        """The longest a run works: its time budget, then its last publishes."""
+        return self.time_budget_s + self.publish_timeout_s
+
     def limits(self) -> ScanLimits:
         return ScanLimits(
             time_budget_s=self.time_budget_s,
@@ -200,7 +250,65 @@ class ScanSettings:
             reclaim_limit=self.reclaim_limit,
             enqueued_timeout_s=self.enqueued_timeout_s,
             housekeeping_interval_s=self.housekeeping_interval_s,
+            mode=self.mode,
+            poll_s=self.poll_s,
+            end_when_idle=self.end_when_idle,
+            partitions=self.partitions,
+            shards=self.shards,
+            lease_s=self.run_length_s + LEASE_SLACK_S,
         )
+
+
+def run_bound_problems(settings: ScanSettings) -> list[tuple[str, str]]:
+    """(key, problem) for every way a run could outlast what waits for it: Cloud Scheduler's
+    attempt deadline (then it retries while the run still claims:
+    https://cloud.google.com/scheduler/docs/configuring/deduplicate-job-requests), which the
+    infra also sets as Cloud Run's request timeout (infra/program.py; at that timeout Cloud
+    Run answers 504 and does not stop the handler:
+    https://cloud.google.com/run/docs/configuring/request-timeout), or, for a paced run, the
+    next scheduled execution (a late run delays it: Job.schedule,
+    https://cloud.google.com/scheduler/docs/reference/rest/v1/projects.locations.jobs).
+    The infra checks the same rules on its keys at `pulumi preview` (infra/config.py)."""
+    problems: list[tuple[str, str]] = []
+    longest = settings.run_length_s
+    budget_terms = f"{SCAN_TIME_BUDGET_S} + {SCAN_PUBLISH_TIMEOUT_S} = {longest:g}s"
+    if longest >= settings.attempt_deadline_s:
+        problems.append(
+            (
+                SCAN_TIME_BUDGET_S,
+                f"{budget_terms} must be less than {SCAN_ATTEMPT_DEADLINE_S}="
+                f"{settings.attempt_deadline_s:g}s: a run must answer before Cloud Scheduler "
+                "stops waiting and retries",
+            )
+        )
+    if settings.mode == "paced":
+        room = settings.interval_s - PACED_MARGIN_S
+        if settings.time_budget_s > room:
+            problems.append(
+                (
+                    SCAN_TIME_BUDGET_S,
+                    f"={settings.time_budget_s:g}s: a paced run works for its time budget, "
+                    f"which must be at most {SCAN_INTERVAL_S} - {PACED_MARGIN_S:g}s = "
+                    f"{room:g}s, so it ends before the next scheduled run",
+                )
+            )
+        if settings.poll_s >= settings.time_budget_s:
+            problems.append(
+                (
+                    SCAN_POLL_S,
+                    f"={settings.poll_s:g}s must be less than {SCAN_TIME_BUDGET_S}="
+                    f"{settings.time_budget_s:g}s: a paced run polls several times a run",
+                )
+            )
+    if settings.partitions > settings.shards:
+        problems.append(
+            (
+                SCAN_PARTITIONS,
+                f"={settings.partitions} must be at most {SHARDS}={settings.shards}: each "
+                "partition owns at least one shard",
+            )
+        )
+    return problems
 
 
 def claim_timeout_floor_s(environ: Mapping[str, str]) -> float | None:
@@ -214,6 +322,10 @@ def claim_timeout_floor_s(environ: Mapping[str, str]) -> float | None:
     floor = env.duration_s(CLAIM_TIMEOUT_S, min=_MIN_CLAIM_TIMEOUT_S, max=_MAX_CLAIM_TIMEOUT_S)
     env.finish()
     return floor
+
+
+def _mode(value: str) -> ScanMode:
+    return "paced" if value == "paced" else "one-pass"
 
 
 def _metrics_kind(value: str) -> metrics.MetricsKind:

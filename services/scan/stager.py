@@ -28,6 +28,7 @@ from services.jobs.store import MARK_PAGE_SIZE
 from services.scan.budget import EnqueueBudget, ScanLimits, TimeBudget
 from services.scan.dependencies import JobPublisher, ScanStore
 from services.scan.errors import StoreRefused, StoreUnreachable
+from services.scan.pacer import Pacer
 from services.scan.summary import RunTally, StopReason
 
 logger = logging.getLogger(__name__)
@@ -58,14 +59,26 @@ class Stager:
         self._marker.shutdown(wait=True)
 
     def run(
-        self, run_id: str, budget: EnqueueBudget, time_budget: TimeBudget, tally: RunTally
+        self,
+        run_id: str,
+        budget: EnqueueBudget,
+        time_budget: TimeBudget,
+        tally: RunTally,
+        pacer: Pacer | None = None,
+        poll_s: float | None = None,
+        shards: tuple[int, ...] | None = None,
     ) -> StopReason:
-        """Stage one run's pages; waits for every mark before it returns."""
+        """Stage one run's pages; waits for every mark before it returns.
+
+        With a `pacer` each page waits for its tokens (a paced run); with `poll_s` as well, a
+        short page does not end the run: the next claim comes `poll_s` later, until the time
+        budget ends."""
         # The marks of one page run while the next page is claimed and published; at most
         # one page of marks is outstanding, and the run waits for all of them before it ends.
         in_flight: list[futures.Future[None]] = []
+        pace = _Pace(pacer, poll_s if pacer is not None else None, shards)
         try:
-            return self.stage(run_id, budget, time_budget, tally, in_flight)
+            return self.stage(run_id, budget, time_budget, tally, in_flight, pace)
         finally:
             _wait_all(in_flight)
 
@@ -76,20 +89,25 @@ class Stager:
         time_budget: TimeBudget,
         tally: RunTally,
         in_flight: list[futures.Future[None]],
+        pace: _Pace | None = None,
     ) -> StopReason:
+        pace = pace or _Pace(None, None, None)
         remaining = budget.limit
-        page = self._start_claim(run_id, remaining, time_budget, tally)
+        page = self._start_claim(run_id, remaining, time_budget, tally, pace)
         while isinstance(page, _Claiming):
             claims = self._claimed(page)
             if claims is None:
                 return "contention"
+            if isinstance(claims, _Deadline):
+                # A paced run's wait for tokens (or a poll) reached the time budget.
+                return "time"
             tally.add_claimed(len(claims))
             remaining -= len(claims)
             # A short page means nothing more was due when it was claimed.
             full = len(claims) == page.want
             following: list[_Claiming | StopReason] = []
             claim_following = functools.partial(
-                self._follow, following, full, run_id, remaining, time_budget, tally
+                self._follow, following, full, run_id, remaining, time_budget, tally, pace
             )
             published_before = tally.published
             previous = list(in_flight)
@@ -113,15 +131,29 @@ class Stager:
         remaining: int,
         time_budget: TimeBudget,
         tally: RunTally,
+        pace: _Pace,
     ) -> None:
-        """Decide (once) what follows a page: the next page's claim, or why there is none."""
-        if not following:
+        """Decide (once) what follows a page: the next page's claim, or why there is none.
+        A short page means nothing more is due: the run ends ("drained") unless it polls."""
+        if following:
+            return
+        if full:
+            following.append(self._start_claim(run_id, remaining, time_budget, tally, pace))
+        elif pace.poll_s is not None:
             following.append(
-                self._start_claim(run_id, remaining, time_budget, tally) if full else "drained"
+                self._start_claim(run_id, remaining, time_budget, tally, pace, pace.poll_s)
             )
+        else:
+            following.append("drained")
 
     def _start_claim(
-        self, run_id: str, remaining: int, time_budget: TimeBudget, tally: RunTally
+        self,
+        run_id: str,
+        remaining: int,
+        time_budget: TimeBudget,
+        tally: RunTally,
+        pace: _Pace,
+        after_s: float = 0.0,
     ) -> _Claiming | StopReason:
         """Start claiming the next page on the claim thread, or say why no page is claimed.
 
@@ -135,25 +167,46 @@ class Stager:
         if time_budget.exhausted(now):
             return "time"
         want = min(self._limits.page_size, remaining)
+        pacer = pace.pacer
+        if pacer is not None:
+            want = min(want, pacer.burst)
         context = contextvars.copy_context()
-        # One claim transaction per page: JOBS_SCAN_PAGE_SIZE sets its size.
-        future = self._claimer.submit(
-            context.run,
-            functools.partial(
-                self._store.claim_due,
-                now,
-                run_id,
-                want,
-                page_size=want,
-                on_quarantine=tally.add_quarantined,
-            ),
-        )
+
+        def claim() -> Sequence[ClaimedJob] | _Deadline:
+            at = now
+            if pacer is not None:
+                # Waits run on the claim thread, so the publishes and marks of the page
+                # before go on meanwhile.
+                if after_s and not pacer.wait(after_s):
+                    return _DEADLINE
+                if pacer.take(want) == 0:
+                    return _DEADLINE
+                at = self._clock.now()  # what became due while it waited is due now
+            # One claim transaction per page: JOBS_SCAN_PAGE_SIZE sets its size.
+            if pace.shards is not None:  # a partition's own shards
+                return self._store.claim_due(
+                    at,
+                    run_id,
+                    want,
+                    page_size=want,
+                    on_quarantine=tally.add_quarantined,
+                    shards=pace.shards,
+                )
+            return self._store.claim_due(
+                at, run_id, want, page_size=want, on_quarantine=tally.add_quarantined
+            )
+
+        future = self._claimer.submit(context.run, claim)
         return _Claiming(want, future)
 
-    def _claimed(self, page: _Claiming) -> list[ClaimedJob] | None:
-        """The page's committed claims; None when another run's contention stopped it."""
+    def _claimed(self, page: _Claiming) -> list[ClaimedJob] | _Deadline | None:
+        """The page's committed claims; None when another run's contention stopped it;
+        _DEADLINE when a paced wait reached the time budget first."""
         try:
-            return list(page.future.result())
+            result = page.future.result()
+            if isinstance(result, _Deadline):
+                return result
+            return list(result)
         except errors.StoreUnavailable as exc:
             raise StoreUnreachable(f"cannot claim due jobs: {exc}") from exc
         except errors.StoreRejected as exc:
@@ -290,12 +343,30 @@ class Stager:
             logger.error("could not record publish failure: %s", exc, extra={"fields": fields})
 
 
+class _Deadline:
+    """A paced claim that never ran: its wait reached the time budget."""
+
+
+_DEADLINE = _Deadline()
+
+
+@dataclass(frozen=True)
+class _Pace:
+    """How a run claims: at its pacer's rate (None: as fast as it goes), polling every
+    `poll_s` after a short page (None: a short page ends the run), over `shards`."""
+
+    pacer: Pacer | None
+    poll_s: float | None
+    # A partition's shards (None: all of them).
+    shards: tuple[int, ...] | None
+
+
 @dataclass(frozen=True)
 class _Claiming:
     """A page's claim transaction, running on the claim thread."""
 
     want: int
-    future: futures.Future[Sequence[ClaimedJob]]
+    future: futures.Future[Sequence[ClaimedJob] | _Deadline]
 
 
 def _wait_all(marks: list[futures.Future[None]]) -> None:

@@ -16,8 +16,20 @@ from services.jobs import metrics
 from services.jobs.runs import MAX_FAILED_IDS, ScanRun
 
 # budget/time/drained: why claiming stopped; paused/dry_run: nothing was claimed; contention:
-# another run held the due records; unavailable: Firestore or Pub/Sub could not be reached.
-StopReason = Literal["budget", "time", "drained", "paused", "dry_run", "contention", "unavailable"]
+# another run held the due records; unavailable: Firestore or Pub/Sub could not be reached;
+# overlap: another live run holds this partition's lease, so this one claimed nothing;
+# duplicate: this scheduled execution already ran or is running (services/jobs/scan_leases.py).
+StopReason = Literal[
+    "budget",
+    "time",
+    "drained",
+    "paused",
+    "dry_run",
+    "contention",
+    "unavailable",
+    "overlap",
+    "duplicate",
+]
 STOP_REASONS: tuple[StopReason, ...] = (
     "budget",
     "time",
@@ -26,6 +38,8 @@ STOP_REASONS: tuple[StopReason, ...] = (
     "dry_run",
     "contention",
     "unavailable",
+    "overlap",
+    "duplicate",
 )
 
 
@@ -93,6 +107,11 @@ class RunTally:
         dry_run: bool,
         budget: int,
         backlog: Backlog,
+        mode: str = "one-pass",
+        partition: int = 0,
+        rate_per_s: float = 0.0,
+        note: str = "",
+        execution: str | None = None,
     ) -> ScanRun:
         with self._lock:
             return ScanRun(
@@ -116,6 +135,11 @@ class RunTally:
                 claim_to_enqueue_latency_s=self.claim_to_enqueue_latency_s,
                 failed_ids=tuple(self.failed_ids),
                 quarantined=len(self.quarantined_ids),
+                mode=mode,
+                partition=partition,
+                rate_per_s=rate_per_s,
+                note=note,
+                execution=execution,
             )
 
 
@@ -138,6 +162,10 @@ SUMMARY_KEYS = (
     "duration_s",
     "drain_rate_per_s",
     "stopped_because",
+    "mode",
+    "partition",
+    "rate_per_s",
+    "note",
 )
 
 
@@ -162,6 +190,12 @@ def response_body(run: ScanRun) -> dict[str, Any]:
         # The ask: every summary shows how fast this run drained the backlog.
         "drain_rate_per_s": round(run.drain_rate_per_s, 3),
         "stopped_because": run.stopped_because,
+        # one-pass or paced; a paced run's claim rate (0 for one-pass: as fast as it goes).
+        "mode": run.mode,
+        "partition": run.partition,
+        "rate_per_s": round(run.rate_per_s, 3),
+        # Why an overlap or duplicate claimed nothing (empty otherwise).
+        "note": run.note,
     }
     return {key: values[key] for key in SUMMARY_KEYS}
 
@@ -175,6 +209,8 @@ def log_fields(run: ScanRun) -> dict[str, Any]:
         fields["reclaim_contended"] = True
     if run.failed_ids:
         fields["failed_ids"] = list(run.failed_ids)
+    if run.execution:
+        fields["execution"] = run.execution
     return fields
 
 

@@ -32,8 +32,13 @@ def _error(**overrides: Any) -> str:
 
 def test_minimal_configuration_uses_documented_defaults() -> None:
     config = parse_config(MINIMAL)
-    assert config.schedule == "*/5 * * * *"
-    assert config.scan_interval_s == 300
+    # Every minute, paced, up to 12,000 per run: 200 jobs/s, so the seed's 180,000-job
+    # backlog drains in 15 min at the highest rate the operator may set (docs/scan.md).
+    assert config.schedule == "* * * * *"
+    assert config.scan_interval_s == 60
+    assert (config.scan_mode, config.scan_end_when_idle, config.scan_poll_s) == ("paced", True, 5)
+    assert config.scan_max_per_run / config.scan_interval_s == 200
+    assert 180_000 / (config.scan_max_per_run / config.scan_interval_s) < 3600
     assert config.database_location == "europe-west1"
     assert config.deletion_protection is True
     assert config.scan_time_budget_s < config.scan_attempt_deadline_s
@@ -82,6 +87,8 @@ def test_google_limits_are_the_documented_ranges(key: str, low: int, high: int) 
             "scanTimeBudgetS": 1798,
             "scanPublishTimeoutS": 1,
             "claimTimeoutS": 1801,
+            # A one-pass run's time budget is only a bound; a paced run's is its length.
+            "scanMode": "one-pass",
         },
         {"pushAckDeadlineS": 10, "workerRequestTimeoutS": 5, "workerLeaseS": 9},
         {"pushAckDeadlineS": 600, "workerRequestTimeoutS": 598, "workerLeaseS": 599},
@@ -291,3 +298,41 @@ def test_the_workers_deadlines_default_inside_the_request_timeout_and_the_lease(
     )
     assert config.worker_max_delivery_s < config.worker_request_timeout_s
     assert config.worker_deadline_margin_s < config.worker_lease_s / 3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"scanTimeBudgetS": 51},
+            "scanTimeBudgetS=51 must be at most the schedule's interval - 10 = 50",
+        ),
+        (
+            {"scanTimeBudgetS": 30, "scanPollS": 30},
+            "scanPollS=30 must be less than scanTimeBudgetS=30",
+        ),
+        ({"scanMode": "fast"}, "scanMode='fast' must be one of one-pass, paced"),
+        ({"scanPartitions": 2}, "scanPartitions=2 must be at most shards=1"),
+        (
+            {"scanPartitions": 4, "shards": 8, "scanMaxInstances": 1, "scanConcurrency": 2},
+            "scanMaxInstances x scanConcurrency = 1 x 2 = 2 must be at least scanPartitions=4",
+        ),
+    ],
+)
+def test_scan_pacing_and_partitions_are_checked_at_preview(
+    overrides: dict[str, Any], expected: str
+) -> None:
+    assert expected in _error(**overrides)
+
+
+def test_a_paced_run_may_be_longer_on_a_slower_schedule() -> None:
+    config = parse_config(
+        {
+            **MINIMAL,
+            "schedule": "*/5 * * * *",
+            "scanTimeBudgetS": 240,
+            "scanAttemptDeadlineS": 300,
+            "claimTimeoutS": 600,
+        }
+    )
+    assert config.scan_interval_s == 300 and config.scan_time_budget_s == 240

@@ -28,7 +28,7 @@ def test_the_local_job_has_a_default_stacks_schedule_zone_deadline_and_retries()
     system = LocalSystem(Options(), io.StringIO())
     system.endpoints.scan_url = "http://127.0.0.1:8100"
     job = system.scheduler_job()
-    assert job.schedule == config.schedule == "*/5 * * * *"
+    assert job.schedule == config.schedule == "* * * * *"
     assert job.time_zone == config.time_zone
     assert job.attempt_deadline_s == config.scan_attempt_deadline_s
     assert job.retry.retry_count == config.scan_retry_count

@@ -17,6 +17,7 @@ from infra import env
 from infra.api import api_environment
 from infra.config import _SERVICE_ACCOUNT as SERVICE_ACCOUNT
 from infra.config import parse_config
+from infra.cron import parse_cron
 from services.api.settings import ApiSettings
 from services.scan.settings import ScanSettings
 from services.worker.settings import WorkerSettings
@@ -35,7 +36,17 @@ WIRING = env.Wiring(
 def accepted_configs(draw: st.DrawFn) -> dict[str, Any]:
     """Values inside every range and cross-key rule of infra/config.py."""
     deadline = draw(st.integers(15, 1800))
-    budget = draw(st.integers(1, deadline - 2))
+    schedule = draw(st.sampled_from(["* * * * *", "*/5 * * * *", "0 * * * *", "0 */7 * * *"]))
+    mode = draw(st.sampled_from(["one-pass", "paced"]))
+    if mode == "paced":
+        # A paced run works its time budget, which ends 10 s before the next run at the
+        # latest, and polls more often than that.
+        interval = parse_cron(schedule).longest_gap_s()
+        budget = draw(st.integers(2, min(deadline - 2, interval - 10)))
+        poll = draw(st.integers(1, min(60, budget - 1)))
+    else:
+        budget = draw(st.integers(1, deadline - 2))
+        poll = draw(st.integers(1, 60))
     ack = draw(st.integers(10, 600))
     # request timeout < lease < ack deadline; a delivery acts a whole second at least, so
     # the request timeout is 2 s or more
@@ -51,7 +62,10 @@ def accepted_configs(draw: st.DrawFn) -> dict[str, Any]:
         "mediaBucket": "deferred-jobs-media",
         "gcp:project": "p",
         "gcp:region": "europe-west1",
-        "schedule": draw(st.sampled_from(["* * * * *", "*/5 * * * *", "0 * * * *", "0 */7 * * *"])),
+        "schedule": schedule,
+        "scanMode": mode,
+        "scanPollS": poll,
+        "scanEndWhenIdle": draw(st.booleans()),
         "scanAttemptDeadlineS": deadline,
         "scanTimeBudgetS": budget,
         "scanPublishTimeoutS": draw(st.integers(1, min(600, deadline - 1 - budget))),

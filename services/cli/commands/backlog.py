@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from services.cli import deployment
+from services.cli.cadence import plan_modes
 from services.cli.errors import UsageError
 from services.cli.output import Report, fields, table
 from services.cli.planner import budget_arithmetic, describe, format_duration, plan_drain
@@ -23,6 +24,7 @@ from services.scan.budget import effective_claim_timeout, enqueue_budget
 from services.scan.settings import (
     CLAIM_TIMEOUT_S,
     DEFAULT_INTERVAL_S,
+    MAX_PER_RUN_LIMIT,
     SCAN_INTERVAL_S,
     SCAN_MAX_PER_RUN,
     claim_timeout_floor_s,
@@ -65,7 +67,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         description="How long the due backlog takes to drain at --rate jobs/s with --reserve % "
         "kept for normal traffic, and whether the per-run budget is the bottleneck. Without "
         "--due it reads the backlog and the control document (rate, budget) from Firestore; "
-        "with --due nothing is read and only an explicit --max-per-run limits the plan.",
+        "with --due nothing is read, and --max-per-run, else the deployment's cap "
+        f"({SCAN_MAX_PER_RUN}, when set), limits the plan. It then compares the scan's modes "
+        "(one-pass, paced ending when idle, paced polling): drain time, due->claim latency and "
+        "the monthly cost of the scan's instance time and Firestore reads, with the arithmetic "
+        "and Google's price pages.",
     )
     p.add_argument("--due", type=int, help="plan this hypothetical backlog (no Firestore)")
     p.add_argument("--rate", type=float, help="catch-up rate, jobs/s (default: control's)")
@@ -160,8 +166,10 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
     interval_s = deployment.interval_s(session, args.interval)
     budget: int | None
     if args.due is not None:
-        # A hypothetical backlog: only the budget the operator names can limit it.
-        backlog, control, budget = args.due, Control(), args.max_per_run
+        # A hypothetical backlog: the budget the operator names, else the deployment's cap
+        # (JOBS_SCAN_MAX_PER_RUN) when the shell says what it is.
+        backlog, control = args.due, Control()
+        budget = args.max_per_run if args.max_per_run is not None else deployment.ceiling(session)
     else:
         store = session.store()
         control = store.get_control()
@@ -196,12 +204,38 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
             f"\nto reach {rate:g}/s raise the per-run budget to {needed:,}: "
             f"jobsctl control set --max-per-run {needed} --reason ..."
         )
+    modes = plan_modes(
+        backlog,
+        rate,
+        budget if budget is not None else MAX_PER_RUN_LIMIT,
+        interval_s,
+        deployment.time_budget_s(session, interval_s),
+        deployment.poll_s(session),
+        deployment.shards(session),
+    )
+    text += "\n\nby mode (no reserve; instance time and scan reads per 30 days):\n" + table(
+        ["mode", "drain", "claims/s in a run", "due->claim p50", "p99", "scan $/month"],
+        [
+            [
+                m.mode,
+                format_duration(m.drain_s),
+                f"{m.claim_rate_per_s:,.1f}",
+                f"{m.latency_p50_s:.1f} s",
+                f"{m.latency_p99_s:.1f} s",
+                f"{m.cost_usd_per_month:,.2f}",
+            ]
+            for m in modes
+        ],
+    )
+    for m in modes:
+        text += f"\n{m.mode}:\n  " + "\n  ".join(m.arithmetic)
     data = {
         **dataclasses.asdict(result),
         "effective_rate_per_s": round(result.effective_rate_per_s, 6),
         "interval_s": interval_s,
         "max_per_run": budget,
         "human": describe(result),
+        "modes": [dataclasses.asdict(m) for m in modes],
     }
     return Report(data=data, text=text)
 

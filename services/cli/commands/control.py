@@ -13,6 +13,7 @@ from services.cli.session import Session
 from services.cli.timespec import parse_duration
 from services.jobs.control import MAX_CLAIM_BUDGET, Control
 from services.jobs.errors import ValidationError
+from services.jobs.ramp import DEFAULT_START_RATE, OPS_PER_JOB, Ramp
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -35,6 +36,20 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "arithmetic: min(max per run, catch-up rate x scan interval).",
     )
     p.add_argument("--reason", required=True, help="why (kept in the control history)")
+    p.add_argument(
+        "--ramp",
+        action="store_true",
+        help="climb to the catch-up rate by Firestore's 500/50/5 rule: start at --ramp-start, "
+        "+50%% every 5 min (a resumed backlog is new traffic); shown in `jobsctl watch`",
+    )
+    p.add_argument(
+        "--ramp-start",
+        type=float,
+        default=float(DEFAULT_START_RATE),
+        metavar="JOBS_PER_S",
+        help=f"the ramp's first rate (default {DEFAULT_START_RATE}: 500 ops/s at "
+        f"{OPS_PER_JOB} Firestore operations per job)",
+    )
     p.set_defaults(handler=resume)
 
     p = commands.add_parser("control", parents=[common], help="show or change scan settings")
@@ -78,12 +93,27 @@ def pause(session: Session, args: argparse.Namespace) -> Report:
 
 def resume(session: Session, args: argparse.Namespace) -> Report:
     current = session.store().get_control()
-    if not current.paused:
+    ramp = Ramp(started_at=session.now(), start_rate=args.ramp_start) if args.ramp else None
+    if ramp is not None and ramp.problems():
+        raise UsageError("--ramp-start: " + "; ".join(ramp.problems()))
+    if not current.paused and ramp is None:
         return _report(
             current, f"already running (unchanged): {_budget_text(session, current)}", False
         )
-    control = session.store().update_control(session.operator, args.reason, paused=False)
-    return _report(control, f"resumed: {_budget_text(session, control)}")
+    # A resume without --ramp ends any earlier ramp: the set rate applies at once.
+    changes: dict[str, Any] = {"paused": False}
+    if ramp is not None or current.ramp is not None:
+        changes["ramp"] = ramp
+    control = session.store().update_control(session.operator, args.reason, **changes)
+    headline = f"resumed: {_budget_text(session, control)}"
+    if ramp is not None:
+        reaches = ramp.reaches_at(control.catch_up_rate)
+        headline += (
+            f"\nramp: {ramp.rate_at(ramp.started_at, control.catch_up_rate):g}/s now, x1.5 "
+            f"every 5 min, at the set {control.catch_up_rate:g}/s from {reaches:%H:%M:%SZ} "
+            "(Firestore's 500/50/5 rule; `jobsctl watch` shows it)"
+        )
+    return _report(control, headline)
 
 
 def _budget_text(session: Session, control: Control) -> str:
@@ -141,6 +171,7 @@ def control_document(control: Control) -> dict[str, Any]:
         "max_per_run": control.claim_budget,
         "catch_up_rate": control.catch_up_rate,
         "claim_timeout_s": control.claim_timeout.total_seconds(),
+        "ramp": control.ramp.to_document() if control.ramp else None,
         "changed_by": control.changed_by,
         "changed_at": control.changed_at,
         "history": [

@@ -49,6 +49,8 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         [
             r.started_at,
             r.run_id,
+            r.partition,
+            r.mode,
             f"failed {r.failure.status}" if r.failure else run_outcome(r),
             r.stopped_because,
             r.budget,
@@ -67,6 +69,8 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
     headers = [
         "started",
         "run_id",
+        "partition",
+        "mode",
         "outcome",
         "stopped",
         "budget",
@@ -98,6 +102,8 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
         "previous run started (the drain rate)"
     )
     reasons = "".join(f"\n{r.run_id}: {failure_reason(r)}" for r in recent if r.failure)
+    # Why an overlapping or duplicate run claimed nothing.
+    reasons += "".join(f"\n{r.run_id}: {r.stopped_because}: {r.note}" for r in recent if r.note)
     return Report(data={"runs": data}, text=f"{table(headers, rows)}\n{legend}{reasons}")
 
 

@@ -29,7 +29,7 @@ from services.jobs.errors import (
 )
 from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, Job
 from services.jobs.queries import due_probe_query, due_query
-from services.jobs.shard import shard_groups, spend_over_shards
+from services.jobs.shard import MAX_IN_VALUES, shard_groups, spend_over_shards
 from services.jobs.state import Role
 from services.jobs.store.documents import (
     CLAIM_PAGE_SIZE,
@@ -67,8 +67,11 @@ class Claims:
         *,
         page_size: int = CLAIM_PAGE_SIZE,
         on_quarantine: Callable[[str], None] | None = None,
+        shards: Sequence[int] | None = None,
     ) -> list[ClaimedJob]:
-        """Claim up to `limit` deferred jobs due at or before `now`: oldest due first with one
+        """`shards`: only these shards (a scan partition's group); None: all of them.
+
+        Claim up to `limit` deferred jobs due at or before `now`: oldest due first with one
         shard; with JOBS_SHARDS > 1 oldest first within each shard, the limit split over the
         shards, so a run may claim a newer job of one shard before an older one of another.
 
@@ -86,7 +89,15 @@ class Claims:
             # One unsharded query, as before the field existed: records without `shard`
             # are claimed too.
             return self._claim_shard(now, run_id, limit, page_size, on_quarantine, None)
-        return self._claim_sharded(now, run_id, limit, page_size, on_quarantine)
+        return self._claim_sharded(now, run_id, limit, page_size, on_quarantine, shards)
+
+    def anything_due(self, now: datetime, shards: Sequence[int] | None = None) -> bool:
+        """Whether any deferred job is due at `now` (in `shards`, when given): one billed read
+        (one per 30 shards). The scan asks before it takes its partition's lease."""
+        if self._docs.shards == 1:
+            with store_errors():
+                return bool(list(self._docs.stream(due_query(now, 1))))
+        return self._anything_due(now, shards)
 
     def _claim_sharded(
         self,
@@ -95,30 +106,45 @@ class Claims:
         limit: int,
         page_size: int,
         on_quarantine: Callable[[str], None] | None,
+        only: Sequence[int] | None = None,
     ) -> list[ClaimedJob]:
         """`limit` split evenly over the shards still holding due jobs, each shard claimed in
         its own due order on a bounded pool; a shard that returns less than its share is
         drained, and what it left over goes to the others in the next round. First one probe
         per 30 shards (`shard in [...]`, 1 read when empty), so a run with nothing due bills
         about what N = 1 does, not one read per shard."""
-        if not self._anything_due(now):
+        if not self._anything_due(now, only):
             return []
 
         def take(shard: int, share: int) -> list[ClaimedJob]:
             return self._claim_shard(now, run_id, share, page_size, on_quarantine, shard)
 
-        shards = range(self._docs.shards)
+        shards = self._subset(only)
         claimed, errors_seen = spend_over_shards(limit, shards, take, (LostRace,))
         if not claimed and errors_seen:
             raise errors_seen[0]
         return claimed
 
-    def _anything_due(self, now: datetime) -> bool:
-        with store_errors():
-            return any(
-                list(self._docs.stream(due_probe_query(now, group)))
-                for group in shard_groups(self._docs.shards)  # what read_parts has with N > 1
+    def _subset(self, only: Sequence[int] | None) -> Sequence[int]:
+        every = range(self._docs.shards)
+        if only is None:
+            return every
+        chosen = sorted(set(only))
+        if not chosen or any(shard not in every for shard in chosen):
+            raise ValidationError(
+                f"shards {list(only)} are not a non-empty subset of 0-{len(every) - 1}"
             )
+        return chosen
+
+    def _anything_due(self, now: datetime, only: Sequence[int] | None = None) -> bool:
+        if only is None:
+            groups = shard_groups(self._docs.shards)  # what read_parts has with N > 1
+        else:
+            chosen = self._subset(only)
+            step = MAX_IN_VALUES
+            groups = [tuple(chosen[n : n + step]) for n in range(0, len(chosen), step)]
+        with store_errors():
+            return any(list(self._docs.stream(due_probe_query(now, group))) for group in groups)
 
     def _claim_shard(
         self,

@@ -155,10 +155,14 @@ class FirestoreJobStore:
         *,
         page_size: int = CLAIM_PAGE_SIZE,
         on_quarantine: Callable[[str], None] | None = None,
+        shards: Sequence[int] | None = None,
     ) -> list[ClaimedJob]:
         return self._claims.claim_due(
-            now, run_id, limit, page_size=page_size, on_quarantine=on_quarantine
+            now, run_id, limit, page_size=page_size, on_quarantine=on_quarantine, shards=shards
         )
+
+    def anything_due(self, now: datetime, shards: Sequence[int] | None = None) -> bool:
+        return self._claims.anything_due(now, shards)
 
     def mark_enqueued_many(
         self,

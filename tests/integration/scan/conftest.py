@@ -34,6 +34,7 @@ from services.jobs.metrics import InMemorySink
 from services.jobs.model import Job, NewJob
 from services.jobs.publisher import ATTR_GENERATION, Publisher
 from services.jobs.runs import ScanRunLog
+from services.jobs.scan_leases import ScanLeases
 from services.jobs.store import FirestoreJobStore
 from services.local.cloud_run import SCAN_CONCURRENCY, SCAN_TIMEOUT_S
 from services.scan.app import create_app
@@ -201,6 +202,7 @@ def scan_rig(
         clock: FakeClock | None = None,
         publisher: Publisher | None = None,
         cloud_run: bool = True,
+        sleep: Callable[[float], None] | None = None,
         **overrides: Any,
     ) -> Rig:
         served: Served | None = None
@@ -250,8 +252,21 @@ def scan_rig(
             retention=timedelta(seconds=settings.run_retention_s),
             timeout_s=settings.firestore_timeout_s,
         )
+        fake_clock = clock
+
+        def advance(seconds: float) -> None:
+            # A paced run's waits move the FakeClock (the scan's only time source).
+            fake_clock.advance(timedelta(seconds=seconds))
+
         app = create_app(
-            settings, clock=clock, store=store, publisher=publisher, metrics=sink, runs=runs
+            settings,
+            clock=clock,
+            store=store,
+            publisher=publisher,
+            metrics=sink,
+            runs=runs,
+            leases=ScanLeases(firestore_client, timeout_s=settings.firestore_timeout_s),
+            sleep=sleep or advance,
         )
         if cloud_run:
             apps.append(app)

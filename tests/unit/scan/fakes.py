@@ -62,6 +62,10 @@ class FakeStore:
         self._check("get_control")
         return self.control
 
+    def anything_due(self, now: datetime) -> bool:
+        self._check("claim_due")
+        return bool(self.due)
+
     def record_housekeeping(self, mark: HousekeepingMark) -> None:
         self._check("record_housekeeping")
         self.control = dataclasses.replace(self.control, housekeeping=mark)

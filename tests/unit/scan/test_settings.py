@@ -52,10 +52,19 @@ def test_every_key_is_read() -> None:
         "JOBS_FIRESTORE_TIMEOUT_S": "5s",
         "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "true",
         "JOBS_SHARDS": "4",
+        "JOBS_SCAN_MODE": "paced",
+        "JOBS_SCAN_POLL_S": "10s",
+        "JOBS_SCAN_END_WHEN_IDLE": "false",
+        "JOBS_SCAN_ATTEMPT_DEADLINE_S": "5m",
+        "JOBS_SCAN_PARTITIONS": "2",
     }
     assert set(env) == set(ALL_KEYS)
     s = ScanSettings.from_env(env)
     assert s.shards == 4
+    assert (s.mode, s.poll_s, s.end_when_idle, s.attempt_deadline_s) == ("paced", 10, False, 300)
+    assert s.partitions == 2 and s.limits().polls
+    # The lease outlasts the longest run (time budget + publish timeout) by 30 s.
+    assert s.limits().lease_s == 120 + 10 + 30
     assert (s.time_budget_s, s.max_per_run, s.page_size, s.interval_s) == (120, 5000, 500, 300)
     assert (s.publish_timeout_s, s.claim_timeout_s, s.reclaim_limit) == (10, 900, 100)
     assert (s.metrics, s.run_retention_s, s.log_level) == ("log", 7 * 86400, "DEBUG")
@@ -110,3 +119,60 @@ def test_reading_settings_uses_the_process_environment_by_default(
     for key, value in VALID.items():
         monkeypatch.setenv(key, value)
     assert ScanSettings.from_env().topic == "jobs"
+
+
+def _problem_keys(env: dict[str, str]) -> set[str]:
+    with pytest.raises(SettingsError) as raised:
+        ScanSettings.from_env(env)
+    return {problem.split(":", 1)[0].split("=", 1)[0] for problem in raised.value.problems}
+
+
+def test_a_run_longer_than_the_attempt_deadline_is_refused_naming_both_keys() -> None:
+    env = {**VALID, "JOBS_SCAN_TIME_BUDGET_S": "170", "JOBS_SCAN_PUBLISH_TIMEOUT_S": "10"}
+    env["JOBS_CLAIM_TIMEOUT_S"] = "600"
+    with pytest.raises(SettingsError) as raised:
+        ScanSettings.from_env(env)
+    text = str(raised.value)
+    assert "JOBS_SCAN_TIME_BUDGET_S" in text and "JOBS_SCAN_ATTEMPT_DEADLINE_S=180" in text
+
+
+def test_a_paced_run_must_end_a_margin_before_the_next_one() -> None:
+    paced = {**VALID, "JOBS_SCAN_MODE": "paced", "JOBS_SCAN_INTERVAL_S": "60"}
+    # 60 s interval - 10 s margin: a 51 s run would still work when the next is due.
+    with pytest.raises(SettingsError, match="JOBS_SCAN_INTERVAL_S - 10s = 50s"):
+        ScanSettings.from_env({**paced, "JOBS_SCAN_TIME_BUDGET_S": "51"})
+    settings = ScanSettings.from_env({**paced, "JOBS_SCAN_TIME_BUDGET_S": "50"})
+    assert settings.mode == "paced" and settings.end_when_idle is True
+    # The same time budget in one-pass mode is only a bound, not a length: accepted.
+    assert ScanSettings.from_env({**VALID, "JOBS_SCAN_TIME_BUDGET_S": "60"}).mode == "one-pass"
+
+
+def test_a_poll_period_not_below_the_run_length_is_refused() -> None:
+    env = {
+        **VALID,
+        "JOBS_SCAN_MODE": "paced",
+        "JOBS_SCAN_TIME_BUDGET_S": "20",
+        "JOBS_SCAN_POLL_S": "20",
+    }
+    assert "JOBS_SCAN_POLL_S" in _problem_keys(env)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("JOBS_SCAN_MODE", "fast"),
+        ("JOBS_SCAN_POLL_S", "0.5"),
+        ("JOBS_SCAN_POLL_S", "61"),
+        ("JOBS_SCAN_ATTEMPT_DEADLINE_S", "14"),
+        ("JOBS_SCAN_ATTEMPT_DEADLINE_S", "31m"),
+        ("JOBS_SCAN_END_WHEN_IDLE", "maybe"),
+        ("JOBS_SCAN_PARTITIONS", "0"),
+    ],
+)
+def test_pacing_keys_out_of_range_are_named(key: str, value: str) -> None:
+    assert key in _problem_keys({**VALID, key: value})
+
+
+def test_more_partitions_than_shards_are_refused() -> None:
+    env = {**VALID, "JOBS_SCAN_PARTITIONS": "3", "JOBS_SHARDS": "2"}
+    assert "JOBS_SCAN_PARTITIONS" in _problem_keys(env)

@@ -61,6 +61,10 @@ def test_the_response_carries_exactly_the_documented_keys() -> None:
         "duration_s": 3.25,
         "drain_rate_per_s": 0.923,  # 3 published in 3.25 s
         "stopped_because": "drained",
+        "mode": "one-pass",
+        "partition": 0,
+        "rate_per_s": 0.0,
+        "note": "",
     }
 
 
