@@ -317,7 +317,7 @@ def test_the_emulator_and_the_schemas_own_check_agree_on_every_store_query_shape
         limit=10,  # the store always bounds its queries; it also makes this a Query
     )
     client = firestore.Client(project="shapes")  # builds queries only: no RPC is sent
-    query = FirestoreJobStore(client, FakeClock(NOW))._query(spec)
+    query = FirestoreJobStore(client, FakeClock(NOW))._documents.query(spec)
     served = indexes.IndexSet(indexes.load("services.jobs.schema"))
     try:
         served.check(("shapes", "(default)"), "", query._to_protobuf()._pb)
