@@ -9,9 +9,14 @@ input (cancel and reschedule reasons) is refused when longer, so the operator kn
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # a type only: the record's modules import this one
+    from services.jobs.model import ErrorInfo, Job
 
 MAX_REASON_BYTES = 1024  # a history reason; a cancel or reschedule reason
 MAX_ERROR_MESSAGE_BYTES = 2048  # last_error.message
@@ -41,3 +46,20 @@ def bounded_details(details: Mapping[str, Any], limit: int = MAX_DETAILS_BYTES) 
     if size <= limit:
         return dict(details)
     return {"truncated": True, "original_bytes": size, "keys": sorted(map(str, details))[:50]}
+
+
+def stamped(error: ErrorInfo, now: datetime) -> ErrorInfo:
+    """The error as recorded: its time filled in, its code and message bounded."""
+    return dataclasses.replace(
+        error,
+        code=bounded_text(error.code, MAX_CODE_BYTES),
+        message=bounded_text(error.message, MAX_ERROR_MESSAGE_BYTES),
+        at=error.at or now,
+    )
+
+
+def progress_of(job: Job, progress: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The progress to keep: the new one (bounded) when given, else the job's."""
+    if progress is None:
+        return dict(job.progress) if job.progress is not None else None
+    return bounded_details(progress)

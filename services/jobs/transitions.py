@@ -3,9 +3,9 @@
 `Transitions` holds the two deployment values the rules need (history bound, terminal
 retention) and turns a decoded `Job` into the next one through `state.apply_transition`, or
 raises the refusal: the checks of every operation (generation, lease token, attempts, cancel
-requests) live here and nowhere else. Nothing here reads or writes Firestore; the store loads
-the record in a transaction, calls one of these, and writes the difference — and a store for
-tests can call the very same functions.
+requests) live here and nowhere else, the two fences through `fences.py`. Nothing here reads
+or writes Firestore; the store loads the record in a transaction, calls one of these, and
+writes the difference — and a store for tests can call the very same functions.
 """
 
 from __future__ import annotations
@@ -23,17 +23,18 @@ from services.jobs.errors import (
     AttemptsExhausted,
     InvalidTransition,
     LeaseHeld,
-    LeaseLost,
-    StaleGeneration,
 )
+from services.jobs.fences import require_generation, require_lease
 from services.jobs.limits import (
     MAX_CODE_BYTES,
     MAX_ERROR_MESSAGE_BYTES,
     MAX_REASON_BYTES,
     bounded_details,
     bounded_text,
+    progress_of,
+    stamped,
 )
-from services.jobs.model import CancelRequest, Claim, ErrorInfo, Job, Lease, Reclaimed, Result
+from services.jobs.model import CancelRequest, Claim, ErrorInfo, Job, Lease, Result
 from services.jobs.state import DEFAULT_HISTORY_LIMIT, Role, State, apply_transition
 
 NO_LEASE: Mapping[str, Any] = {"lease_until": None, "lease_owner": None, "lease_token": None}
@@ -394,57 +395,10 @@ class Transitions:
         }
 
 
-def require_lease(job: Job, lease: Lease) -> None:
-    """LeaseLost unless `lease` is the job's running lease (same generation and token).
-
-    Whatever happened meanwhile (the lease lapsed and was reclaimed to deferred or failed,
-    taken over, the job re-claimed under a newer generation, or finished by another delivery,
-    even one in this same process), the caller's result is no longer wanted: one error for
-    all of it.
-    """
-    if job.state is not State.RUNNING:
-        detail = f"the job is {job.state.value}"
-    elif job.generation != lease.generation:
-        detail = f"generation {lease.generation} is stale; the job is at {job.generation}"
-    elif job.lease_token != lease.token:
-        detail = "another delivery took the lease over"
-    else:
-        return
-    raise LeaseLost(job.job_id, lease.owner, job.lease_owner, detail)
-
-
-def require_generation(job: Job, generation: int) -> None:
-    if job.generation != generation:
-        raise StaleGeneration(job.job_id, generation, job.generation)
-
-
 def attempt_left(job: Job) -> bool:
     """Whether another retry cycle may follow the current one."""
     return job.attempt < job.max_attempts
 
 
-def stamped(error: ErrorInfo, now: datetime) -> ErrorInfo:
-    """The error as recorded: its time filled in, its code and message bounded."""
-    return ErrorInfo(
-        code=bounded_text(error.code, MAX_CODE_BYTES),
-        message=bounded_text(error.message, MAX_ERROR_MESSAGE_BYTES),
-        at=error.at or now,
-    )
-
-
-def progress_of(job: Job, progress: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The progress to keep: the new one (bounded) when given, else the job's."""
-    if progress is None:
-        return dict(job.progress) if job.progress is not None else None
-    return bounded_details(progress)
-
-
 def claimant(job: Job) -> str:
     return job.claim.run_id if job.claim else "unknown"
-
-
-def reclaimed(job: Job, new: Job, reason: str) -> Reclaimed:
-    """What the reclaimer reports for one record it moved (`reason` names the step)."""
-    if new.state is State.CANCELLED:
-        reason = "cancel_requested"
-    return Reclaimed(job.job_id, job.state, new.state, job.generation, reason)

@@ -44,7 +44,6 @@ from services.jobs.store.documents import (
     write_changes,
 )
 from services.jobs.transactions import store_errors
-from services.jobs.transitions import reclaimed
 
 logger = logging.getLogger(__name__)
 
@@ -313,3 +312,10 @@ class _ReclaimTally:
         return ReclaimReport(
             tuple(self.reclaimed), tuple(self.quarantined), tuple(self.skipped), self.stopped_by
         )
+
+
+def reclaimed(job: Job, new: Job, reason: str) -> Reclaimed:
+    """What the reclaimer reports for one record it moved (`reason` names the step)."""
+    if new.state is State.CANCELLED:
+        reason = "cancel_requested"
+    return Reclaimed(job.job_id, job.state, new.state, job.generation, reason)
