@@ -81,6 +81,17 @@ def update_write(
     return update
 
 
+def merge_write(document_path: str, fields: Mapping[str, Any]) -> Any:
+    """The `Write` that `set(fields, merge=list(fields))` sends: the named top-level fields
+    replaced, the rest of the document (or its absence) left as it is, no condition.
+    ValueError for a value or name this module does not encode."""
+    write_pb = update_write(document_path, fields)
+    if write_pb is None or any(isinstance(v, ArrayUnion) for v in fields.values()):
+        raise ValueError(f"cannot encode the merge of {sorted(fields)} into {document_path!r}")
+    write_pb.ClearField("current_document")
+    return write_pb
+
+
 def set_write(document_path: str, data: Mapping[str, Any]) -> Any:
     """The `Write` (raw protobuf) that `set(data)` sends: the whole document replaced, no
     condition. ValueError for a value this module does not encode."""

@@ -33,6 +33,7 @@ from services.jobs.decoding import create_time, decode_fields, read_time_of, upd
 from services.jobs.encoding import (
     create_write,
     delete_write,
+    merge_write,
     proto_timestamp,
     set_write,
     update_write,
@@ -114,6 +115,11 @@ class Writes:
 
     def set(self, reference: Any, data: dict[str, Any]) -> None:
         self.pbs.append(set_write(self._name(reference), data))
+
+    def merge(self, reference: Any, fields: dict[str, Any]) -> None:
+        """Replace the named top-level fields, creating the document if need be:
+        `set(fields, merge=list(fields))`."""
+        self.pbs.append(merge_write(self._name(reference), fields))
 
     def update(
         self, reference: Any, fields: dict[str, Any], last_update_time: datetime | None = None
@@ -288,8 +294,12 @@ class Gateway:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def commit(self, writes: Writes, transaction: bytes | None = None) -> Any:
-        """Commit `writes` atomically (in `transaction` when given): the raw `CommitResponse`."""
+    def commit(
+        self, writes: Writes, transaction: bytes | None = None, *, idempotent: bool = False
+    ) -> Any:
+        """Commit `writes` atomically (in `transaction` when given): the raw `CommitResponse`.
+        Sent once unless `idempotent` (no condition, no create: sending it twice writes the
+        same), which gets a read's bounded retry."""
         request = rpc.CommitRequest.pb()(database=self.database.path)
         request.writes.extend(writes.pbs)
         if transaction is not None:
@@ -297,7 +307,7 @@ class Gateway:
         response = self._api.commit(
             request=rpc.CommitRequest.wrap(request),
             metadata=self._metadata,
-            **self.bounds.write_kwargs,
+            **(self.bounds.kwargs if idempotent else self.bounds.write_kwargs),
         )
         return type(response).pb(response)
 

@@ -23,6 +23,8 @@ from services.jobs.errors import ValidationError
 from services.jobs.shard import Part
 from services.jobs.state import State
 
+NAME = "__name__"  # the document's name: a field to order by
+
 
 @dataclass(frozen=True)
 class QuerySpec:
@@ -31,9 +33,10 @@ class QuerySpec:
     collection: str
     equals: tuple[tuple[str, Any], ...] = ()
     ranges: tuple[tuple[str, str, Any], ...] = ()  # (field, operator, value)
-    order_by: tuple[str, ...] = ()  # ascending; the implicit __name__ tiebreak follows
+    # Ascending; the implicit __name__ tiebreak follows (or is named last: ID order alone).
+    order_by: tuple[str, ...] = ()
     limit: int | None = None
-    start_after: tuple[Any, ...] | None = None  # order_by values, then the document ID
+    start_after: tuple[Any, ...] | None = None  # the other order_by values, then the doc ID
 
     @property
     def shape(self) -> schema.QueryShape:
@@ -233,7 +236,8 @@ def structured_query(spec: QuerySpec, documents: str) -> Any:
         for name in spec.order_by:
             _order(query, name)
         if spec.start_after is not None:
-            _order(query, "__name__")
+            if spec.order_by[-1] != NAME:  # the document ID breaks ties, last
+                _order(query, NAME)
             *values, document_id = spec.start_after
             query.start_at.before = False
             cursor = query.start_at.values

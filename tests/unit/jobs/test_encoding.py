@@ -20,6 +20,7 @@ from services.jobs.encoding import (
     create_write,
     delete_write,
     encode_value,
+    merge_write,
     set_write,
     update_write,
 )
@@ -232,3 +233,9 @@ def _anonymous() -> Any:
     from google.auth.credentials import AnonymousCredentials
 
     return AnonymousCredentials()
+
+
+def test_a_merge_of_named_fields_is_the_clients() -> None:
+    fields = {"housekeeping": {"at": NOW, "run_id": "r", "counts": [1, 2]}}
+    (theirs,) = _helpers.pbs_for_set_with_merge(PATH, fields, merge=["housekeeping"])
+    assert merge_write(PATH, fields) == theirs._pb

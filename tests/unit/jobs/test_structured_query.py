@@ -79,3 +79,17 @@ def test_every_query_is_the_one_the_high_level_client_builds(spec: QuerySpec) ->
 def test_an_equality_on_none_is_the_clients_is_null() -> None:
     spec = QuerySpec("jobs", equals=(("claim", None),))
     assert structured_query(spec, DOCUMENTS) == _client_query(spec)._to_protobuf()._pb
+
+
+def test_the_backfills_id_ordered_pages_are_the_clients() -> None:
+    from services.jobs.queries import NAME
+
+    jobs = CLIENT.collection("jobs")
+    base = jobs.where(filter=FieldFilter("state", "==", "deferred")).order_by(NAME).limit(500)
+    first = QuerySpec("jobs", equals=(("state", "deferred"),), order_by=(NAME,), limit=500)
+    after = QuerySpec(
+        "jobs", equals=(("state", "deferred"),), order_by=(NAME,), limit=500, start_after=("j-7",)
+    )
+    assert structured_query(first, DOCUMENTS) == base._to_protobuf()._pb
+    theirs = base.start_after({NAME: jobs.document("j-7")})._to_protobuf()._pb
+    assert structured_query(after, DOCUMENTS) == theirs
