@@ -46,7 +46,7 @@ class ControlChange:
 
 @dataclass(frozen=True)
 class HousekeepingMark:
-    """When a scan run last did its housekeeping (rescue, backlog counts, run record), in
+    """When a scan run last did its housekeeping (reclaim, backlog counts, run record), in
     any instance, and what it measured then. Kept in the control document because the scan
     reads that document once per run anyway: a cold instance knows the mark at no extra read.
     """

@@ -81,7 +81,12 @@ class AttemptsExhausted(JobsError):
 
 
 class LostRace(JobsError):
-    """Another writer changed the job first; nothing was overwritten."""
+    """Another writer changed the job first, or a transaction waited on a lock past its call
+    timeout; retry later.
+
+    Usually nothing was written. Not always: when the wait ended in a deadline on the commit
+    itself (`TransactionRunner.run`), the outcome is ambiguous and the commit may have applied,
+    so a caller re-reads the record rather than assume it is unchanged."""
 
 
 # The name the design uses for the same failure.

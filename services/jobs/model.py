@@ -595,7 +595,7 @@ class Reclaimed:
     from_state: State
     to_state: State
     generation: int
-    # Why: claim_timeout, lease_expired, enqueued_timeout (a rescue), or cancel_requested.
+    # Why: claim_timeout, lease_expired, enqueued_timeout (a reclaim), or cancel_requested.
     reason: str = ""
 
 

@@ -60,7 +60,7 @@ UNSHARDED_INDEXES: tuple[CompositeIndex, ...] = (
     CompositeIndex(JOBS, (IndexField("state"), IndexField("claim.claimed_at"))),
     # reclaim_expired (expired leases), stats (expired_leases)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("lease_until"))),
-    # backlog (stale_enqueued, oldest enqueued age), reclaim_expired (rescue)
+    # backlog (stale_enqueued, oldest enqueued age), reclaim_expired (lost messages)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("enqueued_at"))),
 )
 
@@ -165,7 +165,7 @@ TIMESTAMP_SHAPES: tuple[QueryShape, ...] = (
     QueryShape(JOBS, frozenset({"state"}), (IndexField("claim.claimed_at"),)),
     # reclaim_expired (expired leases), stats
     QueryShape(JOBS, frozenset({"state"}), (IndexField("lease_until"),)),
-    # backlog (stale enqueued, oldest enqueued age), reclaim_expired (rescue)
+    # backlog (stale enqueued, oldest enqueued age), reclaim_expired (lost messages)
     QueryShape(JOBS, frozenset({"state"}), (IndexField("enqueued_at"),)),
     # list() and list(due_before=…): every state, in due order
     QueryShape(JOBS, frozenset(), (IndexField("due_at"),)),

@@ -31,7 +31,7 @@ class State(StrEnum):
     # deferred on publish failure); reclaimer after the claim timeout; worker if the push
     # arrived first; operator cancels.
     CLAIMED = "claimed"
-    # Its ID is on the queue. Out: worker starts it; operator cancels; reclaimer (rescue)
+    # Its ID is on the queue. Out: worker starts it; operator cancels; reclaimer (reclaim_enqueued)
     # when it stayed enqueued past the enqueued timeout with no start (the message is lost).
     ENQUEUED = "enqueued"
     # A worker holds a lease and is doing the side effect. Out: worker (completed, deferred,
@@ -94,7 +94,7 @@ TRANSITIONS: dict[tuple[State, State], Transition] = {
     (_E, _R): _t("start", _WORKER, why="a worker takes the lease"),
     (_E, State.CANCELLED): _t("cancel", _OPERATOR, why="operator cancels a queued job"),
     (_E, _D): _t(
-        "rescue",
+        "reclaim_enqueued",
         _RECLAIMER,
         why="enqueued longer than the enqueued timeout with no start: its message is lost; "
         "the next claim publishes it again under generation + 1",

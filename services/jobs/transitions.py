@@ -133,7 +133,7 @@ class Transitions:
             last_error=stamped(error, now),
         )
 
-    # -- the rescuer -------------------------------------------------------------------------
+    # -- the reclaimer -------------------------------------------------------------------------
 
     def reclaim_claim(self, job: Job, at: datetime, run_id: str) -> Job:
         claimed_at = job.claim.claimed_at.isoformat() if job.claim else "unknown"
@@ -158,7 +158,7 @@ class Transitions:
             **NO_LEASE,
         )
 
-    def rescue_enqueued(self, job: Job, at: datetime, run_id: str) -> Job:
+    def reclaim_enqueued(self, job: Job, at: datetime, run_id: str) -> Job:
         since = job.enqueued_at.isoformat() if job.enqueued_at else "unknown"
         reason = (
             f"enqueued at {since} as message {job.message_id} and never started within the "
@@ -444,7 +444,7 @@ def claimant(job: Job) -> str:
 
 
 def reclaimed(job: Job, new: Job, reason: str) -> Reclaimed:
-    """What the rescuer reports for one record it moved (`reason` names the step)."""
+    """What the reclaimer reports for one record it moved (`reason` names the step)."""
     if new.state is State.CANCELLED:
         reason = "cancel_requested"
     return Reclaimed(job.job_id, job.state, new.state, job.generation, reason)

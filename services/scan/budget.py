@@ -92,9 +92,9 @@ def effective_claim_timeout(control_timeout: timedelta, floor_s: float | None) -
 DEFAULT_ENQUEUED_TIMEOUT_S = 3 * 3600.0
 
 
-# How often, at most, a run that finds nothing due does its housekeeping (the rescuer, the
+# How often, at most, a run that finds nothing due does its housekeeping (the reclaimer, the
 # backlog counts, its scan_runs record). 15 min is three runs of the default 5-minute
-# schedule, so two idle runs in three bill 2 operations; the rescuer is a backstop (Pub/Sub
+# schedule, so two idle runs in three bill 2 operations; the reclaimer is a backstop (Pub/Sub
 # redelivers a crashed worker's message by itself), so a stuck claim or an expired lease
 # waiting up to 15 min past its own timeout costs a delay, never a job.
 DEFAULT_HOUSEKEEPING_INTERVAL_S = 900.0

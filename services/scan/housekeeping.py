@@ -1,4 +1,4 @@
-"""`Housekeeping`: whether a scan run must do its housekeeping (the rescuer, the backlog
+"""`Housekeeping`: whether a scan run must do its housekeeping (the reclaimer, the backlog
 counts, the scan_runs record and the mark of when it was done), and what an idle run between
 housekeepings reports.
 
@@ -7,7 +7,7 @@ unless `JOBS_SCAN_HOUSEKEEPING_INTERVAL_S` has passed since any instance last di
 housekeeping. The mark of that (`HousekeepingMark`) lives in the control document, which every
 run reads first anyway, so a cold instance knows it at no extra read, and a run that does its
 housekeeping writes it (1 write). A run that claims something always measures the backlog and
-records itself; only the rescuer waits for the interval, so a crashed worker's lease or a
+records itself; only the reclaimer waits for the interval, so a crashed worker's lease or a
 dead scan's claim is taken back at most the interval later than its timeout. 0 keeps
 housekeeping on every run. An idle run reports the backlog measured at the last
 housekeeping, with nothing due (its claim query just said so).

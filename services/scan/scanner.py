@@ -1,13 +1,13 @@
-"""The `Scanner`: one scan run, no HTTP. Rescue, stage (claim, publish, mark), measure, report.
+"""The `Scanner`: one scan run, no HTTP. Reclaim, stage (claim, publish, mark), measure, report.
 
 A run reads the control document first. Paused or dry-run: it only measures. Otherwise the
-`Rescuer` (`rescuer.py`) takes back abandoned claims, leases and lost messages and quarantines
+`Reclaimer` (`reclaimer.py`) takes back abandoned claims, leases and lost messages and quarantines
 what it cannot decode; the `Stager` (`stager.py`) claims due jobs a page at a time until the
 enqueue budget, the time budget or the due jobs run out, publishes every ID and records each
 outcome; the `Gauges` (`gauges.py`) measure the backlog and report the run.
 
 Nothing here catches BaseException: if the process dies between claim and publish, the
-records stay `claimed` and the rescuer of a later run returns them after the claim timeout.
+records stay `claimed` and the reclaimer of a later run returns them after the claim timeout.
 No ID is ever dropped silently.
 """
 
@@ -34,7 +34,7 @@ from services.scan.dependencies import JobPublisher, RunRecorder, ScanStore
 from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, StoreUnreachable
 from services.scan.gauges import Gauges
 from services.scan.housekeeping import Housekeeping
-from services.scan.rescuer import REASON_LEASE_EXPIRED, Rescuer
+from services.scan.reclaimer import REASON_LEASE_EXPIRED, Reclaimer
 from services.scan.stager import Stager
 from services.scan.summary import Backlog, RunTally, StopReason, log_fields
 
@@ -76,7 +76,7 @@ class Scanner:
         self._store = store
         self._clock = clock
         self._limits = limits
-        self.rescuer = Rescuer(store, clock, limits)
+        self.reclaimer = Reclaimer(store, clock, limits)
         self.stager = Stager(store, publisher, clock, limits)
         self.gauges = Gauges(store, clock, limits, metrics or NullSink(), runs)
         self.housekeeping = Housekeeping(limits.housekeeping_interval_s)
@@ -124,7 +124,7 @@ class Scanner:
                 stopped = "dry_run"
             else:
                 if housekeeping:
-                    self.rescuer.rescue(run_id, claim_timeout, tally)
+                    self.reclaimer.reclaim(run_id, claim_timeout, tally)
                 time_budget = TimeBudget(started_at, self._limits.time_budget_s)
                 stopped = self.stager.run(run_id, budget, time_budget, tally)
             idle = not (housekeeping or control.paused or dry_run or tally.claimed)

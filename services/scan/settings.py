@@ -92,7 +92,7 @@ MIN_INTERVAL_S = 1.0
 DEFAULT_CLAIM_TIMEOUT_S = 600.0
 _MIN_CLAIM_TIMEOUT_S, _MAX_CLAIM_TIMEOUT_S = 1.0, 7 * 86400.0
 DEFAULT_RECLAIM_LIMIT = 500
-# Housekeeping (rescuer, backlog counts, scan_runs record) at most this far apart on an idle
+# Housekeeping (reclaimer, backlog counts, scan_runs record) at most this far apart on an idle
 # instance; 0 = every run. Bounded by the shortest claim timeout's order of magnitude.
 _MAX_HOUSEKEEPING_INTERVAL_S = 3600.0
 DEFAULT_RUN_RETENTION_S = 30 * 86400.0

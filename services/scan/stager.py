@@ -7,7 +7,7 @@ Every claimed ID is published and the stager waits for every publish future befo
 `enqueued` with the message ID (one conditional BatchWrite per chunk of 100, on a small thread
 pool overlapping the next page), or back to `deferred` with the error. Nothing here catches
 BaseException: if the process dies between claim and publish, the records stay `claimed` and
-a later run's rescuer returns them after the claim timeout.
+a later run's reclaimer returns them after the claim timeout.
 """
 
 from __future__ import annotations

@@ -164,7 +164,13 @@ DEFAULT_MAX_DELIVERY = timedelta(seconds=180)
 
 
 class Processor:
-    """Turns a `Delivery` into an `Outcome`, doing the job's side effect at most once."""
+    """Turns a `Delivery` into an `Outcome`, running the job's side effect under a live lease.
+
+    At least once, not at most once: a delivery killed, or a lease that lapsed, after the
+    action took effect and before `complete` committed leaves the job to a later delivery,
+    which runs it again. One effect per idempotency key holds because only the lease holder
+    acts, a shared key's recorded result is reused, and actions are idempotent for their key.
+    """
 
     def __init__(
         self,

@@ -6,7 +6,7 @@ worker deletes:
 
 - sequential: scan runs until nothing is due with the subscription still a pull one, then it
   is turned into push and the worker completes every job. Each run's own steps (control read,
-  rescuer, backlog measurement, scan_runs record) are metered one by one, so per job =
+  reclaimer, backlog measurement, scan_runs record) are metered one by one, so per job =
   (scan total - those) / N + worker total / N, exactly.
 - live: push from the start, as in production (the worker may start a job before the scan
   marked it enqueued); the per-run steps are taken from the sequential pass.
@@ -192,7 +192,7 @@ def _sequential(
     scan_job = rig.per(rig.billed_ops(scan_stats) - sum(fixed), jobs)
     worker_job = rig.per(rig.billed_ops(worker_stats), completed)
     print(
-        f"  per-run steps (control, rescuer, backlog, scan_runs): "
+        f"  per-run steps (control, reclaimer, backlog, scan_runs): "
         f"{rig.per(sum(working), len(working)):.1f} ops per working run, {idle} for the last "
         f"(idle) run"
     )

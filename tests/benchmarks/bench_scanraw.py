@@ -147,7 +147,7 @@ def _read(store: Any, client: Any, now: datetime, jobs: int) -> tuple[float, int
     from services.jobs.transactions import CallBounds, TransactionRunner
 
     runner = TransactionRunner(client, CallBounds(timeout_s=30))
-    query = store._query(due_query(now, LIMITS["page_size"]))
+    query = store._documents.query(due_query(now, LIMITS["page_size"]))
 
     def page(transaction: Any) -> int:
         return sum(1 for _ in runner.query_in(transaction, query))

@@ -163,12 +163,12 @@ def test_the_workers_deadlines_end_a_delivery_before_cloud_run_and_the_lease_do(
     assert 0 <= margin < lease / 3  # a heartbeat (every third of the lease) before the stop
 
 
-def test_an_enqueued_job_is_rescued_only_after_pub_sub_stopped_redelivering_it(
+def test_an_enqueued_job_is_reclaimed_only_after_pub_sub_stopped_redelivering_it(
     stack: StackRun,
 ) -> None:
     # Every delivery may run to the ack deadline and every wait be the longest backoff
     # (https://cloud.google.com/pubsub/docs/handling-failures): past that the message is
-    # dead-lettered or lost, and only then may the scan's rescuer publish the job again.
+    # dead-lettered or lost, and only then may the scan's reclaimer publish the job again.
     push = _push_subscription(stack)
     attempts = push["deadLetterPolicy"]["maxDeliveryAttempts"]
     backoff = _seconds(push["retryPolicy"]["maximumBackoff"])

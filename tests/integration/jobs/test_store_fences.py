@@ -27,6 +27,7 @@ from services.jobs.limits import MAX_ERROR_MESSAGE_BYTES
 from services.jobs.model import ErrorInfo, Job, Lease, Result
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
+from services.jobs.store.reclaims import Reclaims
 from services.jobs.transitions import INVALID_RECORD
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
 
@@ -180,7 +181,7 @@ def test_a_push_for_a_malformed_job_is_refused_as_invalid_after_quarantining_it(
 
 
 @pytest.mark.parametrize("due_at", ["2026-01-01T00:00:00Z", 1767225600, None])
-def test_a_due_at_of_the_wrong_type_is_found_by_the_rescuer_and_quarantined(
+def test_a_due_at_of_the_wrong_type_is_found_by_the_reclaimer_and_quarantined(
     store: FirestoreJobStore, firestore_client: firestore.Client, clock: FakeClock, due_at: Any
 ) -> None:
     store.schedule(new_job("wrong"))
@@ -188,7 +189,7 @@ def test_a_due_at_of_the_wrong_type_is_found_by_the_rescuer_and_quarantined(
     _spoil(firestore_client, "wrong", {"due_at": due_at})
     assert store.claim_due(clock.now(), "run-1", 10) == []  # no due query can see it
 
-    report = store.reclaim_expired(clock.now(), TIMEOUT, 10, "rescuer-1")
+    report = store.reclaim_expired(clock.now(), TIMEOUT, 10, "reclaimer-1")
 
     assert report.quarantined == ("wrong",)
     raw = store.raw("wrong")
@@ -197,10 +198,10 @@ def test_a_due_at_of_the_wrong_type_is_found_by_the_rescuer_and_quarantined(
     assert stored(store, "right").state is State.DEFERRED
 
 
-# --- 4. a job enqueued with no message is rescued --------------------------------------------
+# --- 4. a job enqueued with no message is reclaimed --------------------------------------------
 
 
-def test_a_job_left_enqueued_past_the_timeout_is_rescued_and_its_old_message_fenced(
+def test_a_job_left_enqueued_past_the_timeout_is_reclaimed_and_its_old_message_fenced(
     store: FirestoreJobStore, clock: FakeClock
 ) -> None:
     store.schedule(new_job("j"))
@@ -210,9 +211,9 @@ def test_a_job_left_enqueued_past_the_timeout_is_rescued_and_its_old_message_fen
     assert store.reclaim_expired(clock.now(), TIMEOUT, 10, "r", enqueued_timeout=TIMEOUT) == []
     clock.advance(timedelta(seconds=2))
 
-    (rescued,) = store.reclaim_expired(clock.now(), TIMEOUT, 10, "r", enqueued_timeout=TIMEOUT)
+    (reclaimed,) = store.reclaim_expired(clock.now(), TIMEOUT, 10, "r", enqueued_timeout=TIMEOUT)
 
-    assert (rescued.from_state, rescued.to_state, rescued.reason) == (
+    assert (reclaimed.from_state, reclaimed.to_state, reclaimed.reason) == (
         State.ENQUEUED,
         State.DEFERRED,
         "enqueued_timeout",
@@ -376,9 +377,9 @@ def test_reclaim_keeps_what_it_committed_when_a_later_step_fails(
         if step.name == "enqueued_timeout":  # Firestore goes away after the leases step
             firestore_emulator.inject_fault("BeginTransaction", "UNAVAILABLE", count=1000)
             firestore_emulator.inject_fault("RunQuery", "UNAVAILABLE", count=1000)
-        FirestoreJobStore._reclaim_step(store, step, limit, tally)
+        Reclaims._reclaim_step(store._reclaims, step, limit, tally)
 
-    monkeypatch.setattr(store, "_reclaim_step", step_then_outage)
+    monkeypatch.setattr(store._reclaims, "_reclaim_step", step_then_outage)
     try:
         report = store.reclaim_expired(clock.now(), TIMEOUT, 10, "r", enqueued_timeout=TIMEOUT)
     finally:
@@ -414,7 +415,7 @@ def test_completing_on_the_started_record_costs_one_write_and_no_read(
     assert (counts["document_reads"], counts["document_writes"]) == (0, 1)
     assert done.state is State.COMPLETED
     assert stored(store, "j").state is State.COMPLETED
-    assert done.update_time == store._jobs.document("j").get().update_time
+    assert done.update_time == store._documents.jobs.document("j").get().update_time
 
 
 def test_a_record_changed_since_start_is_completed_in_a_transaction_instead(

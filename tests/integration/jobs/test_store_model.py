@@ -3,14 +3,14 @@ Firestore emulator with the real client.
 
 Hypothesis interleaves schedule, claim, publish (mark enqueued), deliveries (duplicate and
 stale ones included), take-overs, lease expiry, heartbeats, the worker's exits, reclaims and
-rescues, cancels and reschedules, for three jobs, two of which share an explicit idempotency
+reclaims, cancels and reschedules, for three jobs, two of which share an explicit idempotency
 key. After every step it checks:
 
 - at most one side effect per idempotency key is recorded, and none is done after one was
   recorded (a worker acts only after `start`, and only before its deadline, as the real
   worker's deadline check does);
 - no job sits in a non-terminal state without an owner that will move it on (a claim time for
-  the reclaimer, an `enqueued_at` for the rescuer, a lease end and token for the reclaimer);
+  the reclaimer, an `enqueued_at` for the reclaimer, a lease end and token for the reclaimer);
 - every state was reached only through the table, and the history agrees with the record
   (creation entry first, each entry starting where the last ended, the last ending in the
   record's state);
@@ -134,7 +134,7 @@ class StoreModel(RuleBasedStateMachine):
 
     @rule(target=messages, mark=st.booleans())
     def scan(self, mark: bool) -> Any:
-        """A scan run: the rescuer, then a claim, and (unless the marks are lost) enqueued.
+        """A scan run: the reclaimer, then a claim, and (unless the marks are lost) enqueued.
         Each claimed job becomes a message that may be delivered, late or more than once."""
         self.store.reclaim_expired(
             self.clock.now(), CLAIM_TIMEOUT, 10, self._run_id(), enqueued_timeout=ENQUEUED_TIMEOUT
@@ -302,7 +302,7 @@ class StoreModel(RuleBasedStateMachine):
             if job.state is State.CLAIMED:
                 assert job.claim is not None  # the reclaimer, after the claim timeout
             elif job.state is State.ENQUEUED:
-                # The rescuer measures from enqueued_at: it must be when it became enqueued.
+                # The reclaimer measures from enqueued_at: it must be when it became enqueued.
                 assert job.enqueued_at is not None, f"{job_id} enqueued with no enqueued_at"
                 assert job.enqueued_at == job.history[-1].at, f"{job_id}: a stale enqueued_at"
             elif job.state is State.RUNNING:
@@ -321,7 +321,8 @@ class StoreModel(RuleBasedStateMachine):
             for entry in history[1:]:
                 assert entry.from_state is not None
                 assert (entry.from_state, entry.to_state) in TRANSITIONS
-            if len(history) < self.store._rules.history_limit:  # nothing dropped: a full chain
+            limit = self.store._documents.rules.history_limit
+            if len(history) < limit:  # nothing dropped: a full chain
                 for before, after in itertools.pairwise(history):
                     assert after.from_state is before.to_state
             assert history[-1].to_state is job.state

@@ -2,7 +2,7 @@
 time, other reads one `shard in [...]` group of up to 30), on the emulator serving that N's
 index set (no unsharded timestamp index; an unsharded query fails as in production), and
 the answers are the ones one unsharded query would give: counts summed, the oldest of the
-shards' oldest, listings in one global order with the limit and cursor kept, reclaim, rescue
+shards' oldest, listings in one global order with the limit and cursor kept, the reclaims
 and the due_at type check reaching every shard."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def test_listing_merges_the_shards_into_one_due_order_page_by_page(
     assert [j.job_id for j in first.jobs] == expected[:5]
 
 
-def test_reclaim_and_rescue_reach_every_shard_within_the_limit(
+def test_reclaims_of_claims_and_of_lost_messages_reach_every_shard_within_the_limit(
     sharded: FirestoreJobStore, clock: FakeClock
 ) -> None:
     ids = _ids(24)
@@ -145,7 +145,7 @@ def test_a_wrong_typed_due_at_is_found_in_whichever_shard_it_sits(
     for job_id in spoiled.values():
         firestore_client.collection(schema.JOBS).document(job_id).update({"due_at": "soon"})
 
-    report = sharded.reclaim_expired(clock.now(), TIMEOUT, 10, "rescuer-1")
+    report = sharded.reclaim_expired(clock.now(), TIMEOUT, 10, "reclaimer-1")
 
     assert sorted(report.quarantined) == sorted(spoiled.values())
 

@@ -136,7 +136,7 @@ PERFORMS = {
     "reschedule": {"reschedule"},
     "mark_enqueued": {"mark_enqueued"},
     "mark_enqueue_failed": {"unclaim"},
-    "reclaim_expired": {"unclaim", "retry_later", "rescue"},
+    "reclaim_expired": {"unclaim", "retry_later", "reclaim_enqueued"},
     "start": {"start", "take_over"},
     "release": {"release"},
     "complete": {"complete"},

@@ -226,8 +226,8 @@ def scan_rig(
             certs_url=oidc_server.certs_url,
             metrics="none",
             behind_cloud_run_iam=cloud_run,
-            # Housekeeping on every run unless a test sets the interval: the rescuer's tests
-            # expect each run to rescue; test_idle_cost.py covers the interval and its default.
+            # Housekeeping on every run unless a test sets the interval: the reclaimer's tests
+            # expect each run to reclaim; test_idle_cost.py covers the interval and its default.
             **{
                 "max_per_run": 100,
                 "page_size": 50,

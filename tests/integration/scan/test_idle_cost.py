@@ -72,7 +72,7 @@ def test_without_an_interval_every_run_does_its_housekeeping(
     firestore_stats.reset()
     rig.clock.advance(timedelta(seconds=60))
     rig.scan()
-    # control, 3 rescuer queries, 2 due_at type checks (1 read each with future jobs), the
+    # control, 3 reclaimer queries, 2 due_at type checks (1 read each with future jobs), the
     # claim query, 2 limit-1 and 3 count queries, and the scan_runs document.
     assert _billed(firestore_stats) == 13
     assert _runs_recorded(rig) == 2

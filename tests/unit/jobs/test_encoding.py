@@ -25,7 +25,7 @@ from services.jobs.encoding import (
     update_write,
 )
 from services.jobs.model import Job, NewJob, Result
-from services.jobs.store import _appended, _diff
+from services.jobs.store.documents import appended_fields, changed_fields
 from services.jobs.transitions import Transitions
 
 PATH = "projects/p/databases/(default)/documents/jobs/job-1"
@@ -108,7 +108,7 @@ def test_the_scans_transitions_encode_as_the_client_encodes_them() -> None:
     enqueued = rules.enqueued(claimed, claimed.generation, "m-1", NOW, NOW)
     stamp = NOW + timedelta(seconds=1)
     for old, new_job in ((job, claimed), (claimed, enqueued)):
-        diff = _diff(old, new_job)
+        diff = changed_fields(old, new_job)
         assert diff
         for condition in (None, stamp):
             ours = update_write(PATH, diff, condition)
@@ -116,8 +116,8 @@ def test_the_scans_transitions_encode_as_the_client_encodes_them() -> None:
 
 
 def test_the_workers_transitions_encode_as_the_client_encodes_them() -> None:
-    # start and complete append their history entries as an array union (store._appended),
-    # conditioned on the update_time they read.
+    # start and complete append their history entries as an array union
+    # (store.documents.appended_fields), conditioned on the update_time they read.
     rules = Transitions()
     new = NewJob("job-1", "media.delete_source", "media-1", NOW, {"bucket": "bkt", "object": "o"})
     job = Job.create(new.validated(), NOW)
@@ -128,7 +128,7 @@ def test_the_workers_transitions_encode_as_the_client_encodes_them() -> None:
     done = rules.complete(running, running.lease, Result("deleted", {"deleted": ["o"]}), NOW)
     stamp = NOW + timedelta(seconds=1)
     for old, new_job in ((enqueued, running), (running, done)):
-        diff = _appended(old, new_job)
+        diff = appended_fields(old, new_job)
         assert isinstance(diff["history"], firestore.ArrayUnion)
         ours = update_write(PATH, diff, stamp)
         assert ours is not None and ours == _client_write(diff, stamp)

@@ -179,7 +179,7 @@ def test_quarantined_records_are_counted_in_the_summary_and_the_gauges() -> None
     assert sink.reports[-1].gauge_values()[metrics.RUN_QUARANTINED] == 2
 
 
-def test_the_rescuer_gets_the_enqueued_timeout() -> None:
+def test_the_reclaimer_gets_the_enqueued_timeout() -> None:
     store = FakeStore(due=ids(1))
     make(store)[0].run()
     assert store.enqueued_timeouts == [timedelta(seconds=LIMITS.enqueued_timeout_s)]
@@ -349,7 +349,7 @@ def test_a_housekeeping_run_marks_the_control_document_and_the_next_idle_run_ski
     store.expired.append("stuck-later")
     clock.advance(timedelta(seconds=60))
     second = scanner.run()
-    assert (second.reclaimed, len(store.backlog_calls)) == (0, 1)  # no rescue, no counts
+    assert (second.reclaimed, len(store.backlog_calls)) == (0, 1)  # no reclaim, no counts
     assert store.expired == ["stuck-later"]
     assert len(sink.reports) == 2
 

@@ -1,4 +1,4 @@
-"""The `Rescuer`: the first step of a scan run, taking back what nothing else would move.
+"""The `Reclaimer`: the first step of a scan run, taking back what nothing else would move.
 
 Expired claims, expired worker leases, jobs enqueued so long their message is lost (each back
 to `deferred`, or `failed` / `cancelled` by the lapse rule), and records it cannot decode
@@ -24,7 +24,7 @@ from services.scan.summary import RunTally
 logger = logging.getLogger(__name__)
 
 
-class Rescuer:
+class Reclaimer:
     """Claims, leases, stale enqueued jobs, cancels and quarantine, for one deployment."""
 
     def __init__(self, store: ScanStore, clock: Clock, limits: ScanLimits) -> None:
@@ -32,8 +32,8 @@ class Rescuer:
         self._clock = clock
         self._limits = limits
 
-    def rescue(self, run_id: str, claim_timeout: timedelta, tally: RunTally) -> None:
-        """The rescuer's step. Nothing it meets stops the run: the store handles each record on
+    def reclaim(self, run_id: str, claim_timeout: timedelta, tally: RunTally) -> None:
+        """The reclaimer's step. Nothing it meets stops the run: the store handles each record on
         its own and reports what it skipped; claiming follows whatever happened here."""
         try:
             report = self._store.reclaim_expired(

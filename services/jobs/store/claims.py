@@ -1,0 +1,353 @@
+"""Claims: the scan's side of the store, claiming due jobs and marking them enqueued.
+
+`claim_due` claims a page of due jobs per transaction (per shard with JOBS_SHARDS > 1);
+`mark_enqueued_many` records the publish, as one conditional write per job this store
+claimed itself (`WrittenRecords`) and a read-and-write transaction for any other;
+`mark_enqueue_failed` puts a claim whose publish failed back to deferred.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from google.cloud import firestore
+
+from services.jobs import schema
+from services.jobs.decoding import update_time
+from services.jobs.errors import (
+    InvalidRecord,
+    JobNotFound,
+    JobsError,
+    LostRace,
+    StoreRejected,
+    StoreUnavailable,
+    ValidationError,
+)
+from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, Job
+from services.jobs.queries import due_probe_query, due_query
+from services.jobs.shard import shard_groups, spend_over_shards
+from services.jobs.state import Role
+from services.jobs.store.documents import (
+    CLAIM_PAGE_SIZE,
+    Documents,
+    changed_fields,
+    decoded,
+    require_text,
+    text_ok,
+    write_changes,
+)
+from services.jobs.transactions import as_datetime, store_errors
+from services.jobs.written import WrittenRecords
+
+logger = logging.getLogger(__name__)
+
+MARK_PAGE_SIZE = 100  # documents marked enqueued per transaction
+_BATCH_WRITE_LIMIT = 500  # writes per BatchWrite request
+
+
+class Claims:
+    """Claims due jobs and records their publish."""
+
+    def __init__(self, docs: Documents) -> None:
+        self._docs = docs
+        # Claims this process wrote, so their enqueue mark can be one write conditioned on the
+        # claim commit's update_time instead of a read and a write (services/jobs/written.py).
+        self._written = WrittenRecords()
+        self._pending = threading.local()
+
+    def claim_due(
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        *,
+        page_size: int = CLAIM_PAGE_SIZE,
+        on_quarantine: Callable[[str], None] | None = None,
+    ) -> list[ClaimedJob]:
+        """Claim up to `limit` deferred jobs due at or before `now`: oldest due first with one
+        shard; with JOBS_SHARDS > 1 oldest first within each shard, the limit split over the
+        shards, so a run may claim a newer job of one shard before an older one of another.
+
+        Each page is one transaction that queries and claims (generation + 1), so overlapping
+        callers never claim the same job: 1 read + 1 write per claimed job, 1 read when nothing
+        is due. Each document is decoded on its own: one that cannot be is left out of the
+        page, quarantined after it (`on_quarantine(job_id)`), and claiming goes on. If
+        contention persists after some pages were claimed, returns those (they are committed
+        and must be published); with none claimed it raises LostRace.
+        """
+        require_text(run_id=run_id)
+        if limit < 0 or page_size < 1:
+            raise ValidationError("limit must be >= 0 and page_size >= 1")
+        if self._docs.shards == 1:
+            # One unsharded query, as before the field existed: records without `shard`
+            # are claimed too.
+            return self._claim_shard(now, run_id, limit, page_size, on_quarantine, None)
+        return self._claim_sharded(now, run_id, limit, page_size, on_quarantine)
+
+    def _claim_sharded(
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        page_size: int,
+        on_quarantine: Callable[[str], None] | None,
+    ) -> list[ClaimedJob]:
+        """`limit` split evenly over the shards still holding due jobs, each shard claimed in
+        its own due order on a bounded pool; a shard that returns less than its share is
+        drained, and what it left over goes to the others in the next round. First one probe
+        per 30 shards (`shard in [...]`, 1 read when empty), so a run with nothing due bills
+        about what N = 1 does, not one read per shard."""
+        if not self._anything_due(now):
+            return []
+
+        def take(shard: int, share: int) -> list[ClaimedJob]:
+            return self._claim_shard(now, run_id, share, page_size, on_quarantine, shard)
+
+        shards = range(self._docs.shards)
+        claimed, errors_seen = spend_over_shards(limit, shards, take, (LostRace,))
+        if not claimed and errors_seen:
+            raise errors_seen[0]
+        return claimed
+
+    def _anything_due(self, now: datetime) -> bool:
+        with store_errors():
+            return any(
+                list(self._docs.stream(due_probe_query(now, group)))
+                for group in shard_groups(self._docs.shards)  # what read_parts has with N > 1
+            )
+
+    def _claim_shard(
+        self,
+        now: datetime,
+        run_id: str,
+        limit: int,
+        page_size: int,
+        on_quarantine: Callable[[str], None] | None,
+        shard: int | None,
+    ) -> list[ClaimedJob]:
+        claimed: list[ClaimedJob] = []
+        while len(claimed) < limit:
+            want = min(page_size, limit - len(claimed))
+            try:
+                page, invalid = self._claim_remembering(now, run_id, want, shard)
+            except LostRace:
+                if not claimed:
+                    raise
+                logger.warning("claim_due %s stopped by contention after %d", run_id, len(claimed))
+                break
+            claimed.extend(page)
+            moved = [
+                job_id for job_id in invalid if self._docs.quarantine(job_id, Role.SCAN, run_id)
+            ]
+            for job_id in moved:
+                if on_quarantine is not None:
+                    on_quarantine(job_id)
+            # A page that only met records it could not move aside would come back the same.
+            if len(page) + len(invalid) < want or not (page or moved):
+                break
+        return claimed
+
+    def _claim_page(
+        self,
+        transaction: firestore.Transaction,
+        now: datetime,
+        run_id: str,
+        want: int,
+        shard: int | None,
+    ) -> tuple[list[ClaimedJob], list[str]]:
+        at = self._docs.clock.now()
+        claimed = []
+        invalid = []
+        query = self._docs.query(due_query(now, want, shard))
+        jobs = self._docs.jobs
+        for job_id, document in self._docs.tx.query_in(transaction, query):
+            try:
+                job = self._docs.decoded_raw(job_id, document)
+            except InvalidRecord:
+                invalid.append(job_id)
+                continue
+            new = self._docs.rules.claim(job, run_id, at)
+            write_changes(transaction, jobs.document(job_id), job, new)
+            claimed.append(ClaimedJob(job.job_id, new.generation, job.due_at, at, job.action))
+            self._pending.jobs.append(new)
+        return claimed, invalid
+
+    def _claim_remembering(
+        self, now: datetime, run_id: str, want: int, shard: int | None
+    ) -> tuple[list[ClaimedJob], list[str]]:
+        """A claim page; each claimed job is remembered with the update_time its write got."""
+
+        def attempt(
+            transaction: firestore.Transaction, *args: Any
+        ) -> tuple[list[ClaimedJob], list[str]]:
+            self._pending.jobs = []
+            self._pending.transaction = transaction
+            return self._claim_page(transaction, *args)
+
+        result = self._docs.tx.run(attempt, now, run_id, want, shard)
+        transaction = self._pending.transaction
+        names = getattr(transaction, "written_names", [])
+        written = getattr(transaction, "write_results", None) or []
+        in_jobs = f"/{schema.JOBS}/"
+        # Read from the raw results: the same time the proto-plus field gives, without its
+        # wrapper per result.
+        stamped = (
+            (name, update_time(result._pb))
+            for name, result in zip(names, written, strict=False)
+            if in_jobs in name
+        )
+        stamps = {name.rsplit("/", 1)[-1]: at for name, at in stamped if at is not None}
+        for job in self._pending.jobs:
+            if job.job_id in stamps:
+                remembered = job.replaced(update_time=as_datetime(stamps[job.job_id]))
+                self._written.put(("claim", job.job_id, job.generation), remembered)
+        return result
+
+    def mark_enqueued(
+        self, job_id: str, generation: int, message_id: str, at: datetime | None = None
+    ) -> Job:
+        """Claimed → enqueued with the message ID (publish acknowledged at `at`).
+
+        Already enqueued, or the worker got the push first (running or terminal, same
+        generation): only the message ID is recorded; the job never moves backwards.
+        Another generation → StaleGeneration; deferred (e.g. reclaimed) → InvalidTransition.
+        """
+        require_text(message_id=message_id)
+
+        def change(job: Job, now: datetime) -> Job:
+            return self._docs.rules.enqueued(job, generation, message_id, at or now, now)
+
+        return self._docs.transition(job_id, change)
+
+    def mark_enqueued_many(
+        self,
+        items: Sequence[tuple[str, int, str]],
+        at: datetime | None = None,
+        *,
+        page_size: int = MARK_PAGE_SIZE,
+    ) -> list[EnqueueMark]:
+        """`mark_enqueued` for many (job_id, generation, message_id), one transaction per page.
+
+        Each item gets exactly mark_enqueued's outcome, as an EnqueueMark in input order: the
+        job as written, or the error mark_enqueued would raise (StaleGeneration,
+        InvalidTransition, JobNotFound, ValidationError). A job this store claimed (and nothing
+        changed since) costs 1 write: its mark is conditioned on the claim commit's
+        update_time, no read. Any other costs 1 read + 1 write in a transaction per page, as
+        does a job whose conditional write was refused (the worker started it first, say). A
+        page that cannot be written (contention, Firestore down) marks its items with that
+        error.
+        """
+        if page_size < 1:
+            raise ValidationError("page_size must be at least 1")
+        marks: list[EnqueueMark | None] = self._mark_remembered(items, at)
+        rest = [n for n, mark in enumerate(marks) if mark is None]
+        if rest:
+            read = self._mark_reading([items[n] for n in rest], at, page_size)
+            for n, mark in zip(rest, read, strict=True):
+                marks[n] = mark
+        return [mark for mark in marks if mark is not None]
+
+    def _mark_remembered(
+        self, items: Sequence[tuple[str, int, str]], at: datetime | None
+    ) -> list[EnqueueMark | None]:
+        """Per item, its mark when it is a claim this store remembers, written as one write
+        conditioned on the claim's update_time (BatchWrite: each write applied or refused on
+        its own); None for the items left to the reading path."""
+        now = self._docs.clock.now()
+        marks: list[EnqueueMark | None] = [None] * len(items)
+        planned: list[tuple[int, Job, Job]] = []
+        for n, (job_id, generation, message_id) in enumerate(items):
+            claimed = self._written.take(("claim", job_id, generation))
+            if claimed is None or not text_ok(job_id, message_id):
+                continue
+            try:
+                new = self._docs.rules.enqueued(claimed, generation, message_id, at or now, now)
+            except JobsError:
+                continue
+            planned.append((n, claimed, new))
+        for first in range(0, len(planned), _BATCH_WRITE_LIMIT):
+            page = planned[first : first + _BATCH_WRITE_LIMIT]
+            applied = self._docs.write_conditionally([(old, new) for _, old, new in page])
+            for (n, _, new), stamp in zip(page, applied, strict=True):
+                if stamp is not None:
+                    job = new.replaced(update_time=stamp)
+                    marks[n] = EnqueueMark(job.job_id, items[n][1], job=job)
+        return marks
+
+    def _mark_reading(
+        self, items: Sequence[tuple[str, int, str]], at: datetime | None, page_size: int
+    ) -> list[EnqueueMark]:
+        marks: list[EnqueueMark] = []
+        for start in range(0, len(items), page_size):
+            page = list(items[start : start + page_size])
+            try:
+                done = self._docs.tx.run(self._mark_page, page, at)
+            except (LostRace, StoreUnavailable, StoreRejected) as exc:
+                marks.extend(
+                    EnqueueMark(job_id, generation, error=exc) for job_id, generation, _ in page
+                )
+                continue
+            marks.extend(done)
+            for mark in done:
+                if isinstance(mark.error, InvalidRecord):
+                    self._docs.quarantine(mark.job_id, Role.SCAN, "mark_enqueued")
+        return marks
+
+    def _mark_page(
+        self,
+        transaction: firestore.Transaction,
+        page: list[tuple[str, int, str]],
+        at: datetime | None,
+    ) -> list[EnqueueMark]:
+        now = self._docs.clock.now()
+        valid = {job_id for job_id, _, message_id in page if text_ok(job_id, message_id)}
+        refs = [self._docs.jobs.document(job_id) for job_id in sorted(valid)]
+        before: dict[str, Job] = {}
+        broken: dict[str, InvalidRecord] = {}
+        if refs:
+            for snapshot in transaction.get_all(refs, **self._docs.bounds.kwargs):
+                if snapshot.exists:
+                    try:
+                        before[snapshot.id] = decoded(snapshot)
+                    except InvalidRecord as exc:
+                        broken[snapshot.id] = exc
+        current = dict(before)
+        marks = []
+        for job_id, generation, message_id in page:
+            if job_id not in valid:
+                error: JobsError = ValidationError(
+                    "job_id and message_id must be non-empty strings"
+                )
+                marks.append(EnqueueMark(job_id, generation, error=error))
+            elif job_id in broken:
+                marks.append(EnqueueMark(job_id, generation, error=broken[job_id]))
+            elif job_id not in current:
+                marks.append(EnqueueMark(job_id, generation, error=JobNotFound(job_id)))
+            else:
+                try:
+                    job = self._docs.rules.enqueued(
+                        current[job_id], generation, message_id, at or now, now
+                    )
+                except JobsError as exc:
+                    marks.append(EnqueueMark(job_id, generation, error=exc))
+                else:
+                    current[job_id] = job
+                    marks.append(EnqueueMark(job_id, generation, job=job))
+        for job_id, job in current.items():
+            diff = changed_fields(before[job_id], job)
+            if diff:
+                transaction.update(self._docs.jobs.document(job_id), diff)
+        return marks
+
+    def mark_enqueue_failed(self, job_id: str, generation: int, error: ErrorInfo) -> Job:
+        """Claimed → deferred after a failed publish, with last_error and an audit entry; the
+        job stays due, so a later run publishes it again."""
+
+        def change(job: Job, now: datetime) -> Job:
+            return self._docs.rules.enqueue_failed(job, generation, error, now)
+
+        return self._docs.transition(job_id, change)

@@ -1,0 +1,299 @@
+"""Documents: the plumbing every role of the store shares.
+
+The collections' references, the transaction runner and call bounds, a job's load, the
+read-modify-write `transition`, the queries (`stream`, `count`, `query` from a `QuerySpec`),
+the quarantine of an undecodable record, and the conditional writes (one document at its
+read's update_time, or many in one BatchWrite). The roles (`scheduling`, `reads`, `claims`,
+`reclaims`, `leases`) each hold one `Documents` and never each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.api_core import exceptions as api_exceptions
+from google.api_core import retry as api_retry
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
+
+from services.jobs import metrics, schema
+from services.jobs.clock import Clock
+from services.jobs.decoding import decode_fields, update_time
+from services.jobs.errors import InvalidRecord, JobNotFound, JobsError, ValidationError
+from services.jobs.limits import MAX_REASON_BYTES
+from services.jobs.model import Job, decode_job
+from services.jobs.queries import QuerySpec
+from services.jobs.shard import read_parts, require_shards
+from services.jobs.state import Role
+from services.jobs.transactions import (
+    CallBounds,
+    TransactionRunner,
+    add_update,
+    as_datetime,
+    store_errors,
+)
+from services.jobs.transitions import Transitions
+
+logger = logging.getLogger(__name__)
+
+HISTORY = "history"  # the audit trail's key in Job.to_document
+CLAIM_PAGE_SIZE = 100  # documents claimed (or reclaimed) per transaction
+
+
+class Documents:
+    """The client, clock, rules and call bounds one store's roles share, and what they do
+    with documents alike."""
+
+    def __init__(
+        self,
+        client: firestore.Client,
+        clock: Clock,
+        *,
+        history_limit: int,
+        terminal_retention: timedelta,
+        query_observer: Callable[[QuerySpec], None] | None,
+        timeout_s: float,
+        retry: api_retry.Retry | None,
+        shards: int,
+    ) -> None:
+        self.shards = require_shards(shards)
+        self.read_parts = read_parts(self.shards)  # [None] with one shard
+        self.rules = Transitions(history_limit, terminal_retention)
+        self.client = client
+        self.clock = clock
+        self._observe = query_observer
+        self.bounds = CallBounds(timeout_s, retry)
+        self.tx = TransactionRunner(client, self.bounds)
+
+    @property
+    def jobs(self) -> Any:
+        return self.client.collection(schema.JOBS)
+
+    @property
+    def idempotency(self) -> Any:
+        return self.client.collection(schema.IDEMPOTENCY)
+
+    @property
+    def control_ref(self) -> Any:
+        return self.client.collection(schema.CONTROL).document(schema.CONTROL_DOCUMENT)
+
+    def quarantine(self, job_id: str, role: Role, by: str) -> bool:
+        """Move an undecodable job document aside: one conditional raw update (in a
+        transaction that re-reads it) to state failed, last_error.code invalid_record, the
+        decode error and an audit entry. False when it decodes after all or is gone. Logged
+        with its own event; never raises for the document's content."""
+        ref = self.jobs.document(job_id)
+
+        def body(transaction: firestore.Transaction) -> str | None:
+            snapshot = self.get_in(transaction, ref)
+            if not snapshot.exists:
+                return None
+            raw = snapshot.to_dict() or {}
+            try:
+                decode_job(job_id, raw)
+            except InvalidRecord as exc:
+                problem = exc.problem
+            else:
+                return None
+            now = self.clock.now()
+            transaction.update(ref, self.rules.quarantine_fields(raw, problem, now, f"{role}:{by}"))
+            return problem
+
+        try:
+            problem = self.tx.run(body)
+        except JobsError as exc:
+            logger.error("could not quarantine job %s: %s", job_id, exc)
+            return False
+        if problem is None:
+            return False
+        logger.error(
+            "job %s quarantined: %s",
+            job_id,
+            problem,
+            extra={
+                "fields": {
+                    metrics.LOG_EVENT: metrics.EVENT_JOB_QUARANTINED,
+                    "job_id": job_id,
+                    "problem": problem,
+                    "by": f"{role}:{by}",
+                }
+            },
+        )
+        return True
+
+    def decoded_raw(self, job_id: str, document: Any) -> Job:
+        """`decoded` for a raw `Document` protobuf (`TransactionRunner.query_in`)."""
+        job = decode_job(job_id, decode_fields(document.fields, self.client))
+        stamp = update_time(document)
+        return job.replaced(update_time=as_datetime(stamp)) if stamp else job
+
+    def get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
+        return self.tx.get_in(transaction, ref)
+
+    def load(self, transaction: firestore.Transaction, ref: Any, job_id: str) -> Job:
+        snapshot = self.get_in(transaction, ref)
+        if not snapshot.exists:
+            raise JobNotFound(job_id)
+        return decoded(snapshot)
+
+    def transition(self, job_id: str, change: Callable[[Job, datetime], Job]) -> Job:
+        """Re-read the job in a transaction, compute its new value, write only what changed."""
+        ref = self.jobs.document(job_id)
+
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self.load(transaction, ref, job_id)
+            new = change(job, self.clock.now())
+            diff = changed_fields(job, new)
+            if diff:
+                transaction.update(ref, diff)
+            return new
+
+        return self.tx.run(body)
+
+    def stream(
+        self, spec: QuerySpec, transaction: Any = None, read_time: datetime | None = None
+    ) -> Iterator[Any]:
+        snapshot = {"read_time": read_time} if read_time is not None else {}
+        return self.query(spec).stream(transaction=transaction, **self.bounds.kwargs, **snapshot)
+
+    def count(self, spec: QuerySpec, read_time: datetime | None = None) -> int:
+        snapshot = {"read_time": read_time} if read_time is not None else {}
+        results = self.query(spec).count(alias="n").get(**self.bounds.kwargs, **snapshot)
+        return int(results[0][0].value) if results and results[0] else 0
+
+    def query(self, spec: QuerySpec) -> Any:
+        if self._observe is not None:
+            self._observe(spec)
+        query: Any = self.client.collection(spec.collection)
+        for field_path, value in spec.equals:
+            if isinstance(value, tuple):  # one of several values (due_probe_query's shards)
+                query = query.where(filter=FieldFilter(field_path, "in", list(value)))
+            else:
+                query = query.where(filter=FieldFilter(field_path, "==", value))
+        for field_path, op, value in spec.ranges:
+            query = query.where(filter=FieldFilter(field_path, op, value))
+        if spec.order_by:
+            for field_path in spec.order_by:
+                query = query.order_by(field_path)
+            if spec.start_after is not None:
+                query = query.order_by("__name__").start_after(list(spec.start_after))
+        if spec.limit is not None:
+            query = query.limit(spec.limit)
+        return query
+
+    def update_if_unchanged(
+        self, ref: Any, old: Job, new: Job, *, append_history: bool = True
+    ) -> datetime | None:
+        """Write the fields `new` changed over `old`, on condition that the document is still
+        at old.update_time
+        (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition):
+        the new update_time, or None when Firestore refused because it changed since.
+
+        The condition guarantees the stored history is old's, so history entries `new`
+        appended are sent alone, as an array union (`appended_fields`), not the whole array again:
+        encoding the request is most of the client's CPU for a write. The Write itself is
+        built by `add_update` (`encoding`), what `ref.update` sends without the client's
+        per-value encoder, in the one-write batch `ref.update` commits."""
+        assert old.update_time is not None
+        diff = appended_fields(old, new) if append_history else changed_fields(old, new)
+        if not diff:
+            return old.update_time  # Firestore refuses an empty update; nothing to write
+        batch = self.client.batch()
+        add_update(batch, ref, diff, old.update_time)
+        with store_errors():
+            try:
+                results = batch.commit(**self.bounds.write_kwargs)
+            except api_exceptions.FailedPrecondition:
+                return None
+        stamp = getattr(results[0], "update_time", None) if results else None
+        return as_datetime(stamp) if stamp else old.update_time
+
+    def write_conditionally(self, changes: Sequence[tuple[Job, Job]]) -> list[datetime | None]:
+        """Write each `new` over its `old` (only the fields that differ), each on condition
+        that the document is still at old.update_time
+        (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition),
+        in one BatchWrite request; per change the new update_time, or None when it was refused
+        or could not be sent (the caller falls back to a transaction, which sorts it out)."""
+        batch = BulkWriteBatch(self.client)
+        jobs = self.jobs
+        for old, new in changes:
+            add_update(batch, jobs.document(old.job_id), changed_fields(old, new), old.update_time)
+        try:
+            response = batch.commit(**self.bounds.write_kwargs)
+        except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
+            logger.warning("conditional batch write failed, falling back: %s", exc)
+            return [None] * len(changes)
+        raw = response._pb  # the raw results: no proto-plus wrapper per write
+        stamps = [update_time(result) for result in raw.write_results]
+        return [
+            as_datetime(stamp) if status.code == 0 and stamp is not None else None
+            for stamp, status in zip(stamps, raw.status, strict=True)
+        ]
+
+
+def decoded(snapshot: Any) -> Job:
+    """The job in `snapshot` with its update_time; InvalidRecord when it cannot be decoded."""
+    job = decode_job(snapshot.id, snapshot.to_dict())
+    stamp = getattr(snapshot, "update_time", None)
+    return dataclasses.replace(job, update_time=as_datetime(stamp)) if stamp else job
+
+
+def write_changes(transaction: firestore.Transaction, ref: Any, old: Job, new: Job) -> None:
+    """Write the fields `new` changed, if any (Firestore refuses an empty update)."""
+    diff = changed_fields(old, new)
+    if diff:
+        add_update(transaction, ref, diff)
+
+
+def changed_fields(old: Job, new: Job) -> dict[str, Any]:
+    before, after = old.to_document(), new.to_document()
+    return {k: v for k, v in after.items() if before.get(k) != v}
+
+
+def appended_fields(old: Job, new: Job) -> dict[str, Any]:
+    """`changed_fields`, with a history that only grew by new, distinct entries written as
+    `ArrayUnion` of those entries: Firestore appends each element not already in the array
+    (https://cloud.google.com/firestore/docs/manage-data/add-data#update_elements_in_an_array),
+    which for entries equal to none of the stored ones is exactly the new array. A history
+    the bound trimmed is rewritten whole."""
+    diff = changed_fields(old, new)
+    grown = diff.get(HISTORY)
+    before = [entry.to_document() for entry in old.history]
+    if grown is None or len(grown) <= len(before) or grown[: len(before)] != before:
+        return diff
+    added = grown[len(before) :]
+    distinct = all(entry not in before and added.count(entry) == 1 for entry in added)
+    if distinct:
+        diff[HISTORY] = firestore.ArrayUnion(added)
+    return diff
+
+
+def text_ok(*values: object) -> bool:
+    return all(isinstance(value, str) and value for value in values)
+
+
+def require_aware(value: datetime, name: str) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(f"{name} must be a timezone-aware datetime")
+    return value.astimezone(UTC)
+
+
+def require_short(**values: str) -> None:
+    long = [
+        f"{name} is longer than {MAX_REASON_BYTES} bytes"
+        for name, value in values.items()
+        if len(value.encode("utf-8", "replace")) > MAX_REASON_BYTES
+    ]
+    if long:
+        raise ValidationError(long)
+
+
+def require_text(**values: str) -> None:
+    empty = [name for name, value in values.items() if not isinstance(value, str) or not value]
+    if empty:
+        raise ValidationError([f"{name} must be a non-empty string" for name in empty])

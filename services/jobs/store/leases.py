@@ -1,0 +1,298 @@
+"""Leases: the worker's side of the store, from start to a terminal state.
+
+`start` takes the lease; `extend_lease` (the heartbeat), `cancel_running`, `release`,
+`complete`, `retry_later` and `fail` take the `Lease` that `start` returned (job.lease). Its
+token is new on every start, so any delivery but the one holding the running lease (a stale
+one in the same process included) is refused with LeaseLost and changes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.api_core import exceptions as api_exceptions
+from google.cloud import firestore
+
+from services.jobs.errors import InvalidRecord, StoreMisconfigured, ValidationError
+from services.jobs.model import ErrorInfo, IdempotencyRecord, Job, Lease, Result
+from services.jobs.state import Role, State
+from services.jobs.store.documents import (
+    HISTORY,
+    Documents,
+    appended_fields,
+    changed_fields,
+    decoded,
+    require_aware,
+    require_text,
+    write_changes,
+)
+from services.jobs.store.shared_keys import hold_key, require_key
+from services.jobs.transactions import add_update, store_errors
+
+
+class Leases:
+    """Starts jobs under a lease and ends them for the lease's holder."""
+
+    def __init__(self, docs: Documents) -> None:
+        self._docs = docs
+
+    def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job:
+        """Take the lease: enqueued or claimed (push before enqueue) → running, with a new
+        lease token (per delivery) that every later worker transition must present.
+
+        Refuses: terminal → AlreadyTerminal; another generation → StaleGeneration; a live
+        lease → LeaseHeld (also when another job holds the job's shared idempotency key);
+        deferred → InvalidTransition; an undecodable document → InvalidRecord (quarantined
+        first). An expired lease of the same generation is taken over, and that costs the
+        crashed cycle an attempt exactly as when the reclaimer finds it: attempt + 1, or
+        `failed` when it was the last (the returned job is then failed, with no lease).
+        `attempt` is otherwise unchanged. The returned job shows `cancel_requested`, which the
+        worker must honour with `cancel_running`.
+        """
+        require_text(worker_id=worker_id)
+        if lease <= timedelta(0):
+            raise ValidationError("lease must be positive")
+        ref = self._docs.jobs.document(job_id)
+        try:
+            started = self._start_by_compare_and_set(ref, job_id, generation, lease, worker_id)
+        except InvalidRecord:
+            self._docs.quarantine(job_id, Role.WORKER, worker_id)
+            raise
+        if started is not None:
+            return started
+
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self._docs.load(transaction, ref, job_id)
+            now = self._docs.clock.now()
+            token = uuid.uuid4().hex
+            new = self._docs.rules.start(job, generation, now, lease, worker_id, token)
+            if new.state is State.RUNNING and job.explicit_key:
+                hold_key(self._docs, transaction, job, token, now + lease, now)
+            write_changes(transaction, ref, job, new)
+            return new
+
+        try:
+            return self._docs.tx.run(body)
+        except InvalidRecord:
+            self._docs.quarantine(job_id, Role.WORKER, worker_id)
+            raise
+
+    def _start_by_compare_and_set(
+        self, ref: Any, job_id: str, generation: int, lease: timedelta, worker_id: str
+    ) -> Job | None:
+        """`start` as one read and one write conditioned on the read's update_time: the same
+        compare-and-set a transaction would make for one document, in 2 RPCs instead of 3
+        (begin, read, commit). A refusal needs no write: the read is a consistent snapshot of
+        the document, so it says what the transaction's read would. None leaves the decision
+        to the transaction: a shared idempotency key (its hold is a second document), a
+        NOT_FOUND (an unknown job or a missing database; the transaction's read tells them
+        apart), or a document that changed after the read (the write was refused).
+        """
+        with store_errors():
+            snapshot = self._docs.tx.get_document(ref)
+        if snapshot is None:
+            return None
+        job = decoded(snapshot)
+        # Appending to the stored history is only the same as rewriting it when the stored
+        # array is exactly the decoded one (an entry an older version wrote may not be). Only
+        # that field is copied out of the snapshot (to_dict copies the whole document).
+        try:
+            as_read = snapshot.get(HISTORY)
+        except KeyError:
+            as_read = None
+        exact = as_read == job.to_document()[HISTORY]
+        if job.explicit_key:
+            return self._start_holding_key(ref, job, generation, lease, worker_id, exact)
+        now = self._docs.clock.now()
+        new = self._docs.rules.start(job, generation, now, lease, worker_id, uuid.uuid4().hex)
+        stamp = self._docs.update_if_unchanged(ref, job, new, append_history=exact)
+        return None if stamp is None else new.replaced(update_time=stamp)
+
+    def _start_holding_key(
+        self, ref: Any, job: Job, generation: int, lease: timedelta, worker_id: str, exact: bool
+    ) -> Job | None:
+        """`start` for a job with a shared key, on the record already read: a transaction that
+        reads (and locks) only the key's document and writes the job on condition that it is
+        still at the read's update_time, so it bills what the whole transaction would (the job
+        and the key read, both written). None when the job changed since (the condition
+        failed): the transaction then decides from a fresh read."""
+
+        def body(transaction: firestore.Transaction) -> Job:
+            now = self._docs.clock.now()
+            token = uuid.uuid4().hex
+            new = self._docs.rules.start(job, generation, now, lease, worker_id, token)
+            if new.state is State.RUNNING:
+                hold_key(self._docs, transaction, job, token, now + lease, now)
+            diff = appended_fields(job, new) if exact else changed_fields(job, new)
+            if diff:
+                add_update(transaction, ref, diff, job.update_time)
+            return new
+
+        try:
+            return self._docs.tx.run(body)
+        except StoreMisconfigured as exc:
+            if isinstance(exc.__cause__, api_exceptions.FailedPrecondition):
+                return None
+            raise
+
+    def extend_lease(self, lease: Lease, duration: timedelta) -> Job:
+        """The heartbeat: move the holder's lease_until to now + `duration` (a compare-and-set
+        on the lease token; LeaseLost when it is no longer the holder's). The returned job
+        shows a `cancel_requested` that arrived meanwhile."""
+        if duration <= timedelta(0):
+            raise ValidationError("duration must be positive")
+        ref = self._docs.jobs.document(lease.job_id)
+
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self._docs.load(transaction, ref, lease.job_id)
+            now = self._docs.clock.now()
+            new = self._docs.rules.extend(job, lease, now, duration)
+            if job.explicit_key:
+                assert new.lease_until is not None
+                hold_key(self._docs, transaction, job, lease.token, new.lease_until, now)
+            write_changes(transaction, ref, job, new)
+            return new
+
+        return self._docs.tx.run(body)
+
+    def cancel_running(self, lease: Lease, *, progress: Mapping[str, Any] | None = None) -> Job:
+        """Running → cancelled, when the operator asked (cancel_requested) and the worker
+        honours it: before acting, or at a deadline check between units of work (`progress`
+        says what was already done)."""
+
+        def change(job: Job, now: datetime) -> Job:
+            return self._docs.rules.cancel_running(job, lease, now, progress)
+
+        return self._worker_transition(lease, change)
+
+    def release(
+        self,
+        lease: Lease,
+        error: ErrorInfo,
+        *,
+        progress: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+    ) -> Job:
+        """Running → enqueued after a transient error or an interrupted action, so Pub/Sub's
+        redelivery (`message_id`) starts it again; `progress` is kept for that delivery.
+        `enqueued_at` is set now, so the stale-enqueued gauge and the reclaimer measure from
+        this release. `attempt` is unchanged: Pub/Sub's deliveryAttempt counts these quick
+        retries. With a cancel request the job is cancelled instead."""
+
+        def change(job: Job, now: datetime) -> Job:
+            return self._docs.rules.release(
+                job, lease, error, now, progress=progress, message_id=message_id
+            )
+
+        return self._worker_transition(lease, change)
+
+    def complete(self, lease: Lease, result: Result, *, basis: Job | None = None) -> Job:
+        """Running → completed with the result (details bounded). For a supplied (explicit,
+        possibly shared) idempotency key, the key's document gets the result in the same
+        transaction, and the key must still be held by this lease. Sets expire_at = now +
+        terminal retention on both.
+
+        `basis`: the job as the caller's delivery last wrote it (what `start` or its latest
+        heartbeat returned). For a derived key, when its update_time is the lease's, the
+        completion is one write conditioned on that update_time (a compare-and-set, no read);
+        if the document changed since (a cancel request, a take-over, a reclaim), Firestore
+        refuses it and the completion is decided in a transaction as without `basis`.
+        """
+        if basis is not None:
+            done = self._complete_by_compare_and_set(lease, result, basis)
+            if done is not None:
+                return done
+        ref = self._docs.jobs.document(lease.job_id)
+
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self._docs.load(transaction, ref, lease.job_id)
+            now = self._docs.clock.now()
+            new = self._docs.rules.complete(job, lease, result, now)
+            key_ref = self._docs.idempotency.document(job.idempotency_key)
+            # A derived key belongs to this job alone, and the job's own result (same
+            # expire_at) already records the side effect: no second document for it.
+            record_key = job.explicit_key and require_key(self._docs, transaction, job, lease)
+            stamped = new.result
+            assert stamped is not None
+            record = IdempotencyRecord(
+                key=job.idempotency_key,
+                job_id=job.job_id,
+                action=job.action,
+                subject=job.subject,
+                outcome=stamped.outcome,
+                details=dict(stamped.details),
+                completed_at=now,
+                expire_at=new.expire_at,
+            )
+            write_changes(transaction, ref, job, new)
+            if record_key:
+                transaction.set(key_ref, record.to_document())
+            return new
+
+        return self._docs.tx.run(body)
+
+    def _complete_by_compare_and_set(self, lease: Lease, result: Result, basis: Job) -> Job | None:
+        """The compare-and-set completion, or None when it does not apply or was refused."""
+        if basis.explicit_key or basis.update_time is None:
+            return None
+        if lease.update_time is None or basis.update_time != lease.update_time:
+            return None
+        new = self._docs.rules.complete(basis, lease, result, self._docs.clock.now())
+        stamp = self._docs.update_if_unchanged(self._docs.jobs.document(lease.job_id), basis, new)
+        if stamp is None:
+            return None  # changed since: the transaction decides
+        return new.replaced(update_time=stamp)
+
+    def retry_later(
+        self,
+        lease: Lease,
+        due_at: datetime,
+        error: ErrorInfo,
+        *,
+        progress: Mapping[str, Any] | None = None,
+    ) -> Job:
+        """Running → deferred with a new due_at, last_error and attempt + 1 (the next retry
+        cycle); the next claim publishes it again. When the current attempt is the last
+        (attempt == max_attempts) it raises AttemptsExhausted and changes nothing: the worker
+        calls `fail` instead. With a cancel request the job is cancelled instead."""
+        new_due = require_aware(due_at, "due_at")
+
+        def change(job: Job, now: datetime) -> Job:
+            return self._docs.rules.retry_later(job, lease, new_due, error, now, progress=progress)
+
+        return self._worker_transition(lease, change)
+
+    def fail(self, lease: Lease, error: ErrorInfo) -> Job:
+        """Running → failed (terminal) with last_error and expire_at; with a cancel request,
+        → cancelled (the operator's decision stands), last_error kept."""
+
+        def change(job: Job, now: datetime) -> Job:
+            return self._docs.rules.fail(job, lease, error, now)
+
+        return self._worker_transition(lease, change)
+
+    def _worker_transition(self, lease: Lease, change: Callable[[Job, datetime], Job]) -> Job:
+        """A lease holder's transition out of running: re-read, check the lease, apply; a
+        shared idempotency key this lease held is freed in the same transaction."""
+        ref = self._docs.jobs.document(lease.job_id)
+
+        def body(transaction: firestore.Transaction) -> Job:
+            job = self._docs.load(transaction, ref, lease.job_id)
+            new = change(job, self._docs.clock.now())
+            key_ref = self._docs.idempotency.document(job.idempotency_key)
+            held = None
+            if job.explicit_key and new.state is not State.RUNNING:
+                held = self._docs.get_in(transaction, key_ref)
+            diff = changed_fields(job, new)
+            if diff:
+                transaction.update(ref, diff)
+            if held is not None and held.exists:
+                holder = (held.to_dict() or {}).get("holder") or {}
+                if "outcome" not in (held.to_dict() or {}) and holder.get("token") == lease.token:
+                    transaction.delete(key_ref)
+            return new
+
+        return self._docs.tx.run(body)

@@ -1,0 +1,267 @@
+"""Reads: the operator's side of the store.
+
+Reads (`get`, `raw`, `list_jobs`, `stats`, `backlog`), the control document (pause, budgets,
+the scan's housekeeping mark) and the operator's two changes of a job: `cancel` and
+`reschedule`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.cloud import firestore
+
+from services.jobs.control import HOUSEKEEPING_FIELD, Control, HousekeepingMark
+from services.jobs.errors import InvalidRecord, ValidationError
+from services.jobs.model import Backlog, Job, Page, Stats
+from services.jobs.queries import (
+    decode_cursor,
+    due_query,
+    encode_cursor,
+    enqueued_query,
+    expired_claims_query,
+    expired_leases_query,
+    list_query,
+    state_query,
+)
+from services.jobs.shard import Part, fan_out
+from services.jobs.state import State
+from services.jobs.store.documents import (
+    Documents,
+    decoded,
+    require_aware,
+    require_short,
+    require_text,
+)
+from services.jobs.store.merge import merged
+from services.jobs.transactions import store_errors
+
+_MAX_LIST_LIMIT = 500
+
+
+class Reads:
+    """Operator reads, control, cancel and reschedule."""
+
+    def __init__(self, docs: Documents) -> None:
+        self._docs = docs
+
+    def cancel(self, job_id: str, reason: str, by: str) -> Job:
+        """Cancel a job. Deferred, claimed or enqueued → cancelled. Running → records
+        cancel_requested (the worker honours it; state stays running). Terminal →
+        AlreadyTerminal, unchanged. Missing → JobNotFound. A reason over MAX_REASON_BYTES
+        → ValidationError."""
+        require_text(reason=reason, by=by)
+        require_short(reason=reason, by=by)
+
+        def change(job: Job, now: datetime) -> Job:
+            return self._docs.rules.cancel(job, reason, by, now)
+
+        return self._docs.transition(job_id, change)
+
+    def reschedule(self, job_id: str, due_at: datetime, reason: str, by: str) -> Job:
+        """Move a deferred job's due_at (and so its claim time). Any other state →
+        InvalidTransition. A failed job is re-scheduled as a new job ID instead."""
+        require_text(reason=reason, by=by)
+        require_short(reason=reason, by=by)
+        new_due = require_aware(due_at, "due_at")
+
+        def change(job: Job, now: datetime) -> Job:
+            return self._docs.rules.reschedule(job, new_due, reason, by, now)
+
+        return self._docs.transition(job_id, change)
+
+    def get(self, job_id: str) -> Job | None:
+        """The job, or None. One read. InvalidRecord when the document cannot be decoded
+        (`raw` shows it as stored)."""
+        with store_errors():
+            snapshot = self._docs.jobs.document(job_id).get(**self._docs.bounds.kwargs)
+        return decoded(snapshot) if snapshot.exists else None
+
+    def raw(self, job_id: str) -> dict[str, Any] | None:
+        """The job document exactly as stored (for records `get` cannot decode), or None."""
+        with store_errors():
+            snapshot = self._docs.jobs.document(job_id).get(**self._docs.bounds.kwargs)
+        return snapshot.to_dict() if snapshot.exists else None
+
+    def list_jobs(
+        self,
+        *,
+        state: State | None = None,
+        due_before: datetime | None = None,
+        overdue_at: datetime | None = None,
+        claimed_before: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """One page of jobs in time order (due_at, or claim time with `claimed_before`).
+
+        Pass the returned `next_cursor` back for the next page. Filters: see `list_query`.
+        """
+        if not 1 <= limit <= _MAX_LIST_LIMIT:
+            raise ValidationError(f"limit must be from 1 to {_MAX_LIST_LIMIT}")
+        for name, value in (
+            ("due_before", due_before),
+            ("overdue_at", overdue_at),
+            ("claimed_before", claimed_before),
+        ):
+            if value is not None:
+                require_aware(value, name)
+        after = decode_cursor(cursor) if cursor else None
+        order_field = "claim.claimed_at" if claimed_before else "due_at"
+
+        def page(shard: Part) -> list[Any]:
+            spec = list_query(
+                state=state,
+                due_before=due_before,
+                overdue_at=overdue_at,
+                claimed_before=claimed_before,
+                limit=limit + 1,  # one more tells whether another page exists
+                after=after,
+                shard=shard,
+            )
+            return list(self._docs.stream(spec))
+
+        with store_errors():
+            # With N > 1 each shard's page is in (order field, ID) order from the same cursor:
+            # their merge is the global order, and its first limit + 1 the global page.
+            snapshots = merged(fan_out(self._docs.read_parts, page), order_field, limit + 1)
+        more = len(snapshots) > limit
+        snapshots = snapshots[:limit]
+        jobs: list[Job] = []
+        invalid: list[str] = []
+        for snapshot in snapshots:
+            try:
+                jobs.append(decoded(snapshot))
+            except InvalidRecord:
+                invalid.append(snapshot.id)  # listed by ID; `raw` shows it, a scan moves it
+        next_cursor = None
+        if more:
+            last = snapshots[-1]
+            next_cursor = encode_cursor(last.get(order_field), last.id)
+        return Page(tuple(jobs), next_cursor, tuple(invalid))
+
+    def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
+        """Backlog figures from count aggregations and one limit-1 query; never reads every
+        document. Every figure is read at one snapshot: the first count's server read time,
+        passed to the others (https://cloud.google.com/firestore/docs/reference/rpc/google.
+        firestore.v1#runaggregationqueryrequest), so a job moving between states mid-way is
+        counted once, in one state."""
+        with store_errors():
+            first = self._docs.query(state_query(State.DEFERRED)).count(alias="n")
+            results = first.get(**self._docs.bounds.kwargs)
+            read_time = results[0][0].read_time if results and results[0] else None
+            per_state = {State.DEFERRED: int(results[0][0].value) if results else 0}
+            per_state |= {
+                state: self._docs.count(state_query(state), read_time=read_time)
+                for state in State
+                if state is not State.DEFERRED
+            }
+
+            def figures(shard: Part) -> tuple[list[Any], int, int, int]:
+                return (
+                    list(self._docs.stream(due_query(now, 1, shard), read_time=read_time)),
+                    self._docs.count(due_query(now, None, shard), read_time=read_time),
+                    self._docs.count(
+                        expired_claims_query(now - claim_timeout, None, shard), read_time=read_time
+                    ),
+                    self._docs.count(expired_leases_query(now, None, shard), read_time=read_time),
+                )
+
+            # With N > 1, one set of queries per shard at the same read time: counts add up,
+            # the oldest is the oldest of the shards' oldest.
+            parts = fan_out(self._docs.read_parts, figures)
+        oldest = merged([p[0] for p in parts], "due_at", 1)
+        due_count = sum(p[1] for p in parts)
+        stuck = sum(p[2] for p in parts)
+        expired = sum(p[3] for p in parts)
+        return Stats(
+            oldest_overdue_age_s=_age(now, oldest, "due_at"),
+            due_count=due_count,
+            stuck_claims=stuck,
+            expired_leases=expired,
+            per_state={state: per_state[state] for state in State},
+            read_time=read_time,
+        )
+
+    def backlog(
+        self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
+    ) -> Backlog:
+        """What the scan measures every run: 3 count aggregations and 2 limit-1 queries (per
+        shard with JOBS_SHARDS > 1).
+
+        `stale_enqueued` counts jobs enqueued (published) before now - enqueued_timeout: their
+        message may be gone (dead letter expired, subscription recreated), so nothing else
+        would ever move them. Terminal states are never counted, so the cost stays flat as
+        retention grows; `stats` (every state) is for the operator.
+        """
+        if claim_timeout <= timedelta(0) or enqueued_timeout <= timedelta(0):
+            raise ValidationError("claim_timeout and enqueued_timeout must be positive")
+
+        def figures(shard: Part) -> tuple[list[Any], list[Any], int, int, int]:
+            return (
+                list(self._docs.stream(due_query(now, 1, shard))),
+                list(self._docs.stream(enqueued_query(None, 1, shard))),
+                self._docs.count(due_query(now, None, shard)),
+                self._docs.count(expired_claims_query(now - claim_timeout, None, shard)),
+                self._docs.count(enqueued_query(now - enqueued_timeout, None, shard)),
+            )
+
+        with store_errors():
+            # One set per shard with N > 1: 5 queries each, counts summed, oldest of oldest.
+            parts = fan_out(self._docs.read_parts, figures)
+        oldest_due = merged([p[0] for p in parts], "due_at", 1)
+        oldest_enqueued = merged([p[1] for p in parts], "enqueued_at", 1)
+        due_count = sum(p[2] for p in parts)
+        stuck = sum(p[3] for p in parts)
+        stale = sum(p[4] for p in parts)
+        return Backlog(
+            oldest_overdue_age_s=_age(now, oldest_due, "due_at"),
+            due_count=due_count,
+            stuck_claims=stuck,
+            stale_enqueued=stale,
+            oldest_enqueued_age_s=_age(now, oldest_enqueued, "enqueued_at"),
+        )
+
+    def get_control(self) -> Control:
+        """The operator's control settings; defaults when the document does not exist."""
+        with store_errors():
+            snapshot = self._docs.control_ref.get(**self._docs.bounds.kwargs)
+        return Control.from_document(snapshot.to_dict() if snapshot.exists else None)
+
+    def update_control(self, by: str, reason: str, **changes: Any) -> Control:
+        """Change control settings (paused, claim_budget, catch_up_rate, claim_timeout),
+        validated and audited with who and why; ValidationError writes nothing."""
+        Control().changed(by=by, reason=reason, at=self._docs.clock.now(), **dict(changes))
+        ref = self._docs.control_ref
+
+        def body(transaction: firestore.Transaction) -> Control:
+            snapshot = self._docs.get_in(transaction, ref)
+            current = Control.from_document(snapshot.to_dict() if snapshot.exists else None)
+            updated = current.changed(
+                by=by, reason=reason, at=self._docs.clock.now(), **dict(changes)
+            )
+            transaction.set(ref, updated.to_document())
+            return updated
+
+        return self._docs.tx.run(body)
+
+    def record_housekeeping(self, mark: HousekeepingMark) -> None:
+        """Store the scan's housekeeping mark in the control document: one write, replacing
+        only that map (operator settings and their history are left as they are)."""
+        with store_errors():
+            self._docs.control_ref.set(
+                {HOUSEKEEPING_FIELD: mark.to_document()},
+                merge=[HOUSEKEEPING_FIELD],
+                **self._docs.bounds.kwargs,
+            )
+
+
+def _age(now: datetime, snapshots: list[Any], field: str) -> float | None:
+    """Seconds since `field` of the first snapshot (never negative), or None when empty."""
+    if not snapshots:
+        return None
+    value = (snapshots[0].to_dict() or {}).get(field)
+    if not isinstance(value, datetime):
+        return None
+    return max((now - value.astimezone(UTC)).total_seconds(), 0.0)

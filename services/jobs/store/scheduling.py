@@ -1,0 +1,180 @@
+"""Scheduling: the application's side of the store, creating deferred jobs.
+
+`schedule` and `schedule_many` create records with a create (never an overwrite), and the one
+decision-identity rule (`same_decision`) settles a job ID that already exists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from google.api_core import exceptions as api_exceptions
+
+from services.jobs.errors import LostRace, ScheduleConflict, ValidationError
+from services.jobs.model import Job, NewJob, ScheduleResult
+from services.jobs.state import HistoryEntry, Role, State
+from services.jobs.store.documents import Documents
+from services.jobs.transactions import store_errors
+
+logger = logging.getLogger(__name__)
+
+# A decision's identity beyond its job ID (docs/job-record.md, "Scheduling twice"): the same
+# values again are the same decision. The due time is not part of it: a retry of `--due +30d`
+# computes a new instant for the same decision.
+_SCHEDULE_COMPARED = ("action", "subject", "params", "max_attempts", "idempotency_key")
+_MAX_SCHEDULE_BATCH = 500  # Firestore's writes per batched write
+ScheduleOutcome = ScheduleResult | ValidationError | ScheduleConflict
+
+
+def same_decision(requested: NewJob, existing: Job) -> ScheduleResult:
+    """The existing job when `requested` is the same decision; else ScheduleConflict.
+
+    The one decision-identity rule: every JobStore implementation (fakes included) calls it.
+    """
+    different = [
+        name
+        for field_name in _SCHEDULE_COMPARED
+        for name in _differences(field_name, requested, existing)
+    ]
+    if different:
+        raise ScheduleConflict(requested.job_id, different)
+    return ScheduleResult(existing, created=False)
+
+
+def _decision_outcome(requested: NewJob, existing: Job) -> ScheduleResult | ScheduleConflict:
+    try:
+        return same_decision(requested, existing)
+    except ScheduleConflict as exc:
+        return exc
+
+
+def _differences(field_name: str, requested: NewJob, existing: Job) -> list[str]:
+    """The names that differ: `params.<key>` per params key, else the field itself."""
+    if field_name != "params":
+        same = getattr(requested, field_name) == getattr(existing, field_name)
+        return [] if same else [field_name]
+    asked, stored = dict(requested.params), dict(existing.params)
+    return [
+        f"params.{key}"
+        for key in sorted(set(asked) | set(stored))
+        if key not in asked
+        or key not in stored
+        or _canonical(asked[key]) != _canonical(stored[key])
+    ]
+
+
+def _canonical(value: Any) -> str:
+    # Tuples read back from Firestore as lists; JSON text compares the values, not containers.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+class Scheduling:
+    """Creates deferred jobs, idempotent by the decision's identity."""
+
+    def __init__(self, docs: Documents, known_actions: Collection[str]) -> None:
+        self._docs = docs
+        self._known_actions = frozenset(known_actions)
+
+    def schedule(self, new_job: NewJob, *, by: str = "application") -> ScheduleResult:
+        """Create a deferred job, idempotent by the decision's identity.
+
+        The same decision again (job ID, action, subject, params, max_attempts, idempotency
+        key; never the due time, so a retry of `+30d` matches) returns the existing job with
+        created=False and writes nothing. A different value of one of those under the same
+        ID raises ScheduleConflict naming each differing field. Invalid input (including
+        params that do not fit the action's schema) raises ValidationError and writes
+        nothing. Costs 1 write when new (no read), 1 read when it exists.
+        """
+        valid = new_job.validated(self._known_actions)
+        job = self._new_record(valid, by)
+        ref = self._docs.jobs.document(valid.job_id)
+        with store_errors():
+            try:
+                ref.create(job.to_document(), **self._docs.bounds.write_kwargs)
+                logger.info("scheduled job %s due %s", job.job_id, job.due_at.isoformat())
+                return ScheduleResult(job, created=True)
+            except api_exceptions.AlreadyExists:
+                snapshot = ref.get(**self._docs.bounds.kwargs)
+        if not snapshot.exists:  # deleted (TTL) between our create and read
+            raise LostRace(f"job {valid.job_id!r} vanished while scheduling; retry")
+        return same_decision(valid, Job.from_document(valid.job_id, snapshot.to_dict() or {}))
+
+    def schedule_many(
+        self, new_jobs: Sequence[NewJob], *, by: str = "application"
+    ) -> list[ScheduleOutcome]:
+        """`schedule` for up to 500 jobs in batched writes: each item's outcome, in order, is
+        its ScheduleResult or the error refusing it (the others are still scheduled). Same
+        identity rule as `schedule`; an ID twice in one call is compared with its first
+        occurrence. Firestore errors raise StoreUnavailable.
+
+        Costs 1 write per new job and no read when none exists yet (the batch of creates
+        commits); when one does, that commit changes nothing and one batched read (1 read
+        per job) settles which are new."""
+        if len(new_jobs) > _MAX_SCHEDULE_BATCH:
+            raise ValidationError(f"at most {_MAX_SCHEDULE_BATCH} jobs per call")
+        outcomes: list[ScheduleOutcome | None] = [None] * len(new_jobs)
+        valid: dict[int, NewJob] = {}
+        for index, new_job in enumerate(new_jobs):
+            try:
+                valid[index] = new_job.validated(self._known_actions)
+            except ValidationError as exc:
+                outcomes[index] = exc
+        if not self._create_batch(valid, {}, outcomes, by):
+            refs = [self._docs.jobs.document(v.job_id) for v in valid.values()]
+            with store_errors():
+                found = {
+                    s.id: Job.from_document(s.id, s.to_dict() or {})
+                    for s in self._docs.client.get_all(refs, **self._docs.bounds.kwargs)
+                    if s.exists
+                }
+            if not self._create_batch(valid, found, outcomes, by):
+                # A writer created one of them since our read: settle each one on its own.
+                for index, new in valid.items():
+                    if new.job_id not in found:
+                        outcomes[index] = self._schedule_outcome(new, by)
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _create_batch(
+        self,
+        valid: Mapping[int, NewJob],
+        existing: Mapping[str, Job],
+        outcomes: list[ScheduleOutcome | None],
+        by: str,
+    ) -> bool:
+        """Create, in one batched write, every job of `valid` not in `existing`, filling in
+        each outcome; False when one already existed (a batched write is atomic: nothing was
+        written, and the caller settles again)."""
+        batch = self._docs.client.batch()
+        pending: dict[str, Job] = {}
+        for index, new in valid.items():
+            known = existing.get(new.job_id) or pending.get(new.job_id)
+            if known is not None:
+                outcomes[index] = _decision_outcome(new, known)
+                continue
+            job = self._new_record(new, by)
+            batch.create(self._docs.jobs.document(new.job_id), job.to_document())
+            pending[new.job_id] = job
+            outcomes[index] = ScheduleResult(job, created=True)
+        if not pending:
+            return True
+        with store_errors():
+            try:
+                batch.commit(**self._docs.bounds.write_kwargs)
+            except api_exceptions.AlreadyExists:
+                return False
+        logger.info("scheduled %d jobs in one batched write", len(pending))
+        return True
+
+    def _schedule_outcome(self, new: NewJob, by: str) -> ScheduleOutcome:
+        try:
+            return self.schedule(new, by=by)
+        except ScheduleConflict as exc:
+            return exc
+
+    def _new_record(self, valid: NewJob, by: str) -> Job:
+        now = self._docs.clock.now()
+        created = HistoryEntry(now, None, State.DEFERRED, f"{Role.APPLICATION}:{by}", "scheduled")
+        return Job.create(valid, now, history=(created,), shards=self._docs.shards)
