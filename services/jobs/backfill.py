@@ -27,7 +27,6 @@ from typing import Any
 from google.cloud import firestore
 
 from services.jobs import schema
-from services.jobs.database import for_client
 from services.jobs.errors import ValidationError
 from services.jobs.gateway import Gateway
 from services.jobs.queries import NAME, QuerySpec
@@ -99,7 +98,7 @@ class ShardBackfill:
         self._batch_size = batch_size
         self._bounds = bounds or CallBounds()
         # Every RPC through the public GAPIC client; `client` builds references only.
-        self._gateway = Gateway(client, for_client(client, database), self._bounds)
+        self._gateway = Gateway(client, database, self._bounds)
         self._rereads: dict[str, int] = {}  # per record of the current pass
 
     def total(self) -> int:

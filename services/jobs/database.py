@@ -17,7 +17,6 @@ secure channel with the application's default credentials
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +59,7 @@ class Database:
     def path(self) -> str:
         """`projects/{project}/databases/{database}`: what BeginTransaction, Commit,
         Rollback and BatchWrite name."""
-        return f"projects/{self.project}/databases/{self.database}"
+        return database_path(self.project, self.database)
 
     @property
     def documents(self) -> str:
@@ -79,6 +78,11 @@ class Database:
         return name[len(prefix) :]
 
 
+def database_path(project: str, database: str | None = None) -> str:
+    """The resource name of a database (the default one unless named)."""
+    return f"projects/{project}/databases/{database or DEFAULT_DATABASE}"
+
+
 def connect(
     project: str,
     database: str | None = None,
@@ -93,7 +97,7 @@ def connect(
     # Routing: Firestore takes the database from this header for a named database
     # (the high-level client sends it on every call too).
     metadata: list[tuple[str, str]] = [
-        ("google-cloud-resource-prefix", f"projects/{project}/databases/{database}")
+        ("google-cloud-resource-prefix", database_path(project, database))
     ]
     host = environ.get(EMULATOR_HOST)
     if host:
@@ -113,8 +117,3 @@ def for_client(client: Any, database: str | None = None) -> Database:
     `database` (the default database unless named; the client keeps its own name private).
     Credentials come from the environment as the high-level client's own default does."""
     return connect(str(client.project), database)
-
-
-def documents_of(names: Sequence[str]) -> list[str]:
-    """The document IDs of resource names, in order."""
-    return [name.rsplit("/", 1)[-1] for name in names]

@@ -17,18 +17,18 @@ either way. Documents come back as the high-level client's public `DocumentSnaps
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from google.api_core import exceptions as api_exceptions
-from google.api_core import retry as api_retry
 from google.cloud.firestore import DocumentSnapshot
 from google.cloud.firestore_v1.types import firestore as rpc
 from google.cloud.firestore_v1.types import query as query_types
 
-from services.jobs.database import Database
+from services.jobs.bounds import RETRYABLE, CallBounds
+from services.jobs.database import Database, database_path, for_client
 from services.jobs.decoding import create_time, decode_fields, read_time_of, update_time
 from services.jobs.encoding import (
     create_write,
@@ -42,64 +42,17 @@ from services.jobs.queries import QuerySpec, structured_query
 
 logger = logging.getLogger(__name__)
 
-# Without these the client waits up to 300 s for a read and 60 s for a commit when Firestore is
-# unreachable; a scan run or a push must answer 503 long before Pub/Sub or the scheduler gives up.
-DEFAULT_CALL_TIMEOUT_S = 10.0
 # How often a query outside a transaction resumes after a transient error mid-stream (after
 # the last document it yielded, as the high-level client's `stream` does), before it raises.
 STREAM_RESUMES = 3
 COUNT_ALIAS = "n"
 
-_RETRYABLE = (
-    api_exceptions.ServiceUnavailable,
-    api_exceptions.DeadlineExceeded,
-    api_exceptions.InternalServerError,
-    api_exceptions.ResourceExhausted,
-)
-
-
-def bounded_retry(deadline_s: float) -> api_retry.Retry:
-    """Retry transient Firestore errors with backoff, giving up after `deadline_s` in all."""
-    return api_retry.Retry(
-        predicate=api_retry.if_exception_type(*_RETRYABLE),
-        initial=0.1,
-        maximum=2.0,
-        multiplier=2.0,
-        timeout=deadline_s,
-    )
-
-
-@dataclass(frozen=True)
-class CallBounds:
-    """The per-call timeout and the retry every Firestore request of a store gets.
-
-    `retry` None means `bounded_retry(2 * timeout_s)`: a couple of attempts, then 503.
-    """
-
-    timeout_s: float = DEFAULT_CALL_TIMEOUT_S
-    retry: api_retry.Retry | None = None
-
-    def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError("timeout_s must be positive")
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """`retry=` and `timeout=` for a read (get, query, aggregation, begin)."""
-        return {"retry": self.retry or bounded_retry(2 * self.timeout_s), "timeout": self.timeout_s}
-
-    @property
-    def write_kwargs(self) -> dict[str, Any]:
-        """For a write: timeout only, since a retried create would answer AlreadyExists for
-        its own first attempt (and a conditional write FAILED_PRECONDITION)."""
-        return {"retry": None, "timeout": self.timeout_s}
-
 
 class Writes:
     """`Write`s (raw protobufs) in the order they are sent, with the document each names."""
 
-    def __init__(self, database: Database) -> None:
-        self._database = database
+    def __init__(self, documents: str) -> None:
+        self._documents = documents  # the database's `.../documents` path
         self.pbs: list[Any] = []
 
     def __len__(self) -> int:
@@ -135,7 +88,7 @@ class Writes:
         self.pbs.append(delete_write(self._name(reference)))
 
     def _name(self, reference: Any) -> str:
-        return f"{self._database.documents}/{reference.path}"
+        return f"{self._documents}/{reference.path}"
 
 
 class Gateway:
@@ -143,15 +96,26 @@ class Gateway:
     `firestore.Client` of the same database: it builds the `DocumentReference`s of snapshots
     (its public `collection`/`document`) and sends nothing."""
 
-    def __init__(self, client: Any, database: Database, bounds: CallBounds) -> None:
+    def __init__(self, client: Any, database: str | None, bounds: CallBounds) -> None:
         self.client = client
-        self.database = database
         self.bounds = bounds
-        self._api = database.api
-        self._metadata = database.metadata
+        self._database_name = database
+        self._database: Database | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def database(self) -> Database:
+        """The database and its GAPIC client, built at the first call (no channel is opened
+        before a request needs one, as with the high-level client)."""
+        if self._database is None:
+            with self._lock:
+                if self._database is None:
+                    self._database = for_client(self.client, self._database_name)
+        return self._database
 
     def writes(self) -> Writes:
-        return Writes(self.database)
+        # The names need no channel: a Writes built before the first call opens none.
+        return Writes(f"{database_path(str(self.client.project), self._database_name)}/documents")
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -172,9 +136,9 @@ class Gateway:
             request.transaction = transaction
         elif read_time is not None:
             request.read_time.CopyFrom(proto_timestamp(read_time))
-        responses = self._api.batch_get_documents(
+        responses = self.database.api.batch_get_documents(
             request=rpc.BatchGetDocumentsRequest.wrap(request),
-            metadata=self._metadata,
+            metadata=self.database.metadata,
             **self.bounds.kwargs,
         )
         for response in responses:
@@ -209,9 +173,9 @@ class Gateway:
         apart). A server-streaming BatchGetDocuments costs the client about twice the CPU."""
         request = rpc.GetDocumentRequest.pb()(name=f"{self.database.documents}/{reference.path}")
         try:
-            document = self._api.get_document(
+            document = self.database.api.get_document(
                 request=rpc.GetDocumentRequest.wrap(request),
-                metadata=self._metadata,
+                metadata=self.database.metadata,
                 **self.bounds.kwargs,
             )
         except api_exceptions.NotFound:
@@ -243,7 +207,7 @@ class Gateway:
                         seen += 1
                         yield _document_id(raw.document.name, prefix), raw.document
                 return
-            except _RETRYABLE:
+            except RETRYABLE:
                 # A range without an order is ordered by the range field first, a cursor
                 # over it is not one this module builds: such a query raises.
                 unordered = spec.ranges and not spec.order_by
@@ -280,9 +244,9 @@ class Gateway:
         request.structured_aggregation_query.CopyFrom(aggregation)
         if read_time is not None:
             request.read_time.CopyFrom(proto_timestamp(read_time))
-        responses = self._api.run_aggregation_query(
+        responses = self.database.api.run_aggregation_query(
             request=rpc.RunAggregationQueryRequest.wrap(request),
-            metadata=self._metadata,
+            metadata=self.database.metadata,
             **self.bounds.kwargs,
         )
         for response in responses:
@@ -304,9 +268,9 @@ class Gateway:
         request.writes.extend(writes.pbs)
         if transaction is not None:
             request.transaction = transaction
-        response = self._api.commit(
+        response = self.database.api.commit(
             request=rpc.CommitRequest.wrap(request),
-            metadata=self._metadata,
+            metadata=self.database.metadata,
             **(self.bounds.kwargs if idempotent else self.bounds.write_kwargs),
         )
         return type(response).pb(response)
@@ -316,9 +280,9 @@ class Gateway:
         `BatchWriteResponse`, a status and a write result per write."""
         request = rpc.BatchWriteRequest.pb()(database=self.database.path)
         request.writes.extend(writes.pbs)
-        response = self._api.batch_write(
+        response = self.database.api.batch_write(
             request=rpc.BatchWriteRequest.wrap(request),
-            metadata=self._metadata,
+            metadata=self.database.metadata,
             **self.bounds.write_kwargs,
         )
         return type(response).pb(response)
@@ -331,18 +295,18 @@ class Gateway:
         request = rpc.BeginTransactionRequest.pb()(database=self.database.path)
         if retry_id is not None:
             request.options.read_write.retry_transaction = retry_id
-        response = self._api.begin_transaction(
+        response = self.database.api.begin_transaction(
             request=rpc.BeginTransactionRequest.wrap(request),
-            metadata=self._metadata,
+            metadata=self.database.metadata,
             **self.bounds.kwargs,
         )
         return bytes(type(response).pb(response).transaction)
 
     def rollback(self, transaction: bytes) -> None:
         request = rpc.RollbackRequest.pb()(database=self.database.path, transaction=transaction)
-        self._api.rollback(
+        self.database.api.rollback(
             request=rpc.RollbackRequest.wrap(request),
-            metadata=self._metadata,
+            metadata=self.database.metadata,
             **self.bounds.write_kwargs,
         )
 
@@ -357,9 +321,9 @@ class Gateway:
             request.transaction = transaction
         elif read_time is not None:
             request.read_time.CopyFrom(proto_timestamp(read_time))
-        return self._api.run_query(
+        return self.database.api.run_query(
             request=rpc.RunQueryRequest.wrap(request),
-            metadata=self._metadata,
+            metadata=self.database.metadata,
             **self.bounds.kwargs,
         )
 

@@ -24,6 +24,11 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud.firestore_v1.base_document import DocumentSnapshot
 
 from services.jobs import schema
+
+# The bounds are imported from here too (the settings, the CLI).
+from services.jobs.bounds import DEFAULT_CALL_TIMEOUT_S as DEFAULT_CALL_TIMEOUT_S
+from services.jobs.bounds import CallBounds as CallBounds
+from services.jobs.bounds import bounded_retry as bounded_retry
 from services.jobs.decoding import update_time
 from services.jobs.errors import (
     JobsError,
@@ -32,12 +37,7 @@ from services.jobs.errors import (
     StoreRejected,
     StoreUnavailable,
 )
-
-# The bounds are defined beside the RPCs they bound and imported from here too.
-from services.jobs.gateway import DEFAULT_CALL_TIMEOUT_S as DEFAULT_CALL_TIMEOUT_S
-from services.jobs.gateway import CallBounds as CallBounds
 from services.jobs.gateway import Gateway
-from services.jobs.gateway import bounded_retry as bounded_retry
 from services.jobs.model import Job
 from services.jobs.queries import QuerySpec
 

@@ -176,7 +176,7 @@ raw = response._pb
 api = client._firestore_api
 other = client._some_private_thing
 same = getattr(result, "_pb", result)
-ours = gateway._metadata
+ours = docs._observe
 mine = self._anything
 """
     )

@@ -21,7 +21,6 @@ from google.cloud import firestore
 
 from services.jobs import metrics, schema
 from services.jobs.clock import Clock
-from services.jobs.database import for_client
 from services.jobs.decoding import decode_fields, update_time
 from services.jobs.errors import InvalidRecord, JobNotFound, JobsError, ValidationError
 from services.jobs.gateway import Gateway
@@ -71,7 +70,7 @@ class Documents:
         self.bounds = CallBounds(timeout_s, retry)
         # Every RPC through the public GAPIC client (`gateway`); `client`, the high-level
         # client of the same database, builds document references and sends nothing.
-        self.gateway = Gateway(client, for_client(client, database), self.bounds)
+        self.gateway = Gateway(client, database, self.bounds)
         self.tx = TransactionRunner(self.gateway)
 
     @property

@@ -141,8 +141,7 @@ class _Recorder:
         self.calls: list[tuple[str, Any]] = []
         self._commits = iter(commits)
         self._ids = iter(range(1, 100))
-        real = Gateway(_client(), connect("p", environ={"FIRESTORE_EMULATOR_HOST": "x:1"}), BOUNDS)
-        self.writes = real.writes
+        self.writes = Gateway(_client(), None, BOUNDS).writes
 
     def begin(self, retry_id: bytes | None = None) -> bytes:
         self.calls.append(("begin", retry_id))
