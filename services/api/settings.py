@@ -70,22 +70,15 @@ class ApiSettings:
         if bad:
             env.problem(API_ALLOWED_CALLERS, f"not email addresses: {', '.join(bad)}")
         settings = cls(
-            project=common.project,
+            **common.as_fields(),
             audience=env.url(API_AUDIENCE),
             allowed_callers=frozenset(callers),
-            certs_url=common.oidc_certs_url,
-            auth_clock_skew_s=common.auth_clock_skew_s,
             max_body_bytes=env.int(
                 API_MAX_BODY_BYTES,
                 default=DEFAULT_MAX_BODY_BYTES,
                 min=MIN_MAX_BODY_BYTES,
                 max=MAX_MAX_BODY_BYTES,
             ),
-            log_level=common.log_level,
-            terminal_retention_s=common.terminal_retention_s,
-            firestore_timeout_s=common.firestore_timeout_s,
-            behind_cloud_run_iam=common.behind_cloud_run_iam,
-            shards=common.shards,
         )
         env.finish()
         return settings

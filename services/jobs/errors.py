@@ -89,10 +89,6 @@ class LostRace(JobsError):
     so a caller re-reads the record rather than assume it is unchanged."""
 
 
-# The name the design uses for the same failure.
-ConcurrentModification = LostRace
-
-
 class StaleGeneration(LostRace):
     """The caller's generation is not the job's current one: a newer claim owns the job."""
 

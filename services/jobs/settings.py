@@ -22,7 +22,7 @@ import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
 from services.jobs.shard import MAX_SHARDS
@@ -323,6 +323,20 @@ class CommonSettings:
             behind_cloud_run_iam=env.bool(BEHIND_CLOUD_RUN_IAM, default=False),
             shards=env.int(SHARDS, default=1, min=1, max=MAX_SHARDS),
         )
+
+    def as_fields(self) -> dict[builtins.str, Any]:
+        """The shared keys as every service's Settings names them, to pass on as
+        `cls(**common.as_fields(), ...)` instead of copying each one by hand."""
+        return {
+            "project": self.project,
+            "log_level": self.log_level,
+            "certs_url": self.oidc_certs_url,
+            "auth_clock_skew_s": self.auth_clock_skew_s,
+            "terminal_retention_s": self.terminal_retention_s,
+            "firestore_timeout_s": self.firestore_timeout_s,
+            "behind_cloud_run_iam": self.behind_cloud_run_iam,
+            "shards": self.shards,
+        }
 
     @property
     def terminal_retention(self) -> datetime.timedelta:

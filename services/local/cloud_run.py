@@ -17,7 +17,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.local.topology import NAME_PREFIX, Topology
+from services.jobs.names import NAME_PREFIX
+from services.local.topology import Topology
 
 # infra/config.py defaults: scanAttemptDeadlineS (the scan service's request timeout),
 # scanConcurrency, workerRequestTimeoutS, workerConcurrency, apiConcurrency; and infra/api.py's

@@ -18,41 +18,12 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.protobuf import duration_pb2
 
+from services.jobs.names import Names
+
 logger = logging.getLogger(__name__)
 
-NAME_PREFIX = "deferred-jobs"
 # Pub/Sub keeps unacknowledged messages at most 7 days (infra's MAX_RETENTION).
 MAX_RETENTION_S = 7 * 86400
-
-
-@dataclass(frozen=True)
-class Names:
-    """Resource IDs and service-account emails, as infra derives them from the prefix."""
-
-    topic: str
-    push_subscription: str
-    dead_letter_topic: str
-    dead_letter_subscription: str
-    scheduler_account: str
-    pusher_account: str
-    scan_service: str
-    worker_service: str
-
-    @classmethod
-    def for_prefix(cls, prefix: str = NAME_PREFIX) -> Names:
-        return cls(
-            topic=f"{prefix}-jobs",
-            push_subscription=f"{prefix}-jobs-push",
-            dead_letter_topic=f"{prefix}-dead-letter",
-            dead_letter_subscription=f"{prefix}-dead-letter-pull",
-            scheduler_account=f"{prefix}-scheduler",
-            pusher_account=f"{prefix}-pusher",
-            scan_service=f"{prefix}-scan",
-            worker_service=f"{prefix}-worker",
-        )
-
-    def email(self, account: str, project: str) -> str:
-        return f"{account}@{project}.iam.gserviceaccount.com"
 
 
 @dataclass(frozen=True)

@@ -136,12 +136,10 @@ class ScanSettings:
         env = EnvReader(os.environ if environ is None else environ)
         common = CommonSettings.read(env)
         settings = cls(
-            project=common.project,
+            **common.as_fields(),
             topic=env.str(TOPIC),
             audience=env.url(SCAN_AUDIENCE),
             allowed_invokers=frozenset(env.csv(SCAN_ALLOWED_INVOKERS)),
-            certs_url=common.oidc_certs_url,
-            auth_clock_skew_s=common.auth_clock_skew_s,
             time_budget_s=env.duration_s(
                 SCAN_TIME_BUDGET_S, DEFAULT_TIME_BUDGET_S, min=1.0, max=MAX_TIME_BUDGET_S
             ),
@@ -172,17 +170,12 @@ class ScanSettings:
             run_retention_s=env.duration_s(
                 SCAN_RUN_RETENTION_S, DEFAULT_RUN_RETENTION_S, min=60.0, max=365 * 86400.0
             ),
-            log_level=common.log_level,
             enqueued_timeout_s=env.duration_s(
                 ENQUEUED_TIMEOUT_S,
                 DEFAULT_ENQUEUED_TIMEOUT_S,
                 min=MIN_ENQUEUED_TIMEOUT_S,
                 max=MAX_ENQUEUED_TIMEOUT_S,
             ),
-            terminal_retention_s=common.terminal_retention_s,
-            firestore_timeout_s=common.firestore_timeout_s,
-            behind_cloud_run_iam=common.behind_cloud_run_iam,
-            shards=common.shards,
         )
         if "/" in settings.topic:
             env.problem(TOPIC, f"must be a topic ID, not a path; got {settings.topic!r}")

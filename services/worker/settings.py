@@ -158,10 +158,9 @@ class WorkerSettings:
             max=max(lease_s // 3 - 1, 0),
         )
         settings = cls(
-            project=common.project,
+            **common.as_fields(),
             audience=env.url(WORKER_AUDIENCE),
             allowed_invokers=frozenset(invokers),
-            certs_url=common.oidc_certs_url,
             lease_s=lease_s,
             deadline_margin_s=margin_s,
             max_delivery_s=env.int(
@@ -186,12 +185,6 @@ class WorkerSettings:
                 min=MIN_MAX_BODY_BYTES,
                 max=MAX_MAX_BODY_BYTES,
             ),
-            log_level=common.log_level,
-            auth_clock_skew_s=common.auth_clock_skew_s,
-            terminal_retention_s=common.terminal_retention_s,
-            firestore_timeout_s=common.firestore_timeout_s,
-            behind_cloud_run_iam=common.behind_cloud_run_iam,
-            shards=common.shards,
         )
         env.finish()
         return settings

@@ -18,6 +18,7 @@ from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.model import ClaimedJob, Job, NewJob, Result
 from services.jobs.store import FirestoreJobStore
+from tests.fixtures.store import mark_enqueued
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 JOBS = 500
@@ -67,7 +68,10 @@ def _lifecycle(emulator: Emulator, *, shared_key: bool) -> None:
             store.get_idempotency(job.idempotency_key)
 
     steps: tuple[tuple[str, Callable[[ClaimedJob], object]], ...] = (
-        ("mark_enqueued", lambda c: store.mark_enqueued(c.job_id, c.generation, f"m-{c.job_id}")),
+        (
+            "mark_enqueued_many",
+            lambda c: mark_enqueued(store, c.job_id, c.generation, f"m-{c.job_id}"),
+        ),
         ("start (+ key check if shared)", start),
         ("complete (CAS on start's write)", lambda c: _complete(store, running[c.job_id])),
     )

@@ -301,6 +301,7 @@ def _run(jobs: int, emulators: Emulators, project: str, start_worker: WorkerFact
     from services.jobs.model import NewJob
     from services.jobs.store import FirestoreJobStore
     from services.worker import media
+    from tests.fixtures.store import mark_enqueued
 
     # The worker logs as in production (one JSON line per outcome), into the void.
     devnull = open(os.devnull, "w")  # noqa: SIM115 - closed below
@@ -327,7 +328,7 @@ def _run(jobs: int, emulators: Emulators, project: str, start_worker: WorkerFact
         )
     claimed = store.claim_due(clock.now(), "bench-run", jobs)
     for job in claimed:
-        store.mark_enqueued(job.job_id, job.generation, f"pre-{job.job_id}")
+        mark_enqueued(store, job.job_id, job.generation, f"pre-{job.job_id}")
 
     with start_worker(project, emulators, storage_client) as worker:
         topic = publisher.create_topic(name=f"projects/{project}/topics/jobs").name

@@ -203,22 +203,6 @@ class Claims:
                 self._written.put(("claim", job.job_id, job.generation), remembered)
         return result
 
-    def mark_enqueued(
-        self, job_id: str, generation: int, message_id: str, at: datetime | None = None
-    ) -> Job:
-        """Claimed → enqueued with the message ID (publish acknowledged at `at`).
-
-        Already enqueued, or the worker got the push first (running or terminal, same
-        generation): only the message ID is recorded; the job never moves backwards.
-        Another generation → StaleGeneration; deferred (e.g. reclaimed) → InvalidTransition.
-        """
-        require_text(message_id=message_id)
-
-        def change(job: Job, now: datetime) -> Job:
-            return self._docs.rules.enqueued(job, generation, message_id, at or now, now)
-
-        return self._docs.transition(job_id, change)
-
     def mark_enqueued_many(
         self,
         items: Sequence[tuple[str, int, str]],
@@ -226,11 +210,14 @@ class Claims:
         *,
         page_size: int = MARK_PAGE_SIZE,
     ) -> list[EnqueueMark]:
-        """`mark_enqueued` for many (job_id, generation, message_id), one transaction per page.
+        """Claimed → enqueued with the message ID (publish acknowledged at `at`), for many
+        (job_id, generation, message_id), one transaction per page.
 
-        Each item gets exactly mark_enqueued's outcome, as an EnqueueMark in input order: the
-        job as written, or the error mark_enqueued would raise (StaleGeneration,
-        InvalidTransition, JobNotFound, ValidationError). A job this store claimed (and nothing
+        Already enqueued, or the worker got the push first (running or terminal, same
+        generation): only the message ID is recorded; the job never moves backwards. Each item
+        gets its outcome as an EnqueueMark in input order: the job as written, or the error
+        refusing it (another generation → StaleGeneration; deferred, e.g. reclaimed →
+        InvalidTransition; JobNotFound; ValidationError). A job this store claimed (and nothing
         changed since) costs 1 write: its mark is conditioned on the claim commit's
         update_time, no read. Any other costs 1 read + 1 write in a transaction per page, as
         does a job whose conditional write was refused (the worker started it first, say). A

@@ -114,9 +114,6 @@ class FirestoreJobStore:
     def get(self, job_id: str) -> Job | None:
         return self._reads.get(job_id)
 
-    def raw(self, job_id: str) -> dict[str, Any] | None:
-        return self._reads.raw(job_id)
-
     def list_jobs(
         self,
         *,
@@ -168,11 +165,6 @@ class FirestoreJobStore:
             now, run_id, limit, page_size=page_size, on_quarantine=on_quarantine
         )
 
-    def mark_enqueued(
-        self, job_id: str, generation: int, message_id: str, at: datetime | None = None
-    ) -> Job:
-        return self._claims.mark_enqueued(job_id, generation, message_id, at)
-
     def mark_enqueued_many(
         self,
         items: Sequence[tuple[str, int, str]],
@@ -181,9 +173,6 @@ class FirestoreJobStore:
         page_size: int = MARK_PAGE_SIZE,
     ) -> list[EnqueueMark]:
         return self._claims.mark_enqueued_many(items, at, page_size=page_size)
-
-    # Alias carrying the precondition in its name (STYLE.md).
-    mark_enqueued_if_claimed = mark_enqueued
 
     def mark_enqueue_failed(self, job_id: str, generation: int, error: ErrorInfo) -> Job:
         return self._claims.mark_enqueue_failed(job_id, generation, error)
@@ -225,8 +214,6 @@ class FirestoreJobStore:
     def complete(self, lease: Lease, result: Result, *, basis: Job | None = None) -> Job:
         return self._leases.complete(lease, result, basis=basis)
 
-    complete_if_running = complete
-
     def retry_later(
         self,
         lease: Lease,
@@ -242,6 +229,3 @@ class FirestoreJobStore:
 
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         return shared_keys.get_idempotency(self._documents, key)
-
-    # The short name the design uses; defined after every annotation that says `list[...]`.
-    list = list_jobs

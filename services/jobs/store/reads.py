@@ -71,16 +71,10 @@ class Reads:
 
     def get(self, job_id: str) -> Job | None:
         """The job, or None. One read. InvalidRecord when the document cannot be decoded
-        (`raw` shows it as stored)."""
+        (quarantined as it was found; the Firestore console shows it as stored)."""
         with store_errors():
             snapshot = self._docs.gateway.get(self._docs.jobs.document(job_id))
         return decoded(snapshot) if snapshot.exists else None
-
-    def raw(self, job_id: str) -> dict[str, Any] | None:
-        """The job document exactly as stored (for records `get` cannot decode), or None."""
-        with store_errors():
-            snapshot = self._docs.gateway.get(self._docs.jobs.document(job_id))
-        return snapshot.to_dict() if snapshot.exists else None
 
     def list_jobs(
         self,
@@ -132,7 +126,7 @@ class Reads:
             try:
                 jobs.append(decoded(snapshot))
             except InvalidRecord:
-                invalid.append(snapshot.id)  # listed by ID; `raw` shows it, a scan moves it
+                invalid.append(snapshot.id)  # listed by ID; a scan moves it aside
         next_cursor = None
         if more:
             last = snapshots[-1]

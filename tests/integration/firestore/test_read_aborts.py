@@ -19,6 +19,7 @@ from services.jobs.model import NewJob, Result
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
 from tests.fixtures.firestore import seed_due_jobs
+from tests.fixtures.store import mark_enqueued
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -126,7 +127,7 @@ def test_a_job_goes_through_its_whole_life_through_random_read_aborts(
     )
     store.schedule(new)
     (claimed,) = store.claim_due(T0, "run-1", 10)
-    store.mark_enqueued(claimed.job_id, claimed.generation, "message-1")
+    mark_enqueued(store, claimed.job_id, claimed.generation, "message-1")
     started = store.start(claimed.job_id, claimed.generation, timedelta(minutes=5), "worker-1")
     assert started.lease is not None
     done = store.complete(started.lease, Result("deleted"))

@@ -10,6 +10,7 @@ from services.jobs.clock import FakeClock
 from services.jobs.model import Result
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
+from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, QueryLog, new_job
 
 CLAIM_TIMEOUT = timedelta(minutes=10)
@@ -34,10 +35,10 @@ def test_backlog_counts_due_stuck_and_stale_enqueued_jobs(
     seed(20, T0 + timedelta(days=10), prefix="future")
     # 3 claimed and enqueued at T0; later 4 more enqueued, and 5 stuck in claimed.
     for claim in store.claim_due(clock.now(), "run-1", 3):
-        store.mark_enqueued(claim.job_id, claim.generation, f"msg-{claim.job_id}")
+        mark_enqueued(store, claim.job_id, claim.generation, f"msg-{claim.job_id}")
     clock.advance(ENQUEUED_TIMEOUT + timedelta(hours=1))
     for claim in store.claim_due(clock.now(), "run-2", 4):
-        store.mark_enqueued(claim.job_id, claim.generation, f"msg-{claim.job_id}")
+        mark_enqueued(store, claim.job_id, claim.generation, f"msg-{claim.job_id}")
     store.claim_due(clock.now(), "run-3", 5)
     clock.advance(CLAIM_TIMEOUT + timedelta(minutes=1))
 
@@ -57,7 +58,7 @@ def test_a_job_that_left_enqueued_is_no_longer_stale(
 ) -> None:
     store.schedule(new_job("j"))
     (claim,) = store.claim_due(clock.now(), "run-1", 1)
-    store.mark_enqueued("j", claim.generation, "msg-1")
+    mark_enqueued(store, "j", claim.generation, "msg-1")
     clock.advance(ENQUEUED_TIMEOUT * 2)
     assert store.backlog(clock.now(), CLAIM_TIMEOUT, ENQUEUED_TIMEOUT).stale_enqueued == 1
     started = store.start("j", claim.generation, LEASE, WORKER)

@@ -2,6 +2,8 @@
 (`services.worker.processor.WorkerStore`): the Firestore store on the emulator, and the
 in-memory store the worker's unit tests use. Both move jobs through the same
 `services.jobs.transitions`, so the fake re-implements no rule; this proves it behaves alike.
+The scan's and the API's contracts have their own suites beside this one
+(`test_store_conformance_scan.py`, `test_store_conformance_api.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from services.jobs.model import ErrorInfo, Job, Lease, Result
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
 from services.worker.processor import WorkerStore
+from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import LEASE, T0, new_job
 from tests.unit.worker.fakes import MemoryStore
 
@@ -59,7 +62,7 @@ def impl(request: pytest.FixtureRequest) -> Iterator[Impl]:
     def enqueue(job_id: str, **kw: object) -> Job:
         real.schedule(new_job(job_id, **kw))
         (claim,) = real.claim_due(clock.now(), "run-1", 1)
-        return real.mark_enqueued(job_id, claim.generation, "m-1")
+        return mark_enqueued(real, job_id, claim.generation, "m-1")
 
     yield Impl(real, clock, enqueue, lambda job_id: real.cancel(job_id, "stop", "ann"))
 

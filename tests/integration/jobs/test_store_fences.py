@@ -29,6 +29,7 @@ from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
 from services.jobs.store.reclaims import Reclaims
 from services.jobs.transitions import INVALID_RECORD
+from tests.fixtures.store import mark_enqueued, stored_document
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
 
 TIMEOUT = timedelta(minutes=10)
@@ -38,7 +39,7 @@ DOWN = ErrorInfo("transient", "storage answered 503")
 def running(store: FirestoreJobStore, job_id: str, **extra: Any) -> Job:
     store.schedule(new_job(job_id, **extra))
     (claim,) = [c for c in store.claim_due(store.clock.now(), "run-1", 100) if c.job_id == job_id]
-    store.mark_enqueued(job_id, claim.generation, f"msg-{job_id}")
+    mark_enqueued(store, job_id, claim.generation, f"msg-{job_id}")
     return store.start(job_id, claim.generation, LEASE, WORKER)
 
 
@@ -146,7 +147,7 @@ def test_a_malformed_due_document_is_quarantined_and_claiming_goes_on(
 
     assert sorted(c.job_id for c in claimed) == ["a-good", "c-good"]
     assert seen == ["b-bad"]
-    raw = store.raw("b-bad")
+    raw = stored_document(firestore_client, "b-bad")
     assert raw is not None
     assert raw["state"] == "failed"
     assert raw["last_error"]["code"] == INVALID_RECORD
@@ -176,7 +177,7 @@ def test_a_push_for_a_malformed_job_is_refused_as_invalid_after_quarantining_it(
     _spoil(firestore_client, "j", {"params": 7})
     with pytest.raises(InvalidRecord, match="params"):
         store.start("j", job.generation, LEASE, "worker-2")
-    raw = store.raw("j")
+    raw = stored_document(firestore_client, "j")
     assert raw is not None and raw["state"] == "failed"
 
 
@@ -192,7 +193,7 @@ def test_a_due_at_of_the_wrong_type_is_found_by_the_reclaimer_and_quarantined(
     report = store.reclaim_expired(clock.now(), TIMEOUT, 10, "reclaimer-1")
 
     assert report.quarantined == ("wrong",)
-    raw = store.raw("wrong")
+    raw = stored_document(firestore_client, "wrong")
     assert raw is not None and raw["state"] == "failed"
     assert "due_at" in raw["last_error"]["message"]
     assert stored(store, "right").state is State.DEFERRED
@@ -206,7 +207,7 @@ def test_a_job_left_enqueued_past_the_timeout_is_reclaimed_and_its_old_message_f
 ) -> None:
     store.schedule(new_job("j"))
     (claim,) = store.claim_due(clock.now(), "run-1", 1)
-    store.mark_enqueued("j", claim.generation, "msg-lost")  # then the push is dead-lettered
+    mark_enqueued(store, "j", claim.generation, "msg-lost")  # then the push is dead-lettered
     clock.advance(TIMEOUT - timedelta(seconds=1))
     assert store.reclaim_expired(clock.now(), TIMEOUT, 10, "r", enqueued_timeout=TIMEOUT) == []
     clock.advance(timedelta(seconds=2))

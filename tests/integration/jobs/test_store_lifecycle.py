@@ -28,6 +28,7 @@ from services.jobs.errors import (
 from services.jobs.model import ErrorInfo, Job, Lease, NewJob, Result
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
+from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import ACTION, LEASE, T0, WORKER, new_job
 
 TIMEOUT = timedelta(minutes=10)
@@ -45,7 +46,7 @@ def running(store: FirestoreJobStore, job_id: str, **extra: object) -> Job:
     """Schedule, claim, enqueue and start `job_id`; returns the started job (its lease)."""
     store.schedule(new_job(job_id, **extra))
     (claim,) = store.claim_due(store.clock.now(), "run-1", 1)
-    store.mark_enqueued(job_id, claim.generation, "msg-1")
+    mark_enqueued(store, job_id, claim.generation, "msg-1")
     return store.start(job_id, claim.generation, LEASE, WORKER)
 
 
@@ -65,7 +66,7 @@ def stored(store: FirestoreJobStore, job_id: str) -> Any:
 
 def test_cancel_after_enqueue_makes_start_refuse(store: FirestoreJobStore) -> None:
     generation = claimed(store, "j")
-    store.mark_enqueued("j", generation, "msg-1")
+    mark_enqueued(store, "j", generation, "msg-1")
     store.cancel("j", "media restored", "ann")
     with pytest.raises(AlreadyTerminal, match="already cancelled"):
         store.start("j", generation, LEASE, WORKER)
@@ -130,7 +131,7 @@ def test_a_claim_is_reclaimed_only_after_the_timeout_with_an_audit_entry(
     (again,) = store.claim_due(clock.now(), "run-3", 10)
     assert again.generation == old_generation + 1
     with pytest.raises(StaleGeneration, match="generation 1 is stale"):
-        store.mark_enqueued("j", old_generation, "late-msg")
+        mark_enqueued(store, "j", old_generation, "late-msg")
     with pytest.raises(StaleGeneration):
         store.start("j", old_generation, LEASE, WORKER)
     job = stored(store, "j")
@@ -226,14 +227,14 @@ def test_a_push_that_beats_the_enqueue_record_starts_and_the_late_enqueue_never_
     generation = claimed(store, "j")
     started = store.start("j", generation, LEASE, WORKER)
     assert started.state is State.RUNNING
-    late = store.mark_enqueued("j", generation, "msg-9")
+    late = mark_enqueued(store, "j", generation, "msg-9")
     assert late.state is State.RUNNING
     job = stored(store, "j")
     assert (job.state, job.message_id, job.lease_owner) == (State.RUNNING, "msg-9", WORKER)
     assert [e.to_state for e in job.history] == [State.DEFERRED, State.CLAIMED, State.RUNNING]
     # and after completion too
     store.complete(lease_of(started), Result("deleted"))
-    assert store.mark_enqueued("j", generation, "msg-9").state is State.COMPLETED
+    assert mark_enqueued(store, "j", generation, "msg-9").state is State.COMPLETED
 
 
 # --- worker outcomes ----------------------------------------------------------------------------

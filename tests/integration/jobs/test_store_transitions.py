@@ -15,6 +15,7 @@ from services.jobs.errors import InvalidTransition, LeaseHeld, LeaseLost
 from services.jobs.model import ErrorInfo, Job, Lease, Result
 from services.jobs.state import TRANSITIONS, State
 from services.jobs.store import FirestoreJobStore
+from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
 
 ERROR = ErrorInfo("unavailable", "storage answered 503")
@@ -31,7 +32,7 @@ def put_in(store: FirestoreJobStore, state: State, job_id: str = "j") -> Job:
     (claim,) = store.claim_due(T0, "run-1", 1)
     if state is State.CLAIMED:
         return _get(store, job_id)
-    store.mark_enqueued(job_id, claim.generation, "msg-1")
+    mark_enqueued(store, job_id, claim.generation, "msg-1")
     if state is State.ENQUEUED:
         return _get(store, job_id)
     job = store.start(job_id, claim.generation, LEASE, WORKER)
@@ -89,7 +90,7 @@ OPERATIONS: dict[str, tuple[State, Operation]] = {
     ),
     "mark_enqueued": (
         State.ENQUEUED,
-        lambda s, j, c: s.mark_enqueued(j.job_id, j.generation, "msg-2"),
+        lambda s, j, c: mark_enqueued(s, j.job_id, j.generation, "msg-2"),
     ),
     "mark_enqueue_failed": (
         State.DEFERRED,

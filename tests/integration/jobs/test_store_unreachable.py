@@ -21,6 +21,7 @@ from services.jobs.errors import StoreUnavailable
 from services.jobs.model import ErrorInfo, Lease, Result
 from services.jobs.rejections import RejectionStore, rejection_of
 from services.jobs.store import FirestoreJobStore
+from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
 
 TIMEOUT_S = 0.1
@@ -71,7 +72,7 @@ CALLS: dict[str, Callable[[FirestoreJobStore], Any]] = {
     "backlog": lambda s: s.backlog(T0, timedelta(minutes=10), timedelta(days=1)),
     "claim_due": lambda s: s.claim_due(T0, "run-1", 10),
     "reclaim_expired": lambda s: s.reclaim_expired(T0, timedelta(minutes=10), 10, "run-1"),
-    "mark_enqueued": lambda s: s.mark_enqueued("j", 1, "m-1"),
+    "mark_enqueued": lambda s: mark_enqueued(s, "j", 1, "m-1"),
     "start": lambda s: s.start("j", 1, LEASE, WORKER),
     "complete": lambda s: s.complete(LOST_LEASE, Result("deleted")),
     "release": lambda s: s.release(LOST_LEASE, ERROR),

@@ -24,6 +24,7 @@ from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.store import FirestoreJobStore
 from tests.fixtures.firestore import seed_due_jobs
+from tests.fixtures.store import mark_enqueued
 from tests.integration.launcher.test_launcher import ALL_FREE, REPO, Launcher
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -150,7 +151,7 @@ def test_a_stop_mid_drain_resumes_claims_are_reclaimed_and_nothing_is_lost(
         published = claimed[:3]  # the scan published these three, then was stopped
         for job in published:
             message_id = publisher.publish(topic, job.job_id.encode()).result(timeout=10)
-            store.mark_enqueued(job.job_id, job.generation, message_id)
+            mark_enqueued(store, job.job_id, job.generation, message_id)
         client.close()
     finally:
         assert first.terminate() == 0  # SIGTERM mid-drain: the state is saved on the way out

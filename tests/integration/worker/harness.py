@@ -41,6 +41,7 @@ from services.worker.errors import TransientError
 from services.worker.media import ACTION_NAME, DELETED, SourceDeleter
 from services.worker.settings import WorkerSettings
 from tests.fixtures.cloudrun import front_end
+from tests.fixtures.store import mark_enqueued
 
 PUSHER = "pusher@deferred-jobs.iam.gserviceaccount.com"
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -204,7 +205,7 @@ class WorkerHarness:
         return claimed
 
     def enqueue(self, claimed: ClaimedJob, message_id: str = "m-1") -> Job:
-        return self.store.mark_enqueued(claimed.job_id, claimed.generation, message_id)
+        return mark_enqueued(self.store, claimed.job_id, claimed.generation, message_id)
 
     def job(self, job_id: str) -> Job:
         job = self.store.get(job_id)

@@ -20,6 +20,7 @@ from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
 from services.worker import main
 from services.worker import settings as keys
+from tests.fixtures.store import mark_enqueued
 from tests.integration.worker.harness import PUSHER, envelope
 
 AUDIENCE = "https://worker-abc123-uc.a.run.app/"
@@ -65,7 +66,7 @@ def test_functions_framework_target_processes_a_push_end_to_end(
         )
     )
     [claimed] = store.claim_due(SystemClock().now(), "run-1", 10)
-    store.mark_enqueued(claimed.job_id, claimed.generation, "m-1")
+    mark_enqueued(store, claimed.job_id, claimed.generation, "m-1")
     source = Path(main.__file__)
     # create_app points the module-level `functions_framework.errorhandler` at its app; left
     # so, another entry point first imported later in this process would register its error

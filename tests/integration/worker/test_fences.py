@@ -24,6 +24,7 @@ from services.worker.envelope import Delivery
 from services.worker.errors import PermanentError
 from services.worker.media import ACTION_NAME
 from services.worker.processor import OutcomeKind, Processor
+from tests.fixtures.store import stored_document
 from tests.integration.worker.harness import LEASE, WorkerHarness, envelope
 
 CLAIM_TIMEOUT = timedelta(minutes=10)
@@ -189,7 +190,7 @@ def test_a_push_for_an_undecodable_job_is_quarantined_acknowledged_and_recorded(
     assert response.json()["reason"] == "invalid_record"
     (rejection,) = worker.rejected_documents()
     assert rejection["reason"] == "invalid_record" and rejection["job_id"] == "bad"
-    raw = worker.store.raw("bad")
+    raw = stored_document(firestore_client, "bad")
     assert raw is not None and raw["state"] == "failed"
     assert worker.objects() == {"src/bad.mp4"}  # nothing acted on a record it cannot read
 

@@ -24,6 +24,7 @@ from services.jobs.model import NewJob
 from services.jobs.state import State
 from services.jobs.store import FirestoreJobStore
 from services.worker import settings as keys
+from tests.fixtures.store import mark_enqueued
 from tests.integration.worker.harness import PUSHER, envelope
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -97,7 +98,7 @@ def test_a_push_through_cloud_run_completes_the_job_under_the_revisions_name(
         )
     )
     [claimed] = store.claim_due(SystemClock().now(), "run-1", 10)
-    store.mark_enqueued(claimed.job_id, claimed.generation, "m-1")
+    mark_enqueued(store, claimed.job_id, claimed.generation, "m-1")
     token = oidc_server.issuer.mint(service_url, PUSHER)
 
     response = requests.post(

@@ -14,6 +14,7 @@ from services.worker.actions import Action, ActionRegistry, ActionRequest, Actio
 from services.worker.app import create_app
 from services.worker.media import ACTION_NAME
 from services.worker.settings import WorkerSettings
+from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import new_job
 from tests.integration.worker.harness import PUSHER, START, envelope
 
@@ -31,7 +32,7 @@ def test_a_job_completed_by_the_worker_expires_after_the_configured_retention(
     store = FirestoreJobStore(firestore_client, clock)
     store.schedule(new_job("j", START))
     (claim,) = store.claim_due(clock.now(), "run-1", 1)
-    store.mark_enqueued("j", claim.generation, "m-1")
+    mark_enqueued(store, "j", claim.generation, "m-1")
     settings = WorkerSettings(
         project=firestore_project,
         audience=AUDIENCE,

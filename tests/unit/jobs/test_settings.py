@@ -252,3 +252,21 @@ def test_common_settings_name_every_bad_key() -> None:
 def test_common_settings_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         CommonSettings("p").project = "q"  # type: ignore[misc]
+
+
+def test_every_service_settings_takes_the_shared_keys_under_the_names_as_fields_gives() -> None:
+    from services.api.settings import ApiSettings
+    from services.scan.settings import ScanSettings
+    from services.worker.settings import WorkerSettings
+
+    common = CommonSettings(project="p", log_level="DEBUG", shards=3, firestore_timeout_s=2.5)
+    shared = common.as_fields()
+    for service in (ApiSettings, ScanSettings, WorkerSettings):
+        names = {f.name for f in dataclasses.fields(service)}
+        assert set(shared) <= names, (service.__name__, set(shared) - names)
+    assert shared["certs_url"] == common.oidc_certs_url
+    assert (shared["log_level"], shared["shards"], shared["firestore_timeout_s"]) == (
+        "DEBUG",
+        3,
+        2.5,
+    )
