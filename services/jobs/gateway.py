@@ -38,7 +38,7 @@ from services.jobs.encoding import (
     set_write,
     update_write,
 )
-from services.jobs.queries import QuerySpec, structured_query
+from services.jobs.queries import NAME, QuerySpec, structured_query
 
 logger = logging.getLogger(__name__)
 
@@ -352,10 +352,10 @@ def _resumed(query: Any, spec: QuerySpec, last: Any, seen: int) -> Any:
     resumed.CopyFrom(query)
     resumed.start_at.Clear()
     resumed.start_at.before = False
-    if not any(order.field.field_path == "__name__" for order in resumed.order_by):
+    if not any(order.field.field_path == NAME for order in resumed.order_by):
         order = resumed.order_by.add()
-        order.field.field_path = "__name__"
-        order.direction = order.ASCENDING
+        order.field.field_path = NAME
+        order.direction = query_types.StructuredQuery.Direction.ASCENDING
     for name in spec.order_by:
         resumed.start_at.values.add().CopyFrom(_field(last.fields, name))
     resumed.start_at.values.add().reference_value = last.name
