@@ -68,15 +68,19 @@ class Backends:
     def project(self) -> str:
         return resolve_project(self.project_flag, self.environ)
 
+    @property
+    def database(self) -> str | None:
+        """The named Firestore database, or None for the default one."""
+        return self.database_flag or self.environ.get(FIRESTORE_DATABASE) or None
+
     def firestore(self) -> Any:
         if "firestore" not in self._cache:
             project = self.project
             probe_emulator(FIRESTORE_EMULATOR_HOST, self.environ, "Firestore")
             from google.cloud import firestore
 
-            database = self.database_flag or self.environ.get(FIRESTORE_DATABASE) or None
             with _credentials_errors("Firestore"):
-                self._cache["firestore"] = firestore.Client(project=project, database=database)
+                self._cache["firestore"] = firestore.Client(project=project, database=self.database)
         return self._cache["firestore"]
 
     def publisher(self) -> Any:
@@ -104,7 +108,7 @@ class Backends:
             with contextlib.suppress(Exception):
                 publisher.stop()
             with contextlib.suppress(Exception):
-                publisher._transport.close()
+                publisher.api.transport.close()
         for name in ("subscriber", "firestore"):
             client = self._cache.pop(name, None)
             if client is not None:

@@ -84,6 +84,7 @@ class Session:
                 terminal_retention=retention,
                 timeout_s=timeout_s,
                 shards=store_shards(self.environ),
+                database=self.backends.database,
             )
         return self._store
 

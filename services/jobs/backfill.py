@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.cloud import firestore
-from google.cloud.firestore_v1.base_query import FieldFilter
-from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 
 from services.jobs import schema
 from services.jobs.errors import ValidationError
+from services.jobs.gateway import Gateway
+from services.jobs.queries import NAME, QuerySpec
 from services.jobs.shard import require_shards, shard_of
 from services.jobs.state import State
 from services.jobs.transactions import CallBounds, store_errors
@@ -89,6 +89,7 @@ class ShardBackfill:
         *,
         batch_size: int = MAX_BATCH,
         bounds: CallBounds | None = None,
+        database: str | None = None,
     ) -> None:
         if not 1 <= batch_size <= MAX_BATCH:
             raise ValidationError(f"batch size must be from 1 to {MAX_BATCH}, not {batch_size}")
@@ -96,6 +97,8 @@ class ShardBackfill:
         self._shards = require_shards(shards)
         self._batch_size = batch_size
         self._bounds = bounds or CallBounds()
+        # Every RPC through the public GAPIC client; `client` builds references only.
+        self._gateway = Gateway(client, database, self._bounds)
         self._rereads: dict[str, int] = {}  # per record of the current pass
 
     def total(self) -> int:
@@ -153,7 +156,7 @@ class ShardBackfill:
             return []
         again = []
         with store_errors():
-            fresh = self._client.get_all([s.reference for s in refused], **self._bounds.kwargs)
+            fresh = self._gateway.get_all([s.reference for s in refused])
             for snapshot in fresh:
                 tries = self._rereads.get(snapshot.id, 0) + 1
                 self._rereads[snapshot.id] = tries
@@ -173,15 +176,13 @@ class ShardBackfill:
 
     def _write(self, snapshots: list[Any]) -> list[Any]:
         """Write the wanted shard on each, conditioned on its update_time; the refused ones."""
-        batch = BulkWriteBatch(self._client)
+        batch = self._gateway.writes()
         for snapshot in snapshots:
             batch.update(
-                snapshot.reference,
-                {schema.SHARD: self.wanted(snapshot.id)},
-                option=self._client.write_option(last_update_time=snapshot.update_time),
+                snapshot.reference, {schema.SHARD: self.wanted(snapshot.id)}, snapshot.update_time
             )
         with store_errors():
-            response = batch.commit(**self._bounds.write_kwargs)
+            response = self._gateway.batch_write(batch)
         refused = []
         for snapshot, status in zip(snapshots, response.status, strict=True):
             if status.code != 0:
@@ -196,11 +197,9 @@ class ShardBackfill:
 
     def _pages(self, state: State, after: str | None) -> Iterator[list[Any]]:
         while True:
-            query = self._state_query(state).limit(self._batch_size)
-            if after is not None:
-                query = query.start_after({"__name__": self._jobs.document(after)})
+            spec = self._state_query(state, self._batch_size, after)
             with store_errors():
-                page = list(query.stream(**self._bounds.kwargs))
+                page = list(self._gateway.stream(spec))
             if not page:
                 return
             yield page
@@ -208,16 +207,17 @@ class ShardBackfill:
                 return
             after = page[-1].id
 
-    def _state_query(self, state: State) -> Any:
+    def _state_query(self, state: State, limit: int, after: str | None) -> QuerySpec:
         # Equality only, in document-ID order: the single-field `state` index serves it at
         # every N (schema.COMMON_SHAPES), so the backfill runs before and after raising N.
-        return self._jobs.where(filter=FieldFilter("state", "==", state.value)).order_by("__name__")
+        return QuerySpec(
+            schema.JOBS,
+            equals=(("state", state.value),),
+            order_by=(NAME,),
+            limit=limit,
+            start_after=None if after is None else (after,),
+        )
 
     def _count(self, state: State) -> int:
-        query = self._jobs.where(filter=FieldFilter("state", "==", state.value))
-        results = query.count(alias="n").get(**self._bounds.kwargs)
-        return int(results[0][0].value) if results and results[0] else 0
-
-    @property
-    def _jobs(self) -> Any:
-        return self._client.collection(schema.JOBS)
+        count, _ = self._gateway.count(QuerySpec(schema.JOBS, equals=(("state", state.value),)))
+        return count

@@ -1,14 +1,17 @@
-"""Job documents read as raw `Document` protobufs, decoded straight to Python values.
+"""Documents read as raw `Document` protobufs, decoded straight to Python values.
 
-The client turns each query result into a `DocumentSnapshot`: proto-plus wrappers around
-every message, `_helpers.decode_dict` over them, and a deep copy of the decoded data (and
-another one on `to_dict()`). For the scan's claim query, a page of full job documents per
-transaction, that was the largest cost on the client side. `decode_fields` reads the raw
-protobuf map instead and returns what `_helpers.decode_dict` returns for it:
-`tests/unit/jobs/test_decoding.py` proves the two equal for generated values of every kind.
-The kinds a job record never holds (references, geo points, and the maps the client reads as
-a Vector or a BSON value, all tagged by a `__`-prefixed key) are left to the client's own
-decoder, so nothing here ever changes what a document reads as.
+The store reads through the public GAPIC client (`gateway`), which answers with
+`google.cloud.firestore_v1.types` messages; their raw protobufs (proto-plus's public
+`type(x).pb(x)`) are decoded here, without a proto-plus wrapper or a deep copy per value.
+`decode_fields` returns what the high-level client's own decoder returns for the same map
+(`tests/unit/jobs/test_decoding.py` proves the two equal for generated values of every kind
+it compares), built from public types only: timestamps as api_core's
+`DatetimeWithNanoseconds`, references as the client's `DocumentReference`, geo points as
+`GeoPoint`, a `__vector__` map as `Vector`. One kind reads differently: a map tagged as a
+BSON value (Firestore with MongoDB compatibility, a `__`-prefixed key such as `__min__`) reads
+as its map here, since the client's BSON classes are built through a private method; no
+record this project writes holds one, and Firestore refuses such names in the documents it
+writes (https://firebase.google.com/docs/firestore/quotas#collections_documents_and_fields).
 
 Value and Document: https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#value
 """
@@ -17,32 +20,56 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.cloud.firestore_v1 import _helpers
+from google.api_core.datetime_helpers import DatetimeWithNanoseconds
+from google.cloud.firestore import GeoPoint
+from google.cloud.firestore_v1.vector import Vector
 from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
 
-# What the client's decode_value builds for a timestamp value.
-_timestamp = _helpers.DatetimeWithNanoseconds.from_timestamp_pb
+# What the client builds for a timestamp value.
+_timestamp = DatetimeWithNanoseconds.from_timestamp_pb
+_DOCUMENTS = "/documents/"
 
 
 def decode_fields(fields: Any, client: Any) -> dict[str, Any] | Any:
-    """`_helpers.decode_dict(fields, client)` for a raw protobuf map of `Value`s."""
+    """The Python values of a raw protobuf map of `Value`s (a document's `fields`). `client`
+    (a high-level `firestore.Client`) builds the `DocumentReference` of a reference value."""
     # A job holds the same instant several times (due_at and scheduled_due_at, created_at
     # and updated_at, history entries): each distinct one is converted once per document.
     return _fields(fields, client, {})
 
 
-def _fields(fields: Any, client: Any, times: dict[tuple[int, int], Any]) -> dict[str, Any] | Any:
-    if any(name.startswith("__") for name in fields):  # a Vector or BSON map, say
-        return _helpers.decode_dict(fields, client)
-    return {name: _value(fields[name], client, times) for name in fields}
+def decode_value(value: Any, client: Any) -> Any:
+    """The Python value of one raw `Value`."""
+    return _value(value, client, {})
 
 
 def update_time(document: Any) -> ProtoDatetimeWithNanoseconds | None:
-    """A raw `Document`'s update_time as `DocumentSnapshot.update_time` has it (proto-plus's
-    timestamp type), or None when unset."""
-    if not document.HasField("update_time"):
+    """A raw `Document`'s (or `WriteResult`'s) update_time as the client's snapshots and write
+    results have it (proto-plus's timestamp type), or None when unset."""
+    return _stamp(document, "update_time")
+
+
+def create_time(document: Any) -> ProtoDatetimeWithNanoseconds | None:
+    """A raw `Document`'s create_time, as `update_time`."""
+    return _stamp(document, "create_time")
+
+
+def read_time_of(response: Any) -> ProtoDatetimeWithNanoseconds | None:
+    """A raw answer's read_time (a read, a query result, a count), as `update_time`."""
+    return _stamp(response, "read_time")
+
+
+def _stamp(message: Any, field: str) -> ProtoDatetimeWithNanoseconds | None:
+    if not message.HasField(field):
         return None
-    return ProtoDatetimeWithNanoseconds.from_timestamp_pb(document.update_time)
+    return ProtoDatetimeWithNanoseconds.from_timestamp_pb(getattr(message, field))
+
+
+def _fields(fields: Any, client: Any, times: dict[tuple[int, int], Any]) -> dict[str, Any] | Any:
+    decoded = {name: _value(fields[name], client, times) for name in fields}
+    if decoded.get("__type__") == "__vector__":  # how Firestore holds a vector embedding
+        return Vector(decoded["value"])
+    return decoded
 
 
 def _value(value: Any, client: Any, times: dict[tuple[int, int], Any]) -> Any:
@@ -70,4 +97,17 @@ def _value(value: Any, client: Any, times: dict[tuple[int, int], Any]) -> Any:
         return value.double_value
     if kind == "bytes_value":
         return value.bytes_value
-    return _helpers.decode_value(value, client)  # references, geo points, the unknown
+    if kind == "reference_value":
+        return _reference(value.reference_value, client)
+    if kind == "geo_point_value":
+        return GeoPoint(value.geo_point_value.latitude, value.geo_point_value.longitude)
+    raise ValueError(f"unknown Firestore value type {kind!r}")
+
+
+def _reference(name: str, client: Any) -> Any:
+    """`projects/p/databases/d/documents/c/id` as the client's `DocumentReference` to
+    `c/id`; ValueError for one of another project, as the client refuses it."""
+    prefix, found, path = name.partition(_DOCUMENTS)
+    if not found or prefix.split("/")[1:2] != [str(client.project)]:
+        raise ValueError(f"reference {name!r} is not to a document of this client's project")
+    return client.document(path)

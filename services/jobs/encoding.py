@@ -1,16 +1,19 @@
-"""Field updates of job records as Firestore `Write` protobufs, built on the protobuf classes.
+"""Writes of records as Firestore `Write` protobufs, and values as `Value`s, built on the
+protobuf classes of `google.cloud.firestore_v1.types`.
 
-The client's `update()` (`_helpers.pbs_for_update`) encodes every value through proto-plus
-wrappers, about half a millisecond for a claim's three fields, and was the scan's largest
-cost on the client side. A job record's values are plain (None, bool, int, float, str,
-datetime, and maps and lists of them), so `update_write` builds the same `Write` straight on
-the protobuf classes the client's wrappers hold. `tests/unit/jobs/test_encoding.py` proves
-the result equal to what `pbs_for_update` builds, for generated values and for every
-transition of the state machine. One sentinel is encoded: a top-level `ArrayUnion` (how the
-worker appends history entries) becomes the field transform `append_missing_elements` on the
-same Write, as the client builds it. Anything else (another sentinel such as DELETE_FIELD, a
-reference, a GeoPoint, a dotted field path) gets None, and the caller takes the client's own
-path, so nothing here ever changes what is written.
+The store sends its writes through the public GAPIC client (`gateway`), so the `Write`s are
+built here: `update_write` (only the named top-level fields, on condition that the document
+exists or is at a given update_time), `set_write`, `create_write` and `delete_write`. They are
+built straight on the raw protobuf classes, not through proto-plus wrappers per value (about
+half a millisecond for a claim's three fields through the high-level client's `update()`).
+A record's values are plain (None, bool, int, float, str, datetime, and maps and lists of
+them); `tests/unit/jobs/test_encoding.py` proves each Write equal to what the high-level
+client builds for the same call, for generated values and for every transition of the state
+machine. One sentinel is encoded: a top-level `ArrayUnion` in an update (how the worker
+appends history entries) becomes the field transform `append_missing_elements` on the same
+Write, as the client builds it. Anything else (another sentinel such as DELETE_FIELD, a
+reference, a GeoPoint, a dotted field path) is refused: `update_write` answers None and the
+others raise ValueError, so nothing is ever written in a form the tests do not cover.
 
 Write, Precondition and DocumentMask:
 https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#write
@@ -25,12 +28,13 @@ from typing import Any
 
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud.firestore_v1.transforms import ArrayUnion
-from google.cloud.firestore_v1.types import common, write
+from google.cloud.firestore_v1.types import common, document, write
 from google.protobuf import timestamp_pb2
 from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
 
 _WRITE = write.Write.pb()
 _PRECONDITION = common.Precondition.pb()
+_VALUE = document.Value.pb()
 # A top-level name the client would not parse as a path of several segments.
 _SIMPLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -73,8 +77,60 @@ def update_write(
     if last_update_time is None:
         update.current_document.CopyFrom(_PRECONDITION(exists=True))
     else:
-        update.current_document.update_time.CopyFrom(_precondition_time(last_update_time))
+        update.current_document.update_time.CopyFrom(proto_timestamp(last_update_time))
     return update
+
+
+def merge_write(document_path: str, fields: Mapping[str, Any]) -> Any:
+    """The `Write` that `set(fields, merge=list(fields))` sends: the named top-level fields
+    replaced, the rest of the document (or its absence) left as it is, no condition.
+    ValueError for a value or name this module does not encode."""
+    write_pb = update_write(document_path, fields)
+    if write_pb is None or any(isinstance(v, ArrayUnion) for v in fields.values()):
+        raise ValueError(f"cannot encode the merge of {sorted(fields)} into {document_path!r}")
+    write_pb.ClearField("current_document")
+    return write_pb
+
+
+def set_write(document_path: str, data: Mapping[str, Any]) -> Any:
+    """The `Write` (raw protobuf) that `set(data)` sends: the whole document replaced, no
+    condition. ValueError for a value this module does not encode."""
+    write_pb = _WRITE()
+    write_pb.update.name = document_path
+    fields = write_pb.update.fields
+    try:
+        for name, value in data.items():
+            if not isinstance(name, str) or not name:
+                raise _Unsupported(name)  # the client refuses an empty field name too
+            _fill(fields[name], value, True)
+    except (_Unsupported, TypeError, OverflowError) as exc:
+        raise ValueError(f"cannot encode a field of {document_path!r}: {exc!r}") from exc
+    return write_pb
+
+
+def create_write(document_path: str, data: Mapping[str, Any]) -> Any:
+    """`set_write` on condition that the document does not exist yet (`create`)."""
+    write_pb = set_write(document_path, data)
+    write_pb.current_document.CopyFrom(_PRECONDITION(exists=False))
+    return write_pb
+
+
+def delete_write(document_path: str) -> Any:
+    """The `Write` that `delete()` sends: no condition (deleting nothing is not an error)."""
+    write_pb = _WRITE()
+    write_pb.delete = document_path
+    return write_pb
+
+
+def encode_value(value: Any) -> Any:
+    """A plain value (what a record holds) as a raw `Value`, as the client encodes a query's
+    filter operand or cursor value. ValueError for a value this module does not encode."""
+    target = _VALUE()
+    try:
+        _fill(target, value, False)
+    except (_Unsupported, TypeError, OverflowError) as exc:
+        raise ValueError(f"cannot encode {value!r} as a Firestore value") from exc
+    return target
 
 
 def _fill(target: Any, value: Any, in_path: bool) -> None:
@@ -116,9 +172,9 @@ def _fill(target: Any, value: Any, in_path: bool) -> None:
 
 
 def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
-    """`google.cloud._helpers._datetime_to_pb_timestamp(value)`, what the client's
-    encode_value calls for a datetime, in less than half its time: the same whole seconds
-    since the epoch (naive read as UTC), scaled by the same float 1e6, plus microseconds."""
+    """What the high-level client's encoder makes of a datetime, in less than half its
+    time: the same whole seconds since the epoch (naive read as UTC), scaled by the same
+    float 1e6, plus microseconds."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     since = value.astimezone(UTC) - _EPOCH  # astimezone: the same OverflowError at the edges
@@ -127,8 +183,9 @@ def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=seconds, nanos=rest * 1000)
 
 
-def _precondition_time(value: datetime) -> timestamp_pb2.Timestamp:
-    """The time as the client's `Precondition(update_time=value)` converts it: proto-plus's
+def proto_timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    """The time as proto-plus converts it for the client (`Precondition(update_time=value)`,
+    a read_time): proto-plus's
     timestamp rule, which keeps nanoseconds only for its own DatetimeWithNanoseconds (what
     a write result's update_time decodes to) and truncates any other datetime to whole
     microseconds."""

@@ -1,5 +1,6 @@
 """The queries the store runs, as data: `QuerySpec` values a test can check against the
-declared indexes (`schema.composite_indexes(N)`) without running them, and the listing cursor.
+declared indexes (`schema.composite_indexes(N)`) without running them, the listing cursor,
+and `structured_query`: a `QuerySpec` as the `StructuredQuery` Firestore runs.
 
 Every builder of a query that orders or ranges on a timestamp takes `shard`: None for the
 unsharded query JOBS_SHARDS = 1 runs, k for shard k's part of it with N > 1.
@@ -14,10 +15,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from google.cloud.firestore_v1.types import query as query_types
+
 from services.jobs import schema
+from services.jobs.encoding import encode_value
 from services.jobs.errors import ValidationError
 from services.jobs.shard import Part
 from services.jobs.state import State
+
+NAME = "__name__"  # the document's name: a field to order by
 
 
 @dataclass(frozen=True)
@@ -27,9 +33,10 @@ class QuerySpec:
     collection: str
     equals: tuple[tuple[str, Any], ...] = ()
     ranges: tuple[tuple[str, str, Any], ...] = ()  # (field, operator, value)
-    order_by: tuple[str, ...] = ()  # ascending; the implicit __name__ tiebreak follows
+    # Ascending; the implicit __name__ tiebreak follows (or is named last: ID order alone).
+    order_by: tuple[str, ...] = ()
     limit: int | None = None
-    start_after: tuple[Any, ...] | None = None  # order_by values, then the document ID
+    start_after: tuple[Any, ...] | None = None  # the other order_by values, then the doc ID
 
     @property
     def shape(self) -> schema.QueryShape:
@@ -191,3 +198,73 @@ def misfiled_due_queries(limit: int, shard: Part = None) -> tuple[QuerySpec, Que
             limit=limit,
         ),
     )
+
+
+# --- as Firestore's StructuredQuery ---------------------------------------------------------
+
+_STRUCTURED = query_types.StructuredQuery.pb()
+_OPERATORS = {
+    "<": _STRUCTURED.FieldFilter.Operator.LESS_THAN,
+    "<=": _STRUCTURED.FieldFilter.Operator.LESS_THAN_OR_EQUAL,
+    "==": _STRUCTURED.FieldFilter.Operator.EQUAL,
+    ">=": _STRUCTURED.FieldFilter.Operator.GREATER_THAN_OR_EQUAL,
+    ">": _STRUCTURED.FieldFilter.Operator.GREATER_THAN,
+    "in": _STRUCTURED.FieldFilter.Operator.IN,
+}
+
+
+def structured_query(spec: QuerySpec, documents: str) -> Any:
+    """`spec` as the raw `StructuredQuery` protobuf the high-level client builds for the same
+    query (`tests/unit/jobs/test_queries.py` proves them equal): its filters (one, or an AND
+    of several), ascending orders, the `__name__` tiebreak and the exclusive start cursor
+    after `start_after`, the limit. `documents` is the database's `.../documents` path, which
+    a cursor's document ID becomes a reference under.
+
+    StructuredQuery: https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#structuredquery
+    """
+    query = _STRUCTURED()
+    query.from_.add().collection_id = spec.collection
+    filters = [(name, "in" if isinstance(v, tuple) else "==", v) for name, v in spec.equals]
+    filters += list(spec.ranges)
+    if len(filters) == 1:
+        _field_filter(query.where, *filters[0])
+    elif filters:
+        query.where.composite_filter.op = _STRUCTURED.CompositeFilter.Operator.AND
+        for name, op, value in filters:
+            _field_filter(query.where.composite_filter.filters.add(), name, op, value)
+    if spec.order_by:
+        for name in spec.order_by:
+            _order(query, name)
+        if spec.start_after is not None:
+            if spec.order_by[-1] != NAME:  # the document ID breaks ties, last
+                _order(query, NAME)
+            *values, document_id = spec.start_after
+            query.start_at.before = False
+            cursor = query.start_at.values
+            for value in values:
+                cursor.add().CopyFrom(encode_value(value))
+            cursor.add().reference_value = f"{documents}/{spec.collection}/{document_id}"
+    elif spec.start_after is not None:
+        raise ValueError("a cursor needs an order")
+    if spec.limit is not None:
+        query.limit.value = spec.limit
+    return query
+
+
+def _field_filter(target: Any, name: str, op: str, value: Any) -> None:
+    if op == "==" and value is None:  # the client sends `== None` as a unary IS_NULL filter
+        target.unary_filter.op = _STRUCTURED.UnaryFilter.Operator.IS_NULL
+        target.unary_filter.field.field_path = name
+        return
+    if op not in _OPERATORS:
+        raise ValueError(f"operator {op!r} is not one the store's queries use")
+    field_filter = target.field_filter
+    field_filter.field.field_path = name
+    field_filter.op = _OPERATORS[op]
+    field_filter.value.CopyFrom(encode_value(list(value) if op == "in" else value))
+
+
+def _order(query: Any, name: str) -> None:
+    order = query.order_by.add()
+    order.field.field_path = name
+    order.direction = _STRUCTURED.Direction.ASCENDING

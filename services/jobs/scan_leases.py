@@ -32,7 +32,14 @@ from google.cloud import firestore
 
 from services.jobs import schema
 from services.jobs.errors import JobsError
-from services.jobs.transactions import CallBounds, TransactionRunner, as_datetime, store_errors
+from services.jobs.gateway import Gateway
+from services.jobs.transactions import (
+    CallBounds,
+    Transaction,
+    TransactionRunner,
+    as_datetime,
+    store_errors,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -116,10 +123,13 @@ def decide(
 class ScanLeases:
     """The partitions' lease documents in Firestore."""
 
-    def __init__(self, client: firestore.Client, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, client: firestore.Client, *, timeout_s: float = 10.0, database: str | None = None
+    ) -> None:
         self._client = client
         self._bounds = CallBounds(timeout_s)
-        self._tx = TransactionRunner(client, self._bounds)
+        # Transactions through the public GAPIC client, as the store's (services/jobs/gateway).
+        self._tx = TransactionRunner(Gateway(client, database, self._bounds))
 
     def _ref(self, partition: int) -> Any:
         return self._client.collection(schema.CONTROL).document(lease_document_id(partition))
@@ -136,7 +146,7 @@ class ScanLeases:
         ref = self._ref(partition)
         used: list[Any] = []
 
-        def body(transaction: firestore.Transaction) -> Lease | LeaseRefused:
+        def body(transaction: Transaction) -> Lease | LeaseRefused:
             used[:] = [transaction]
             snapshot = self._tx.get_in(transaction, ref)
             data = snapshot.to_dict() if snapshot.exists else None

@@ -1,14 +1,12 @@
-"""The Firestore transaction plumbing: bounded calls, the transaction runner, error translation.
+"""The Firestore transaction plumbing: the transaction runner and error translation.
 
-The only module that touches the client's private internals (`Transaction._begin`,
-`_commit`, `_rollback`, `_clean_up`, `_options_protobuf`, `_write_pbs`, `_id`, a batch's
-`_add_write_pbs` and `_document_references`, a reference's `_document_path`,
-`_helpers.decode_dict`, a query's `_get_stream_iterator`, and the client's `_firestore_api`,
-`_database_string`, `_rpc_metadata`): the client's Transaction sends begin,
-commit and rollback with the generated 60 s defaults and takes no timeout, so they are
-re-issued here with one; `add_update` hands a batch a `Write` built by `encoding`.
-`tests/unit/jobs/test_transactions.py` fails loudly if any of those internals change in a new
-client release.
+`TransactionRunner.run(body)` runs a body in a read-write `Transaction` made of the public
+GAPIC client's BeginTransaction, reads with the transaction's ID, Commit and Rollback
+(`gateway.Gateway`), each with its own timeout: the high-level client's Transaction sends
+begin, commit and rollback with the generated 60 s defaults and takes no timeout. A commit
+Firestore ABORTED is begun again as the high-level client's `transactional` does
+(retry_transaction keeps its place in line); contention beyond that is retried here with
+jittered backoff, then LostRace. `store_errors` translates the client's errors to the store's.
 """
 
 from __future__ import annotations
@@ -17,21 +15,21 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from google.api_core import exceptions as api_exceptions
-from google.api_core import retry as api_retry
-from google.cloud import firestore
-from google.cloud.firestore_v1 import _helpers
 from google.cloud.firestore_v1.base_document import DocumentSnapshot
-from google.cloud.firestore_v1.types import write as write_types
 
 from services.jobs import schema
-from services.jobs.encoding import update_write
+
+# The bounds are imported from here too (the settings, the CLI).
+from services.jobs.bounds import DEFAULT_CALL_TIMEOUT_S as DEFAULT_CALL_TIMEOUT_S
+from services.jobs.bounds import CallBounds as CallBounds
+from services.jobs.bounds import bounded_retry as bounded_retry
+from services.jobs.decoding import update_time
 from services.jobs.errors import (
     JobsError,
     LostRace,
@@ -39,7 +37,9 @@ from services.jobs.errors import (
     StoreRejected,
     StoreUnavailable,
 )
+from services.jobs.gateway import Gateway
 from services.jobs.model import Job
+from services.jobs.queries import QuerySpec
 
 logger = logging.getLogger(__name__)
 # Our own generator: backoff jitter must not move the global `random` state other code (and
@@ -48,194 +48,132 @@ _JITTER = random.Random()
 
 T = TypeVar("T")
 
-# Without these the client waits up to 300 s for a read and 60 s for a commit when Firestore is
-# unreachable; a scan run or a push must answer 503 long before Pub/Sub or the scheduler gives up.
-DEFAULT_CALL_TIMEOUT_S = 10.0
-TRANSACTION_ATTEMPTS = 5  # the client's own retries of an ABORTED commit
-CONTENTION_ROUNDS = 8  # our retries, with jittered backoff, once the client gives up
+TRANSACTION_ATTEMPTS = 5  # attempts of one transaction whose commit Firestore ABORTED
+CONTENTION_ROUNDS = 8  # our retries, with jittered backoff, once those are spent
+_EXCEEDED = "Failed to commit transaction in {:d} attempts."
 
 
-def bounded_retry(deadline_s: float) -> api_retry.Retry:
-    """Retry transient Firestore errors with backoff, giving up after `deadline_s` in all."""
-    return api_retry.Retry(
-        predicate=api_retry.if_exception_type(
-            api_exceptions.ServiceUnavailable,
-            api_exceptions.DeadlineExceeded,
-            api_exceptions.InternalServerError,
-            api_exceptions.ResourceExhausted,
-        ),
-        initial=0.1,
-        maximum=2.0,
-        multiplier=2.0,
-        timeout=deadline_s,
-    )
+class Transaction:
+    """One read-write transaction, through `Gateway` (the public GAPIC client).
 
-
-@dataclass(frozen=True)
-class CallBounds:
-    """The per-call timeout and the retry every Firestore request of a store gets.
-
-    `retry` None means `bounded_retry(2 * timeout_s)`: a couple of attempts, then 503.
+    The body of `TransactionRunner.run` reads and writes through it: `get`, `get_all`,
+    `query`, `stream` send their reads with the transaction's ID (which locks what they read);
+    `create`, `set`, `update`, `delete` queue `Write`s the commit sends. As with the
+    high-level client's Transaction, a read after a write is refused.
     """
 
-    timeout_s: float = DEFAULT_CALL_TIMEOUT_S
-    retry: api_retry.Retry | None = None
-
-    def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError("timeout_s must be positive")
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """`retry=` and `timeout=` for a read (get, query, aggregation, get_all)."""
-        return {"retry": self.retry or bounded_retry(2 * self.timeout_s), "timeout": self.timeout_s}
-
-    @property
-    def write_kwargs(self) -> dict[str, Any]:
-        """For a single write: timeout only, since a retried create would answer AlreadyExists
-        for its own first attempt."""
-        return {"retry": None, "timeout": self.timeout_s}
-
-
-class BoundedTransaction(firestore.Transaction):
-    """A transaction whose begin, commit and rollback carry a timeout.
-
-    The client's Transaction sends them with the generated defaults (60 s and its own retries)
-    and takes no timeout argument, so these three calls are re-issued here with one.
-    """
-
-    def __init__(self, client: firestore.Client, bounds: CallBounds, max_attempts: int) -> None:
-        super().__init__(client, max_attempts=max_attempts)
-        self._bounds = bounds
-        # Set once begin succeeded: from then on the transaction may hold document locks, so
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+        self.id: bytes | None = None
+        # Set once a begin succeeded: from then on the transaction may hold document locks, so
         # a DEADLINE_EXCEEDED is a wait on another transaction's lock (contention), not an
         # outage.
         self.began = False
-        self.written_names: list[str] = []
+        self._writes = gateway.writes()
+        self.write_results: list[Any] = []  # raw `WriteResult`s of the commit, in write order
+        self.written_names: list[str] = []  # the document of each
+        self.commit_time: Any = None
 
-    def _begin(self, retry_id: bytes | None = None) -> None:
-        if self.in_progress:
-            raise ValueError(f"transaction {self._id!r} already begun")
-        response = self._client._firestore_api.begin_transaction(
-            request={
-                "database": self._client._database_string,
-                "options": self._options_protobuf(retry_id),
-            },
-            metadata=self._client._rpc_metadata,
-            **self._bounds.kwargs,
-        )
-        self._id = response.transaction
+    @property
+    def in_progress(self) -> bool:
+        return self.id is not None
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get(self, reference: Any) -> DocumentSnapshot:
+        """One document's snapshot (exists False when missing), read in the transaction."""
+        return self._gateway.get(reference, self._read_id())
+
+    def get_all(self, references: Sequence[Any]) -> Iterator[DocumentSnapshot]:
+        return self._gateway.get_all(references, self._read_id())
+
+    def query(self, spec: QuerySpec) -> Iterator[tuple[str, Any]]:
+        """(document ID, raw `Document`) of each result of `spec`, in order."""
+        return self._gateway.query(spec, self._read_id())
+
+    def stream(self, spec: QuerySpec) -> Iterator[DocumentSnapshot]:
+        return self._gateway.stream(spec, self._read_id())
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def create(self, reference: Any, data: dict[str, Any]) -> None:
+        self._writes.create(reference, data)
+
+    def set(self, reference: Any, data: dict[str, Any]) -> None:
+        self._writes.set(reference, data)
+
+    def update(
+        self, reference: Any, fields: dict[str, Any], last_update_time: datetime | None = None
+    ) -> None:
+        self._writes.update(reference, fields, last_update_time)
+
+    def delete(self, reference: Any) -> None:
+        self._writes.delete(reference)
+
+    # -- the runner's -----------------------------------------------------------------------
+
+    def begin(self, retry_id: bytes | None) -> None:
+        """Forget any earlier attempt and begin anew (with the begin's bounded retry and
+        timeout: the high-level client sends it with the generated 60 s defaults)."""
+        self._clean_up()
+        self.id = self._gateway.begin(retry_id)
         self.began = True
 
-    def _rollback(self) -> None:
-        # Called on any error in the body or commit. When begin itself failed there is
-        # nothing to roll back, and a failed rollback must not hide the error that caused it:
-        # Firestore expires an abandoned transaction on its own.
-        if not self.in_progress:
+    def commit(self) -> None:
+        """Send the queued writes with the transaction (timeout, no retry). On an error the
+        transaction stays in progress, so the runner's rollback releases it."""
+        if self.id is None:
+            raise ValueError("no transaction in progress to commit")
+        response = self._gateway.commit(self._writes, self.id)
+        self.written_names = self._writes.names
+        self.write_results = list(response.write_results)
+        self.commit_time = response.commit_time
+        self._clean_up()
+
+    def rollback(self) -> None:
+        """Release the transaction's locks. When begin itself failed there is nothing to roll
+        back, and a failed rollback must not hide the error that caused it: Firestore expires
+        an abandoned transaction on its own."""
+        if self.id is None:
             return
         try:
-            self._client._firestore_api.rollback(
-                request={"database": self._client._database_string, "transaction": self._id},
-                metadata=self._client._rpc_metadata,
-                **self._bounds.write_kwargs,
-            )
+            self._gateway.rollback(self.id)
         except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
             logger.warning("transaction rollback failed: %s", type(exc).__name__)
         finally:
             self._clean_up()
 
-    def _commit(self) -> list[Any]:
-        if not self.in_progress:
-            raise ValueError("no transaction in progress to commit")
-        response = self._client._firestore_api.commit(
-            request={
-                "database": self._client._database_string,
-                "writes": self._write_pbs,
-                "transaction": self._id,
-            },
-            metadata=self._client._rpc_metadata,
-            **self._bounds.write_kwargs,
-        )
-        # Which document each write result belongs to (the results come in write order).
-        self.written_names = [_written_name(pb) for pb in self._write_pbs]
-        self._clean_up()
-        self.write_results = list(response.write_results)
-        self.commit_time = response.commit_time
-        return self.write_results
+    def _clean_up(self) -> None:
+        self.id = None
+        self._writes = self._gateway.writes()
 
-
-def add_update(
-    batch: Any,
-    reference: Any,
-    fields: dict[str, Any],
-    last_update_time: datetime | None = None,
-) -> None:
-    """`batch.update(reference, fields)` (a transaction, a WriteBatch or a BulkWriteBatch),
-    conditioned on `last_update_time` when given, with the `Write` built by
-    `encoding.update_write`: the same protobuf, without the client's per-value proto-plus
-    cost. What that declines goes through the client's own `update`."""
-    path = reference._document_path
-    pb = update_write(path, fields, last_update_time)
-    if pb is None:
-        option = None
-        if last_update_time is not None:
-            option = batch._client.write_option(last_update_time=last_update_time)
-        batch.update(reference, fields, option=option)
-        return
-    batch._document_references[path] = reference
-    batch._add_write_pbs([write_types.Write.wrap(pb)])
+    def _read_id(self) -> bytes:
+        if self.id is None:
+            raise ValueError("the transaction is not in progress")
+        if len(self._writes):
+            raise ValueError("Attempted read after write in a transaction.")
+        return self.id
 
 
 class TransactionRunner:
-    """Runs transaction bodies against one client with one set of call bounds."""
+    """Runs transaction bodies against one database with one set of call bounds."""
 
-    def __init__(self, client: firestore.Client, bounds: CallBounds) -> None:
-        self._client = client
-        self._bounds = bounds
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
 
-    def get_document(self, ref: Any) -> Any | None:
-        """One document read outside a transaction, as the unary GetDocument RPC
-        (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#google.firestore.v1.Firestore.GetDocument):
-        its snapshot (with update_time, for a compare-and-set), or None when Firestore
-        answers NOT_FOUND. The public `DocumentReference.get` sends a server-streaming
-        BatchGetDocuments instead, which costs the client about twice the CPU. NOT_FOUND also
-        means a missing database, so a caller treats None as "decide in a transaction", whose
-        read tells the two apart."""
-        try:
-            document = self._client._firestore_api.get_document(
-                request={"name": ref._document_path},
-                metadata=self._client._rpc_metadata,
-                **self._bounds.kwargs,
-            )
-        except api_exceptions.NotFound:
-            return None
-        return DocumentSnapshot(
-            ref,
-            _helpers.decode_dict(document.fields, self._client),
-            exists=True,
-            read_time=None,
-            create_time=document.create_time,
-            update_time=document.update_time,
-        )
+    def get_document(self, reference: Any) -> DocumentSnapshot | None:
+        """`Gateway.get_document`: one read outside a transaction, None for NOT_FOUND."""
+        return self.gateway.get_document(reference)
 
-    def query_in(self, transaction: firestore.Transaction, query: Any) -> Iterator[tuple[str, Any]]:
-        """(document ID, raw `Document` protobuf) of each result of `query` run inside
-        `transaction` (which locks them), in order: the RunQuery request `query.stream`
-        sends, without its per-result `DocumentSnapshot` (proto-plus wrappers, decoding and
-        deep copies of every document); `decoding.decode_fields` reads the fields. Inside a
-        transaction the client does not resume a broken stream either: an error raises."""
-        bounds = self._bounds.kwargs
-        responses, prefix = query._get_stream_iterator(
-            transaction, bounds["retry"], bounds["timeout"]
-        )
-        for response in responses:
-            raw = response._pb
-            if raw.HasField("document"):
-                yield _helpers.get_doc_id(raw.document, prefix), raw.document
+    def query_in(self, transaction: Transaction, spec: QuerySpec) -> Iterator[tuple[str, Any]]:
+        """(document ID, raw `Document`) of each result of `spec` run inside `transaction`
+        (which locks them), in order; `decoding.decode_fields` reads the fields. Inside a
+        transaction a broken stream is not resumed: an error raises."""
+        return transaction.query(spec)
 
-    def get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
+    def get_in(self, transaction: Transaction, reference: Any) -> DocumentSnapshot:
         """One document read inside `transaction` (it locks the document)."""
-        return next(iter(transaction.get(ref, **self._bounds.kwargs)))
+        return transaction.get(reference)
 
     def run(self, body: Callable[..., T], *args: Any) -> T:
         """Run `body(transaction, *args)` transactionally, retrying contention with jittered
@@ -243,7 +181,7 @@ class TransactionRunner:
         LostRace; UNAVAILABLE (or a deadline with nothing held) StoreUnavailable; a refusal
         retrying cannot fix StoreRejected."""
         for round_ in range(CONTENTION_ROUNDS):
-            transaction = BoundedTransaction(self._client, self._bounds, TRANSACTION_ATTEMPTS)
+            transaction = Transaction(self.gateway)
             try:
                 with store_errors():
                     return self._commit_run(transaction, body, *args)
@@ -259,26 +197,44 @@ class TransactionRunner:
                 raise
         raise LostRace("gave up after repeated transaction contention; retry later")
 
-    def _commit_run(self, transaction: BoundedTransaction, body: Callable[..., T], *args: Any) -> T:
-        result = firestore.transactional(body)(transaction, *args)
-        written = getattr(transaction, "write_results", None) or []
-        names = getattr(transaction, "written_names", [])
+    def _commit_run(self, transaction: Transaction, body: Callable[..., T], *args: Any) -> T:
+        result = _attempts(transaction, body, *args)
         if isinstance(result, Job):
             # The commit time of the job's own write (a shared key's document may be written
             # in the same commit): what a later compare-and-set conditions on.
             suffix = f"/{schema.JOBS}/{result.job_id}"
-            for name, written_result in zip(names, written, strict=False):
-                if name.endswith(suffix) and written_result.update_time is not None:
-                    stamp = as_datetime(written_result.update_time)
-                    result = dataclasses.replace(result, update_time=stamp)
+            job: Job = result
+            names = transaction.written_names
+            for name, written in zip(names, transaction.write_results, strict=False):
+                stamp = update_time(written)
+                if name.endswith(suffix) and stamp is not None:
+                    job = dataclasses.replace(job, update_time=as_datetime(stamp))
+            return cast(T, job)
         return result
 
 
-def _written_name(write_pb: Any) -> str:
-    """The document a write (a proto-plus `Write`: update, delete or transform) names, read
-    from the raw message (no proto-plus attribute lookups per write)."""
-    raw = getattr(write_pb, "_pb", write_pb)
-    return str(raw.update.name or raw.delete or raw.transform.document)
+def _attempts(transaction: Transaction, body: Callable[..., T], *args: Any) -> T:
+    """Begin, run `body`, commit; a commit Firestore ABORTED is begun again (up to
+    TRANSACTION_ATTEMPTS in all, each retry naming the first attempt so it keeps its place in
+    line: https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#transactionoptions),
+    then ValueError from the last Aborted. Any error rolls the transaction back. The same
+    loop as the high-level client's `transactional`."""
+    retry_id: bytes | None = None
+    last: api_exceptions.Aborted | None = None
+    try:
+        for _ in range(TRANSACTION_ATTEMPTS):
+            transaction.begin(retry_id)
+            retry_id = retry_id or transaction.id
+            result = body(transaction, *args)
+            try:
+                transaction.commit()
+                return result
+            except api_exceptions.Aborted as exc:
+                last = exc
+        raise ValueError(_EXCEEDED.format(TRANSACTION_ATTEMPTS)) from last
+    except BaseException:
+        transaction.rollback()
+        raise
 
 
 class Contention(Exception):

@@ -470,8 +470,12 @@ class LocalSystem:
 
     def store(self) -> FirestoreJobStore:
         if self._store is None:
+            backends = self.backends()
             self._store = FirestoreJobStore(
-                self.backends().firestore(), self.clock, shards=self.options.shards
+                backends.firestore(),
+                self.clock,
+                shards=self.options.shards,
+                database=backends.database,
             )
         return self._store
 

@@ -143,10 +143,11 @@ def _read(store: Any, client: Any, now: datetime, jobs: int) -> tuple[float, int
     protobufs, no decoding), committed with no writes. Nothing is claimed, so each run reads
     the same first page: the same work per document as reading the next one, which the claim
     reaches without a cursor too."""
+    from services.jobs.gateway import Gateway
     from services.jobs.queries import due_query
     from services.jobs.transactions import CallBounds, TransactionRunner
 
-    runner = TransactionRunner(client, CallBounds(timeout_s=30))
+    runner = TransactionRunner(Gateway(client, None, CallBounds(timeout_s=30)))
     query = store._documents.query(due_query(now, LIMITS["page_size"]))
 
     def page(transaction: Any) -> int:

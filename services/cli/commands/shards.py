@@ -68,6 +68,7 @@ def backfill_shards(session: Session, args: argparse.Namespace) -> Report:
         shards,
         batch_size=args.batch_size,
         bounds=CallBounds(timeout_s),
+        database=session.backends.database,
     )
     progress = session.progress(
         "backfilling shards" if args.apply else "checking shards", backfill.total()

@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from google.cloud import firestore
-
 from services.jobs import schema
 from services.jobs.decoding import update_time
 from services.jobs.errors import (
@@ -40,7 +38,7 @@ from services.jobs.store.documents import (
     text_ok,
     write_changes,
 )
-from services.jobs.transactions import as_datetime, store_errors
+from services.jobs.transactions import Transaction, as_datetime, store_errors
 from services.jobs.written import WrittenRecords
 
 logger = logging.getLogger(__name__)
@@ -179,7 +177,7 @@ class Claims:
 
     def _claim_page(
         self,
-        transaction: firestore.Transaction,
+        transaction: Transaction,
         now: datetime,
         run_id: str,
         want: int,
@@ -207,9 +205,7 @@ class Claims:
     ) -> tuple[list[ClaimedJob], list[str]]:
         """A claim page; each claimed job is remembered with the update_time its write got."""
 
-        def attempt(
-            transaction: firestore.Transaction, *args: Any
-        ) -> tuple[list[ClaimedJob], list[str]]:
+        def attempt(transaction: Transaction, *args: Any) -> tuple[list[ClaimedJob], list[str]]:
             self._pending.jobs = []
             self._pending.transaction = transaction
             return self._claim_page(transaction, *args)
@@ -222,7 +218,7 @@ class Claims:
         # Read from the raw results: the same time the proto-plus field gives, without its
         # wrapper per result.
         stamped = (
-            (name, update_time(result._pb))
+            (name, update_time(result))
             for name, result in zip(names, written, strict=False)
             if in_jobs in name
         )
@@ -312,7 +308,7 @@ class Claims:
 
     def _mark_page(
         self,
-        transaction: firestore.Transaction,
+        transaction: Transaction,
         page: list[tuple[str, int, str]],
         at: datetime | None,
     ) -> list[EnqueueMark]:
@@ -322,7 +318,7 @@ class Claims:
         before: dict[str, Job] = {}
         broken: dict[str, InvalidRecord] = {}
         if refs:
-            for snapshot in transaction.get_all(refs, **self._docs.bounds.kwargs):
+            for snapshot in transaction.get_all(refs):
                 if snapshot.exists:
                     try:
                         before[snapshot.id] = decoded(snapshot)

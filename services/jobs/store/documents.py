@@ -18,13 +18,12 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry
 from google.cloud import firestore
-from google.cloud.firestore_v1.base_query import FieldFilter
-from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 
 from services.jobs import metrics, schema
 from services.jobs.clock import Clock
 from services.jobs.decoding import decode_fields, update_time
 from services.jobs.errors import InvalidRecord, JobNotFound, JobsError, ValidationError
+from services.jobs.gateway import Gateway
 from services.jobs.limits import MAX_REASON_BYTES
 from services.jobs.model import Job, decode_job
 from services.jobs.queries import QuerySpec
@@ -32,8 +31,8 @@ from services.jobs.shard import read_parts, require_shards
 from services.jobs.state import Role
 from services.jobs.transactions import (
     CallBounds,
+    Transaction,
     TransactionRunner,
-    add_update,
     as_datetime,
     store_errors,
 )
@@ -60,6 +59,7 @@ class Documents:
         timeout_s: float,
         retry: api_retry.Retry | None,
         shards: int,
+        database: str | None = None,
     ) -> None:
         self.shards = require_shards(shards)
         self.read_parts = read_parts(self.shards)  # [None] with one shard
@@ -68,7 +68,10 @@ class Documents:
         self.clock = clock
         self._observe = query_observer
         self.bounds = CallBounds(timeout_s, retry)
-        self.tx = TransactionRunner(client, self.bounds)
+        # Every RPC through the public GAPIC client (`gateway`); `client`, the high-level
+        # client of the same database, builds document references and sends nothing.
+        self.gateway = Gateway(client, database, self.bounds)
+        self.tx = TransactionRunner(self.gateway)
 
     @property
     def jobs(self) -> Any:
@@ -89,7 +92,7 @@ class Documents:
         with its own event; never raises for the document's content."""
         ref = self.jobs.document(job_id)
 
-        def body(transaction: firestore.Transaction) -> str | None:
+        def body(transaction: Transaction) -> str | None:
             snapshot = self.get_in(transaction, ref)
             if not snapshot.exists:
                 return None
@@ -132,10 +135,10 @@ class Documents:
         stamp = update_time(document)
         return job.replaced(update_time=as_datetime(stamp)) if stamp else job
 
-    def get_in(self, transaction: firestore.Transaction, ref: Any) -> Any:
+    def get_in(self, transaction: Transaction, ref: Any) -> Any:
         return self.tx.get_in(transaction, ref)
 
-    def load(self, transaction: firestore.Transaction, ref: Any, job_id: str) -> Job:
+    def load(self, transaction: Transaction, ref: Any, job_id: str) -> Job:
         snapshot = self.get_in(transaction, ref)
         if not snapshot.exists:
             raise JobNotFound(job_id)
@@ -145,7 +148,7 @@ class Documents:
         """Re-read the job in a transaction, compute its new value, write only what changed."""
         ref = self.jobs.document(job_id)
 
-        def body(transaction: firestore.Transaction) -> Job:
+        def body(transaction: Transaction) -> Job:
             job = self.load(transaction, ref, job_id)
             new = change(job, self.clock.now())
             diff = changed_fields(job, new)
@@ -156,35 +159,27 @@ class Documents:
         return self.tx.run(body)
 
     def stream(
-        self, spec: QuerySpec, transaction: Any = None, read_time: datetime | None = None
+        self, spec: QuerySpec, transaction: Transaction | None = None, read_time: Any = None
     ) -> Iterator[Any]:
-        snapshot = {"read_time": read_time} if read_time is not None else {}
-        return self.query(spec).stream(transaction=transaction, **self.bounds.kwargs, **snapshot)
+        """The snapshots `spec` matches (in `transaction`, or at `read_time`, when given)."""
+        spec = self.query(spec)
+        if transaction is not None:
+            return transaction.stream(spec)
+        return self.gateway.stream(spec, read_time=read_time)
 
-    def count(self, spec: QuerySpec, read_time: datetime | None = None) -> int:
-        snapshot = {"read_time": read_time} if read_time is not None else {}
-        results = self.query(spec).count(alias="n").get(**self.bounds.kwargs, **snapshot)
-        return int(results[0][0].value) if results and results[0] else 0
+    def count(self, spec: QuerySpec, read_time: Any = None) -> int:
+        count, _ = self.gateway.count(self.query(spec), read_time)
+        return count
 
-    def query(self, spec: QuerySpec) -> Any:
+    def count_at(self, spec: QuerySpec) -> tuple[int, Any]:
+        """`count`, and the read time Firestore answered at (for the counts that follow)."""
+        return self.gateway.count(self.query(spec))
+
+    def query(self, spec: QuerySpec) -> QuerySpec:
+        """`spec`, once the query observer saw it: what every query of the store goes through."""
         if self._observe is not None:
             self._observe(spec)
-        query: Any = self.client.collection(spec.collection)
-        for field_path, value in spec.equals:
-            if isinstance(value, tuple):  # one of several values (due_probe_query's shards)
-                query = query.where(filter=FieldFilter(field_path, "in", list(value)))
-            else:
-                query = query.where(filter=FieldFilter(field_path, "==", value))
-        for field_path, op, value in spec.ranges:
-            query = query.where(filter=FieldFilter(field_path, op, value))
-        if spec.order_by:
-            for field_path in spec.order_by:
-                query = query.order_by(field_path)
-            if spec.start_after is not None:
-                query = query.order_by("__name__").start_after(list(spec.start_after))
-        if spec.limit is not None:
-            query = query.limit(spec.limit)
-        return query
+        return spec
 
     def update_if_unchanged(
         self, ref: Any, old: Job, new: Job, *, append_history: bool = True
@@ -195,22 +190,21 @@ class Documents:
         the new update_time, or None when Firestore refused because it changed since.
 
         The condition guarantees the stored history is old's, so history entries `new`
-        appended are sent alone, as an array union (`appended_fields`), not the whole array again:
-        encoding the request is most of the client's CPU for a write. The Write itself is
-        built by `add_update` (`encoding`), what `ref.update` sends without the client's
-        per-value encoder, in the one-write batch `ref.update` commits."""
+        appended are sent alone, as an array union (`appended_fields`), not the whole array
+        again: encoding the request is most of the client's CPU for a write. The Write is
+        built by `encoding` on the raw protobufs and sent as a one-write Commit."""
         assert old.update_time is not None
         diff = appended_fields(old, new) if append_history else changed_fields(old, new)
         if not diff:
             return old.update_time  # Firestore refuses an empty update; nothing to write
-        batch = self.client.batch()
-        add_update(batch, ref, diff, old.update_time)
+        batch = self.gateway.writes()
+        batch.update(ref, diff, old.update_time)
         with store_errors():
             try:
-                results = batch.commit(**self.bounds.write_kwargs)
+                results = self.gateway.commit(batch).write_results
             except api_exceptions.FailedPrecondition:
                 return None
-        stamp = getattr(results[0], "update_time", None) if results else None
+        stamp = update_time(results[0]) if results else None
         return as_datetime(stamp) if stamp else old.update_time
 
     def write_conditionally(self, changes: Sequence[tuple[Job, Job]]) -> list[datetime | None]:
@@ -219,16 +213,15 @@ class Documents:
         (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#precondition),
         in one BatchWrite request; per change the new update_time, or None when it was refused
         or could not be sent (the caller falls back to a transaction, which sorts it out)."""
-        batch = BulkWriteBatch(self.client)
+        batch = self.gateway.writes()
         jobs = self.jobs
         for old, new in changes:
-            add_update(batch, jobs.document(old.job_id), changed_fields(old, new), old.update_time)
+            batch.update(jobs.document(old.job_id), changed_fields(old, new), old.update_time)
         try:
-            response = batch.commit(**self.bounds.write_kwargs)
+            raw = self.gateway.batch_write(batch)  # raw results: no proto-plus wrapper each
         except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
             logger.warning("conditional batch write failed, falling back: %s", exc)
             return [None] * len(changes)
-        raw = response._pb  # the raw results: no proto-plus wrapper per write
         stamps = [update_time(result) for result in raw.write_results]
         return [
             as_datetime(stamp) if status.code == 0 and stamp is not None else None
@@ -243,11 +236,11 @@ def decoded(snapshot: Any) -> Job:
     return dataclasses.replace(job, update_time=as_datetime(stamp)) if stamp else job
 
 
-def write_changes(transaction: firestore.Transaction, ref: Any, old: Job, new: Job) -> None:
+def write_changes(transaction: Transaction, ref: Any, old: Job, new: Job) -> None:
     """Write the fields `new` changed, if any (Firestore refuses an empty update)."""
     diff = changed_fields(old, new)
     if diff:
-        add_update(transaction, ref, diff)
+        transaction.update(ref, diff)
 
 
 def changed_fields(old: Job, new: Job) -> dict[str, Any]:

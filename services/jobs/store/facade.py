@@ -67,7 +67,11 @@ class FirestoreJobStore:
         timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         retry: api_retry.Retry | None = None,
         shards: int = 1,
+        database: str | None = None,
     ) -> None:
+        """`client` is the high-level client of the database the store keeps its records in;
+        `database` names that database when it is not the default one (the store sends its
+        RPCs through its own GAPIC client, and the high-level client keeps the name private)."""
         self._documents = Documents(
             client,
             clock,
@@ -77,6 +81,7 @@ class FirestoreJobStore:
             timeout_s=timeout_s,
             retry=retry,
             shards=shards,
+            database=database,
         )
         self._scheduling = Scheduling(self._documents, known_actions)
         self._reads = Reads(self._documents)

@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as api_exceptions
-from google.cloud import firestore
 
 from services.jobs.errors import InvalidRecord, StoreMisconfigured, ValidationError
 from services.jobs.model import ErrorInfo, IdempotencyRecord, Job, Lease, Result
@@ -30,7 +29,7 @@ from services.jobs.store.documents import (
     write_changes,
 )
 from services.jobs.store.shared_keys import hold_key, require_key
-from services.jobs.transactions import add_update, store_errors
+from services.jobs.transactions import Transaction, store_errors
 
 
 class Leases:
@@ -64,7 +63,7 @@ class Leases:
         if started is not None:
             return started
 
-        def body(transaction: firestore.Transaction) -> Job:
+        def body(transaction: Transaction) -> Job:
             job = self._docs.load(transaction, ref, job_id)
             now = self._docs.clock.now()
             token = uuid.uuid4().hex
@@ -120,7 +119,7 @@ class Leases:
         and the key read, both written). None when the job changed since (the condition
         failed): the transaction then decides from a fresh read."""
 
-        def body(transaction: firestore.Transaction) -> Job:
+        def body(transaction: Transaction) -> Job:
             now = self._docs.clock.now()
             token = uuid.uuid4().hex
             new = self._docs.rules.start(job, generation, now, lease, worker_id, token)
@@ -128,7 +127,7 @@ class Leases:
                 hold_key(self._docs, transaction, job, token, now + lease, now)
             diff = appended_fields(job, new) if exact else changed_fields(job, new)
             if diff:
-                add_update(transaction, ref, diff, job.update_time)
+                transaction.update(ref, diff, job.update_time)
             return new
 
         try:
@@ -146,7 +145,7 @@ class Leases:
             raise ValidationError("duration must be positive")
         ref = self._docs.jobs.document(lease.job_id)
 
-        def body(transaction: firestore.Transaction) -> Job:
+        def body(transaction: Transaction) -> Job:
             job = self._docs.load(transaction, ref, lease.job_id)
             now = self._docs.clock.now()
             new = self._docs.rules.extend(job, lease, now, duration)
@@ -207,7 +206,7 @@ class Leases:
                 return done
         ref = self._docs.jobs.document(lease.job_id)
 
-        def body(transaction: firestore.Transaction) -> Job:
+        def body(transaction: Transaction) -> Job:
             job = self._docs.load(transaction, ref, lease.job_id)
             now = self._docs.clock.now()
             new = self._docs.rules.complete(job, lease, result, now)
@@ -279,7 +278,7 @@ class Leases:
         shared idempotency key this lease held is freed in the same transaction."""
         ref = self._docs.jobs.document(lease.job_id)
 
-        def body(transaction: firestore.Transaction) -> Job:
+        def body(transaction: Transaction) -> Job:
             job = self._docs.load(transaction, ref, lease.job_id)
             new = change(job, self._docs.clock.now())
             key_ref = self._docs.idempotency.document(job.idempotency_key)

@@ -10,8 +10,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from google.cloud import firestore
-
 from services.jobs.control import HOUSEKEEPING_FIELD, Control, HousekeepingMark
 from services.jobs.errors import InvalidRecord, ValidationError
 from services.jobs.model import Backlog, Job, Page, Stats
@@ -35,7 +33,7 @@ from services.jobs.store.documents import (
     require_text,
 )
 from services.jobs.store.merge import merged
-from services.jobs.transactions import store_errors
+from services.jobs.transactions import Transaction, store_errors
 
 _MAX_LIST_LIMIT = 500
 
@@ -75,7 +73,7 @@ class Reads:
         """The job, or None. One read. InvalidRecord when the document cannot be decoded
         (quarantined as it was found; the Firestore console shows it as stored)."""
         with store_errors():
-            snapshot = self._docs.jobs.document(job_id).get(**self._docs.bounds.kwargs)
+            snapshot = self._docs.gateway.get(self._docs.jobs.document(job_id))
         return decoded(snapshot) if snapshot.exists else None
 
     def list_jobs(
@@ -142,10 +140,8 @@ class Reads:
         firestore.v1#runaggregationqueryrequest), so a job moving between states mid-way is
         counted once, in one state."""
         with store_errors():
-            first = self._docs.query(state_query(State.DEFERRED)).count(alias="n")
-            results = first.get(**self._docs.bounds.kwargs)
-            read_time = results[0][0].read_time if results and results[0] else None
-            per_state = {State.DEFERRED: int(results[0][0].value) if results else 0}
+            deferred, read_time = self._docs.count_at(state_query(State.DEFERRED))
+            per_state = {State.DEFERRED: deferred}
             per_state |= {
                 state: self._docs.count(state_query(state), read_time=read_time)
                 for state in State
@@ -220,7 +216,7 @@ class Reads:
     def get_control(self) -> Control:
         """The operator's control settings; defaults when the document does not exist."""
         with store_errors():
-            snapshot = self._docs.control_ref.get(**self._docs.bounds.kwargs)
+            snapshot = self._docs.gateway.get(self._docs.control_ref)
         return Control.from_document(snapshot.to_dict() if snapshot.exists else None)
 
     def update_control(self, by: str, reason: str, **changes: Any) -> Control:
@@ -229,7 +225,7 @@ class Reads:
         Control().changed(by=by, reason=reason, at=self._docs.clock.now(), **dict(changes))
         ref = self._docs.control_ref
 
-        def body(transaction: firestore.Transaction) -> Control:
+        def body(transaction: Transaction) -> Control:
             snapshot = self._docs.get_in(transaction, ref)
             current = Control.from_document(snapshot.to_dict() if snapshot.exists else None)
             updated = current.changed(
@@ -244,11 +240,10 @@ class Reads:
         """Store the scan's housekeeping mark in the control document: one write, replacing
         only that map (operator settings and their history are left as they are)."""
         with store_errors():
-            self._docs.control_ref.set(
-                {HOUSEKEEPING_FIELD: mark.to_document()},
-                merge=[HOUSEKEEPING_FIELD],
-                **self._docs.bounds.kwargs,
-            )
+            # set(..., merge=[field]): no condition, so sending it twice writes the same.
+            writes = self._docs.gateway.writes()
+            writes.merge(self._docs.control_ref, {HOUSEKEEPING_FIELD: mark.to_document()})
+            self._docs.gateway.commit(writes, idempotent=True)
 
 
 def _age(now: datetime, snapshots: list[Any], field: str) -> float | None:

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from google.cloud import firestore
-
 from services.jobs.errors import (
     InvalidRecord,
     InvalidTransition,
@@ -43,7 +41,7 @@ from services.jobs.store.documents import (
     require_text,
     write_changes,
 )
-from services.jobs.transactions import store_errors
+from services.jobs.transactions import Transaction, store_errors
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +174,7 @@ class Reclaims:
 
     def _reclaim_page(
         self,
-        transaction: firestore.Transaction,
+        transaction: Transaction,
         spec: QuerySpec,
         step: _ReclaimStep,
         run_id: str,
@@ -209,7 +207,7 @@ class Reclaims:
         for job_id in ids:
             ref = self._docs.jobs.document(job_id)
 
-            def body(transaction: firestore.Transaction, ref: Any = ref) -> Reclaimed | None:
+            def body(transaction: Transaction, ref: Any = ref) -> Reclaimed | None:
                 job = self._docs.load(transaction, ref, ref.id)
                 if not step.applies(job):
                     return None  # moved on meanwhile: nothing to do

@@ -93,11 +93,13 @@ class Scheduling:
         ref = self._docs.jobs.document(valid.job_id)
         with store_errors():
             try:
-                ref.create(job.to_document(), **self._docs.bounds.write_kwargs)
+                writes = self._docs.gateway.writes()
+                writes.create(ref, job.to_document())
+                self._docs.gateway.commit(writes)
                 logger.info("scheduled job %s due %s", job.job_id, job.due_at.isoformat())
                 return ScheduleResult(job, created=True)
             except api_exceptions.AlreadyExists:
-                snapshot = ref.get(**self._docs.bounds.kwargs)
+                snapshot = self._docs.gateway.get(ref)
         if not snapshot.exists:  # deleted (TTL) between our create and read
             raise LostRace(f"job {valid.job_id!r} vanished while scheduling; retry")
         return same_decision(valid, Job.from_document(valid.job_id, snapshot.to_dict() or {}))
@@ -127,7 +129,7 @@ class Scheduling:
             with store_errors():
                 found = {
                     s.id: Job.from_document(s.id, s.to_dict() or {})
-                    for s in self._docs.client.get_all(refs, **self._docs.bounds.kwargs)
+                    for s in self._docs.gateway.get_all(refs)
                     if s.exists
                 }
             if not self._create_batch(valid, found, outcomes, by):
@@ -147,7 +149,7 @@ class Scheduling:
         """Create, in one batched write, every job of `valid` not in `existing`, filling in
         each outcome; False when one already existed (a batched write is atomic: nothing was
         written, and the caller settles again)."""
-        batch = self._docs.client.batch()
+        batch = self._docs.gateway.writes()
         pending: dict[str, Job] = {}
         for index, new in valid.items():
             known = existing.get(new.job_id) or pending.get(new.job_id)
@@ -162,7 +164,7 @@ class Scheduling:
             return True
         with store_errors():
             try:
-                batch.commit(**self._docs.bounds.write_kwargs)
+                self._docs.gateway.commit(batch)
             except api_exceptions.AlreadyExists:
                 return False
         logger.info("scheduled %d jobs in one batched write", len(pending))

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from google.cloud import firestore
-
 from services.jobs import schema
 from services.jobs.errors import LeaseHeld, LeaseLost
 from services.jobs.model import IdempotencyRecord, Job, Lease
 from services.jobs.store.documents import Documents
-from services.jobs.transactions import store_errors
+from services.jobs.transactions import Transaction, store_errors
 
 
 def get_idempotency(docs: Documents, key: str) -> IdempotencyRecord | None:
     """The recorded result of the side effect with this key, or None. One read."""
     with store_errors():
-        snapshot = docs.idempotency.document(key).get(**docs.bounds.kwargs)
+        snapshot = docs.gateway.get(docs.idempotency.document(key))
     if not snapshot.exists:
         return None
     return IdempotencyRecord.from_document(key, snapshot.to_dict() or {})
@@ -30,7 +28,7 @@ def get_idempotency(docs: Documents, key: str) -> IdempotencyRecord | None:
 
 def hold_key(
     docs: Documents,
-    transaction: firestore.Transaction,
+    transaction: Transaction,
     job: Job,
     token: str,
     until: datetime,
@@ -63,9 +61,7 @@ def hold_key(
     )
 
 
-def require_key(
-    docs: Documents, transaction: firestore.Transaction, job: Job, lease: Lease
-) -> bool:
+def require_key(docs: Documents, transaction: Transaction, job: Job, lease: Lease) -> bool:
     """Whether to record the result under the job's shared key: yes while this lease
     holds it, no when a result is already recorded (the worker is completing with that
     result, which is never overwritten); LeaseLost when another lease took it over."""

@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 from emulators.firestore import errors, indexes
 from emulators.firestore.server import Emulator, start
 from services.jobs import schema
-from services.jobs.clock import FakeClock
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 _PREFIX = "The query requires an index. You can create it here: "
@@ -307,7 +306,8 @@ def test_the_emulator_and_the_schemas_own_check_agree_on_every_store_query_shape
 ) -> None:
     """services/jobs/schema.py decides statically which store queries are served (the unit
     tests rely on it); the strict emulator decides at run time. They must agree."""
-    from services.jobs.store import FirestoreJobStore, QuerySpec
+    from services.jobs.queries import structured_query
+    from services.jobs.store import QuerySpec
 
     spec = QuerySpec(
         schema.JOBS,
@@ -316,11 +316,11 @@ def test_the_emulator_and_the_schemas_own_check_agree_on_every_store_query_shape
         order_by=tuple(order_by),
         limit=10,  # the store always bounds its queries; it also makes this a Query
     )
-    client = firestore.Client(project="shapes")  # builds queries only: no RPC is sent
-    query = FirestoreJobStore(client, FakeClock(NOW))._documents.query(spec)
+    # The StructuredQuery the store sends for it.
+    query = structured_query(spec, "projects/shapes/databases/(default)/documents")
     served = indexes.IndexSet(indexes.load("services.jobs.schema"))
     try:
-        served.check(("shapes", "(default)"), "", query._to_protobuf()._pb)
+        served.check(("shapes", "(default)"), "", query)
         emulator_serves = True
     except errors.FailedPrecondition:
         emulator_serves = False

@@ -1,4 +1,6 @@
-"""`update_write` builds exactly the `Write` the client's own `update()` would, or declines."""
+"""`update_write`, `set_write`, `create_write`, `delete_write` and `encode_value` build exactly
+the `Write` (`Value`) the high-level client's own `update()`, `set()`, `create()`, `delete()`
+(its encoder, `_helpers`: the oracle here, services/ never calls it) would, or refuse."""
 
 from __future__ import annotations
 
@@ -13,7 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
 
-from services.jobs.encoding import _timestamp, update_write
+from services.jobs.encoding import (
+    _timestamp,
+    create_write,
+    delete_write,
+    encode_value,
+    merge_write,
+    set_write,
+    update_write,
+)
 from services.jobs.model import Job, NewJob, Result
 from services.jobs.store.documents import appended_fields, changed_fields
 from services.jobs.transitions import Transitions
@@ -160,3 +170,72 @@ def test_timestamps_encode_as_the_clients_helper_does(value: datetime) -> None:
         except OverflowError:
             outcomes.append(OverflowError)
     assert outcomes[0] == outcomes[1]
+
+
+documents = st.dictionaries(st.text(max_size=8), values, max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents)
+def test_generated_sets_and_creates_encode_as_the_client_encodes_them(data: dict[str, Any]) -> None:
+    for ours_of, theirs_of in (
+        (set_write, _helpers.pbs_for_set_no_merge),
+        (create_write, _helpers.pbs_for_create),
+    ):
+        try:
+            (theirs,) = theirs_of(PATH, data)
+        except ValueError:
+            # The client refuses it (an empty map key, say): so do we.
+            try:
+                ours_of(PATH, data)
+            except ValueError:
+                continue
+            raise AssertionError(f"{ours_of.__name__} encoded what the client refuses") from None
+        assert ours_of(PATH, data) == theirs._pb
+
+
+def test_a_job_record_sets_as_the_client_sets_it() -> None:
+    new = NewJob("job-1", "media.delete_source", "m-1", NOW, {"bucket": "bkt", "object": "o"})
+    document = Job.create(new.validated(), NOW).to_document()
+    (theirs,) = _helpers.pbs_for_create(PATH, document)
+    assert create_write(PATH, document) == theirs._pb
+    (theirs,) = _helpers.pbs_for_set_no_merge(PATH, document)
+    assert set_write(PATH, document) == theirs._pb
+
+
+def test_a_delete_is_the_clients() -> None:
+    client = firestore.Client(project="p", credentials=_anonymous())
+    batch = client.batch()
+    batch.delete(client.document("jobs/job-1"))
+    assert delete_write(PATH) == batch._write_pbs[0]._pb
+
+
+def test_what_a_set_cannot_encode_is_refused() -> None:
+    for data in ({"where": firestore.GeoPoint(1.0, 2.0)}, {"gone": firestore.DELETE_FIELD}):
+        try:
+            set_write(PATH, data)
+        except ValueError:
+            continue
+        raise AssertionError(f"set_write encoded {data}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(values)
+def test_values_encode_as_the_client_encodes_them(value: Any) -> None:
+    try:
+        theirs = _helpers.encode_value(value)._pb
+    except ValueError:
+        return
+    assert encode_value(value) == theirs
+
+
+def _anonymous() -> Any:
+    from google.auth.credentials import AnonymousCredentials
+
+    return AnonymousCredentials()
+
+
+def test_a_merge_of_named_fields_is_the_clients() -> None:
+    fields = {"housekeeping": {"at": NOW, "run_id": "r", "counts": [1, 2]}}
+    (theirs,) = _helpers.pbs_for_set_with_merge(PATH, fields, merge=["housekeeping"])
+    assert merge_write(PATH, fields) == theirs._pb
