@@ -31,6 +31,7 @@ from gcp_storage_emulator.server import RequestHandler
 from gcp_storage_emulator.storage import Storage
 
 from emulators.http_server import BackgroundHTTPServer, send_json
+from emulators.storage.durable_store import DurableStorage
 from emulators.storage.serialized import InMemoryStorage, serialized
 
 ENV_VAR = "STORAGE_EMULATOR_HOST"
@@ -128,17 +129,20 @@ def start(
 ) -> StorageEmulator:
     """Serve a store on host:port (0 picks a free port); raises OSError.
 
-    In memory and empty, or with ``data_dir`` on disk there: the package writes every change
-    through (objects and a .meta index), so what was there at the last stop is there again.
+    In memory and empty, or with ``data_dir`` loaded from there and every change on disk
+    there before it is answered (`durable_store.DurableStorage`; SnapshotError, naming the
+    file, when what is there cannot be read back).
     """
     if data_dir is None:
         storage: Storage = InMemoryStorage()
     else:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        storage = Storage(use_memory_fs=False, data_dir=str(data_dir.resolve()))
+        storage = DurableStorage(data_dir)
     if default_bucket:
         buckets.create_bucket(default_bucket, storage)
-    return StorageEmulator(_serve(host, port, storage), storage).start()
+    emulator = StorageEmulator(_serve(host, port, storage), storage)
+    if isinstance(storage, DurableStorage):
+        storage.rebase_links(emulator.url)
+    return emulator.start()
 
 
 def _serve(host: str, port: int, storage: Storage) -> ThreadingHTTPServer:
