@@ -4,22 +4,21 @@ The package's own disk mode rewrote its metadata index (`.meta`, JSON of every b
 object) in place on every change and wrote object contents with no fsync, so a SIGKILL during a
 change could leave `.meta` empty or cut short, and the next start then failed on a bare JSON
 error. `DurableStorage` keeps the package's in-memory store and semantics and, after every
-change the package makes (each calls `_write_config_to_file`, the hook used here), writes:
+change the package makes (each calls `_write_config_to_file`, the hook used here):
 
-1. each new content file as a blob named by its SHA-256 (`DIR/blobs/<sha256>`), fsynced;
-2. the metadata index plus the blob of every content path as one snapshot
-   (`DIR/storage.json`), replaced atomically (:func:`emulators.snapshot.write`: temporary
-   file, fsync, rename, fsync of the folder), so a crash leaves the previous state or the new
-   one, never a mix, and a blob is on disk before any snapshot refers to it;
-3. then removes the blobs no snapshot refers to any more.
+1. writes each new content file as a blob named by its SHA-256 (`DIR/blobs/<sha256>`),
+   fsynced, so a blob exists whole or not at all, before anything refers to it;
+2. appends what changed (the metadata entries set or removed, found by comparing with what
+   was last logged, and the blob of each content path that changed) to `DIR/storage.log`
+   and fsyncs it (emulators/journal.py, as Firestore and Pub/Sub do).
 
 The package changes its store under the server's lock and the answer is sent after the
 handler returns (`serialized.SerializedHandler`), so a change is on disk before its answer.
-The cost is one snapshot of the metadata per change, which grows with the number of objects
-(measured by `python -m tests.benchmarks persistence`). At start the snapshot is read back and
-every blob's SHA-256 checked; anything missing or damaged stops the start with an error
-naming the file and the fix. A data directory written by the package's disk mode (an earlier
-version of this project) is read once and converted.
+At start the snapshot (`DIR/storage.json`: the whole index and every content path's blob) is
+loaded, the log replayed, every blob's SHA-256 checked, and a new snapshot written; blobs no
+snapshot refers to are removed then (and at a clean stop). Anything missing or damaged stops
+the start with an error naming the file and the fix. A data directory written by the package's
+disk mode (an earlier version of this project) is read once and converted.
 """
 
 from __future__ import annotations
@@ -33,42 +32,59 @@ from pathlib import Path
 from typing import Any
 
 from emulators import snapshot
+from emulators.journal import Journal
 from emulators.snapshot import FIX, SnapshotError
 from emulators.storage.serialized import InMemoryStorage
 
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_KIND = "storage"
-_META_KEYS = ("buckets", "objects", "resumable", "bucket_iam_policies", "soft_deleted")
 # Where the package's disk mode kept its files under the data directory (its STORAGE_DIR).
 _LEGACY_ROOT = ".cloudstorage"
 
 
+# The depth at which each part of the package's index holds one entry (a bucket, an object, a
+# soft-deleted generation...): a change is logged as the entries that differ.
+_DEPTHS = {"buckets": 1, "objects": 2, "resumable": 1, "bucket_iam_policies": 1, "soft_deleted": 3}
+Path_ = tuple[str, ...]
+
+
 class DurableStorage(InMemoryStorage):
-    """The package's in-memory store, every change written to ``folder`` before it returns."""
+    """The package's in-memory store, every change on disk in ``folder`` before it returns."""
 
     def __init__(self, folder: Path) -> None:
         super().__init__()
         self._folder = folder
-        self._snapshot = folder / "storage.json"
         self._blobs = folder / "blobs"
-        # path -> (the content object last persisted for it, its sha256): the identity check
+        self._journal = Journal("storage", folder, "storage", SNAPSHOT_KIND)
+        # What the log holds so far: every index entry (a copy) and every content path's blob.
+        self._logged: dict[Path_, Any] = {}
+        self._refs: dict[str, str] = {}
+        # path -> (the content object last logged for it, its sha256): the identity check
         # spares hashing every unchanged file on every change.
         self._digests: dict[str, tuple[bytes, str]] = {}
-        self._on_disk: set[str] = set()  # blob names written
         self._loading = True
         self._blobs.mkdir(parents=True, exist_ok=True)
         self._load()
         self._loading = False
-        self._on_disk = {p.name for p in self._blobs.iterdir() if not p.name.endswith(".partial")}
-        self._write_config_to_file()
+        self._logged = {path: _copy(value) for path, value in self._entries().items()}
+        self._journal.start(self._state())
+        self._remove_unused_blobs()
 
     # -- the package's hooks -------------------------------------------------------------
 
     def _write_config_to_file(self) -> None:
-        """Called by the package after every change: persist the whole state."""
+        """Called by the package after every change: log what changed, durably."""
         if self._loading:
             return
+        change = self._changes()
+        if not change:
+            return
+        if self._journal.append(change):
+            self._journal.compact(self._state())
+        self._journal.settle()
+
+    def _changes(self) -> dict[str, Any]:
         files: dict[str, bytes] = self._store._files
         refs: dict[str, str] = {}
         new_blob = False
@@ -79,20 +95,44 @@ class DurableStorage(InMemoryStorage):
             else:
                 digest = hashlib.sha256(content).hexdigest()
                 self._digests[path] = (content, digest)
+                if not (self._blobs / digest).exists():
+                    _write_blob(self._blobs / digest, content)
+                    new_blob = True
             refs[path] = digest
-            if digest not in self._on_disk:
-                _write_blob(self._blobs / digest, content)
-                self._on_disk.add(digest)
-                new_blob = True
         for gone in set(self._digests) - set(files):
             del self._digests[gone]
         if new_blob:
-            snapshot.sync_directory(self._blobs)  # the blobs' names, before a snapshot uses them
-        meta = {key: getattr(self, key) for key in _META_KEYS}
-        snapshot.write(self._snapshot, SNAPSHOT_KIND, {"meta": meta, "files": refs})
-        for unused in self._on_disk - set(refs.values()):
-            (self._blobs / unused).unlink(missing_ok=True)
-            self._on_disk.discard(unused)
+            snapshot.sync_directory(self._blobs)  # the blobs' names, before the log uses them
+        entries = self._entries()
+        changed = [[list(p), v] for p, v in entries.items() if self._logged.get(p, _NONE) != v]
+        removed = [list(p) for p in self._logged if p not in entries]
+        files_set = {p: d for p, d in refs.items() if self._refs.get(p) != d}
+        files_gone = [p for p in self._refs if p not in refs]
+        if not (changed or removed or files_set or files_gone):
+            return {}
+        for entry, value in changed:
+            self._logged[tuple(entry)] = _copy(value)
+        for entry in removed:
+            del self._logged[tuple(entry)]
+        self._refs = refs
+        return {"set": changed, "del": removed, "files": files_set, "files_gone": files_gone}
+
+    def _entries(self) -> dict[Path_, Any]:
+        flat: dict[Path_, Any] = {}
+
+        def walk(node: Any, path: Path_, depth: int) -> None:
+            if depth == 0 or not isinstance(node, dict):
+                flat[path] = node
+                return
+            for key, value in node.items():
+                walk(value, (*path, str(key)), depth - 1)
+
+        for key, depth in _DEPTHS.items():
+            walk(getattr(self, key), (key,), depth)
+        return flat
+
+    def _state(self) -> dict[str, Any]:
+        return {"meta": {key: getattr(self, key) for key in _DEPTHS}, "files": dict(self._refs)}
 
     def add_to_resumable_upload(self, *args: Any, **kwargs: Any) -> Any:
         # The package does not call its hook for a chunk; a chunk acknowledged (308) must stay.
@@ -103,6 +143,17 @@ class DurableStorage(InMemoryStorage):
     def wipe(self, keep_buckets: bool = False) -> None:
         super().wipe(keep_buckets=keep_buckets)
         self._write_config_to_file()
+
+    def close(self) -> None:
+        """A clean stop: fold the log into the snapshot, drop the blobs nothing refers to."""
+        self._journal.close(self._state())
+        self._remove_unused_blobs()
+
+    def _remove_unused_blobs(self) -> None:
+        used = set(self._refs.values())
+        for blob in self._blobs.iterdir():
+            if blob.name not in used:
+                blob.unlink(missing_ok=True)
 
     def rebase_links(self, url: str) -> None:
         """Point every stored object's `mediaLink` at this server (``url``): the package
@@ -118,20 +169,41 @@ class DurableStorage(InMemoryStorage):
     # -- start -------------------------------------------------------------------------------
 
     def _load(self) -> None:
-        saved = self._read_snapshot()
-        if saved is None:
+        saved, records = self._journal.load()
+        if saved is None and not records:
             self._convert_legacy()
+            self._refs = {p: hashlib.sha256(c).hexdigest() for p, c in self._store._files.items()}
+            for path, content in self._store._files.items():
+                digest = self._refs[path]
+                self._digests[path] = (content, digest)
+                if not (self._blobs / digest).exists():
+                    _write_blob(self._blobs / digest, content)
             return
-        meta, files = saved.get("meta"), saved.get("files")
-        if not isinstance(meta, dict) or not isinstance(files, dict):
-            raise SnapshotError(f"storage: {self._snapshot}: not a storage state file; {FIX}")
-        for key in _META_KEYS:
-            value = meta.get(key) or {}
-            if not isinstance(value, dict):
-                raise SnapshotError(f"storage: {self._snapshot}: bad {key!r}; {FIX}")
-            setattr(self, key, value)
-        for path, digest in files.items():
-            blob = self._blobs / str(digest)
+        where = self._journal.snapshot_path
+        try:
+            meta = saved.get("meta") if saved is not None else {}
+            files = saved.get("files") if saved is not None else {}
+            if not isinstance(meta, dict) or not isinstance(files, dict):
+                raise ValueError("not a storage state file")
+            for key in _DEPTHS:
+                value = meta.get(key) or {}
+                if not isinstance(value, dict):
+                    raise ValueError(f"bad {key!r}")
+                setattr(self, key, value)
+            refs = {str(p): str(d) for p, d in files.items()}
+            where = self._journal.log_path
+            for record in records:
+                for path, value in record["set"]:
+                    _put(getattr(self, path[0]), path[1:], value)
+                for path in record["del"]:
+                    _drop(getattr(self, path[0]), path[1:])
+                refs.update(record["files"])
+                for path in record["files_gone"]:
+                    refs.pop(path, None)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise SnapshotError(f"storage: {where}: {exc!r}; {FIX}") from exc
+        for path, digest in refs.items():
+            blob = self._blobs / digest
             try:
                 content = blob.read_bytes()
             except OSError as exc:
@@ -144,14 +216,9 @@ class DurableStorage(InMemoryStorage):
                     f"not its name; {FIX}"
                 )
             self._store.write_bytes(path, content)
-            self._digests[path] = (self._store._files[path], str(digest))
-        logger.info("storage emulator loaded %d files from %s", len(files), self._snapshot)
-
-    def _read_snapshot(self) -> dict[str, Any] | None:
-        try:
-            return snapshot.read(self._snapshot, SNAPSHOT_KIND)
-        except SnapshotError as exc:
-            raise SnapshotError(f"storage: {exc}") from exc
+            self._digests[path] = (self._store._files[path], digest)
+        self._refs = refs
+        logger.info("storage emulator loaded %d files from %s", len(refs), self._folder)
 
     def _convert_legacy(self) -> None:
         """Read a data directory the package's disk mode wrote (`.cloudstorage/.meta`)."""
@@ -167,12 +234,32 @@ class DurableStorage(InMemoryStorage):
             ) from exc
         if not isinstance(meta, dict):
             raise SnapshotError(f"storage: {meta_file}: not the storage index; {FIX}")
-        for key in _META_KEYS:
+        for key in _DEPTHS:
             setattr(self, key, meta.get(key) or {})
         for path in root.rglob("*"):
             if path.is_file() and path != meta_file:
                 self._store.write_bytes(path.relative_to(root).as_posix(), path.read_bytes())
-        logger.warning("storage: converted %s to %s (the old files are kept)", root, self._snapshot)
+        logger.warning("storage: converted %s (the old files are kept)", root)
+
+
+_NONE = object()
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of a JSON value (the package changes some entries in place)."""
+    return json.loads(json.dumps(value))
+
+
+def _put(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def _drop(tree: dict[str, Any], path: list[str]) -> None:
+    for key in path[:-1]:
+        tree = tree.get(key, {})
+    tree.pop(path[-1], None)
 
 
 def _write_blob(path: Path, content: bytes) -> None:

@@ -119,6 +119,11 @@ class StorageEmulator(BackgroundHTTPServer):
         """Delete every object (and every bucket unless `keep_buckets`)."""
         self._storage.wipe(keep_buckets=keep_buckets)
 
+    def stop(self) -> None:
+        super().stop()
+        if isinstance(self._storage, DurableStorage):
+            self._storage.close()  # after the last request: one snapshot, an empty log
+
 
 def start(
     host: str = "127.0.0.1",

@@ -107,6 +107,7 @@ def test_every_acknowledged_write_survives_a_sigkill(
     # A clean stop folded each log into its snapshot.
     assert (data / "firestore.log").stat().st_size == 0
     assert (data / "pubsub.log").stat().st_size == 0
+    assert (data / "storage" / "storage.log").stat().st_size == 0
 
 
 def test_a_torn_last_record_is_discarded_with_a_warning_and_the_rest_kept(
@@ -152,6 +153,11 @@ def _corrupt_middle_of_log(log: Path) -> None:
         ),
         (
             "storage",
+            lambda d: _corrupt_middle_of_log(d / "storage" / "storage.log"),
+            "corrupt at byte 0",
+        ),
+        (
+            "storage",
             lambda d: (d / "storage" / "storage.json").write_text('{"format": 1, "ki'),
             "truncated or not a state file",
         ),
@@ -161,7 +167,14 @@ def _corrupt_middle_of_log(log: Path) -> None:
             "is damaged",
         ),
     ],
-    ids=["firestore-log", "pubsub-log", "firestore-snapshot", "storage-index", "storage-blob"],
+    ids=[
+        "firestore-log",
+        "pubsub-log",
+        "firestore-snapshot",
+        "storage-log",
+        "storage-index",
+        "storage-blob",
+    ],
 )
 def test_a_damaged_data_directory_is_refused_naming_the_component_the_file_and_the_fix(
     tmp_path: Path,
