@@ -60,8 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--data-dir",
         type=Path,
-        help="load Firestore, Pub/Sub and Cloud Storage state from DIR at start and save it "
-        "there at stop (Ctrl-C, SIGTERM); without it everything starts empty and is lost",
+        help="load Firestore, Pub/Sub and Cloud Storage state from DIR at start and keep every "
+        "write they acknowledge on disk there (a crash loses none); without it everything "
+        "starts empty and is lost",
     )
     parser.add_argument(
         "--firestore-indexes",

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from emulators.oidc.issuer import Issuer
 from emulators.pubsub.limits import DEFAULT_PUSH_CONCURRENCY
+from emulators.snapshot import SnapshotError
 
 logger = logging.getLogger(__name__)
 
@@ -156,8 +157,9 @@ def start_builtin(
 
     ``firestore_indexes`` (a firestore.indexes.json, a module or module:NAME) makes Firestore
     strict.
-    ``data_dir``: Firestore, Pub/Sub and Cloud Storage load their state from there and save
-    it back when the stack stops (also on SIGINT/SIGTERM, which stop it).
+    ``data_dir``: Firestore, Pub/Sub and Cloud Storage load their state from there, and every
+    write they acknowledge is on disk there before the answer (a SIGKILL loses none); a stop
+    folds each log into its snapshot.
     """
     check_ports_free(host, ports)
     stack = Stack()
@@ -171,7 +173,7 @@ def start_builtin(
         stack.stop()
         raise
     if data_dir is not None:
-        stack.notes.append(f"data: {data_dir} (loaded at start, saved at stop)")
+        stack.notes.append(f"data: {data_dir} (every acknowledged write is on disk)")
     _export_project(stack, project)
     return stack
 
@@ -325,6 +327,9 @@ def _naming(component: str, host: str, port: int) -> Iterator[None]:
         yield
     except LaunchError:
         raise
+    except SnapshotError as exc:
+        # Its message already names the component, the file and the fix.
+        raise LaunchError(str(exc)) from exc
     except Exception as exc:
         where = f"{host}:{port}" if port else host
         if _means_port_in_use(exc):

@@ -38,6 +38,9 @@ MEDIA_STORAGE_CALLS: Mapping[str, tuple[str, ...]] = {
     # them a missing object might be reported 403 rather than 404 (as S3 does without
     # ListBucket); that is unverified for Cloud Storage, and "already absent" must stay a 404.
     "objects.delete": ("storage.objects.delete", "storage.objects.get", "storage.objects.list"),
+    # Bucket.get_blob: the generation every delete is conditioned on (ifGenerationMatch), read
+    # when the delivery starts, so a late delete never removes a re-uploaded object.
+    "objects.get": ("storage.objects.get",),
     # Bucket.exists(), asked when every object was already absent (fields=name, no ACLs).
     "buckets.get": ("storage.buckets.get",),
 }

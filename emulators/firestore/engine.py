@@ -36,6 +36,7 @@ from emulators.firestore.indexes import Exemption
 from emulators.firestore.mutation import Outcome, apply, micros, written_name
 from emulators.firestore.names import DatabaseKey
 from emulators.firestore.query import Query, Result, count_by_index, run
+from emulators.journal import Journal
 
 LockKey = tuple[DatabaseKey, str]
 T = TypeVar("T")
@@ -110,6 +111,10 @@ class Engine:
         # Strict mode: the single-field index exemptions serving a database (server.start
         # sets it from the loaded index definitions).
         self.exemptions: Callable[[DatabaseKey], frozenset[Exemption]] = _no_exemptions
+        # With a data directory: every change is logged before it is applied, and every
+        # answer waits until what it reports is on disk (emulators/journal.py).
+        self.journal: Journal | None = None
+        self._compact_after = False
 
     # -- time and databases ------------------------------------------------------------------
 
@@ -136,15 +141,18 @@ class Engine:
     def reset(self, project: str | None = None, database: str | None = None) -> None:
         """Drop documents (of one project/database, or everything) and their transactions."""
         with self.cond:
-            for key in list(self.databases):
-                if (project is None or key[0] == project) and (
-                    database is None or key[1] == database
-                ):
-                    del self.databases[key]
-            for txn in list(self.transactions.values()):
-                if project is None or txn.database[0] == project:
-                    self._finish(txn)
-            self.cond.notify_all()
+            self._log({"reset": [project, database]})
+            self._reset(project, database)
+        self._settle()
+
+    def _reset(self, project: str | None, database: str | None) -> None:
+        for key in list(self.databases):
+            if (project is None or key[0] == project) and (database is None or key[1] == database):
+                del self.databases[key]
+        for txn in list(self.transactions.values()):
+            if project is None or txn.database[0] == project:
+                self._finish(txn)
+        self.cond.notify_all()
 
     # -- persistence ------------------------------------------------------------------------
 
@@ -152,12 +160,56 @@ class Engine:
         """Every database's current documents (transactions and old versions are not kept:
         a restart ends every transaction, as a lost connection would)."""
         with self.cond:
-            databases = []
-            for (project, database), db in sorted(self.databases.items()):
-                docs = [[snapshot.encode(s.doc), s.update_us] for s in db.docs.values()]
-                if docs:
-                    databases.append({"project": project, "database": database, "docs": docs})
-            return {"databases": databases}
+            return self._export()
+
+    def _export(self) -> dict[str, Any]:
+        databases = []
+        for (project, database), db in sorted(self.databases.items()):
+            docs = [[snapshot.encode(s.doc), s.update_us] for s in db.docs.values()]
+            if docs:
+                databases.append({"project": project, "database": database, "docs": docs})
+        return {"databases": databases}
+
+    def replay(self, record: dict[str, Any]) -> int:
+        """Apply one logged change (see :meth:`_apply`); the documents it wrote."""
+        with self.cond:
+            try:
+                if "reset" in record:
+                    project, database = record["reset"]
+                    self._reset(project, database)
+                    return 0
+                db = self.database((str(record["db"][0]), str(record["db"][1])))
+                update_us = int(record["us"])
+                for name, encoded in record["puts"]:
+                    doc = None if encoded is None else snapshot.decode(Document, encoded)
+                    db.put(str(name), doc, update_us)
+                self._last_us = max(self._last_us, update_us)
+                return len(record["puts"])
+            except (KeyError, TypeError, ValueError, IndexError, DecodeError) as exc:
+                raise snapshot.SnapshotError(
+                    f"malformed Firestore log record {record.get('seq')}: {exc!r}"
+                ) from exc
+
+    def checkpoint(self) -> None:
+        """Fold the log into a new snapshot now (a clean stop does)."""
+        if self.journal is not None:
+            with self.cond:
+                self.journal.compact(self._export())
+
+    def _log(self, change: dict[str, Any]) -> None:
+        """Log ``change`` before it is applied (lock held); compacts a log grown too long."""
+        if self.journal is not None and self.journal.append(change):
+            self._compact_after = True
+
+    def _settle(self) -> None:
+        """Wait until every change logged so far is on disk (lock NOT held)."""
+        if self.journal is not None:
+            if self._compact_after:
+                with self.cond:
+                    if self._compact_after:
+                        self._compact_after = False
+                        self.journal.compact(self._export())
+            self.journal.settle()
 
     def import_state(self, state: dict[str, Any]) -> int:
         """Load what :meth:`export_state` saved; the number of documents."""
@@ -397,7 +449,9 @@ class Engine:
             if txn is not None and not txn.read_only:
                 for name, stored in zip(names, docs, strict=True):
                     txn.reads.setdefault(name, stored.update_us if stored else 0)
-            return docs, read_us if read_us is not None else self.now_us(), new_id
+            answer = docs, read_us if read_us is not None else self.now_us(), new_id
+        self._settle()  # never show a client a change that is not on disk yet
+        return answer
 
     def run_query(
         self,
@@ -413,30 +467,47 @@ class Engine:
             db = self.database(database)
             if txn is None or txn.read_only:
                 result = run(db, query, read_us, ordered)
-                return result, read_us if read_us is not None else self.now_us(), new_id
-            self._abort_at_random(txn)
-            deadline = time.monotonic() + self.lock_timeout_s
-            while True:
-                result = run(db, query, None, ordered)
-                blocked = None
-                for stored in result.docs:
-                    if not self._try_acquire(txn, (database, stored.name)):
-                        blocked = (database, stored.name)
-                        break
-                if blocked is None:
-                    break
-                self._wait_for(txn, blocked, deadline, call, take=False)
-            signature = sorted((s.name, s.update_us) for s in result.docs)
-            txn.queries.append((query, signature))
+                answer = result, read_us if read_us is not None else self.now_us(), new_id
+            else:
+                answer = self._locking_query(txn, database, db, query, ordered, call, new_id)
+        self._settle()  # never show a client a change that is not on disk yet
+        return answer
+
+    def _locking_query(
+        self,
+        txn: Transaction,
+        database: DatabaseKey,
+        db: Database,
+        query: Query,
+        ordered: bool,
+        call: Call,
+        new_id: bytes | None,
+    ) -> tuple[Result, int, bytes | None]:
+        self._abort_at_random(txn)
+        deadline = time.monotonic() + self.lock_timeout_s
+        while True:
+            result = run(db, query, None, ordered)
+            blocked = None
             for stored in result.docs:
-                txn.reads.setdefault(stored.name, stored.update_us)
-            return result, self.now_us(), new_id
+                if not self._try_acquire(txn, (database, stored.name)):
+                    blocked = (database, stored.name)
+                    break
+            if blocked is None:
+                break
+            self._wait_for(txn, blocked, deadline, call, take=False)
+        signature = sorted((s.name, s.update_us) for s in result.docs)
+        txn.queries.append((query, signature))
+        for stored in result.docs:
+            txn.reads.setdefault(stored.name, stored.update_us)
+        return result, self.now_us(), new_id
 
     def count(self, database: DatabaseKey, query: Query) -> tuple[int, int] | None:
         """(matches, read time) of a latest-state count the indexes answer, else None."""
         with self.cond:
             counted = count_by_index(self.database(database), query)
-            return None if counted is None else (counted, self.now_us())
+            answer = None if counted is None else (counted, self.now_us())
+        self._settle()
+        return answer
 
     def with_snapshot(
         self,
@@ -447,14 +518,24 @@ class Engine:
         """Run an unlocked read (listing) under the state lock; returns (result, read time)."""
         with self.cond, self._reading(database, consistency) as (_, _, read_us):
             result = read(self.database(database), read_us)
-            return result, read_us if read_us is not None else self.now_us()
+            answer = result, read_us if read_us is not None else self.now_us()
+        self._settle()
+        return answer
 
     # -- writes -----------------------------------------------------------------------------
 
     def commit(
         self, database: DatabaseKey, writes: list[Any], tid: bytes | None, call: Call = _NOBODY
     ) -> tuple[int, list[Outcome]]:
-        """Apply ``writes`` atomically; in a transaction, only if nothing it read has changed."""
+        """Apply ``writes`` atomically; in a transaction, only if nothing it read has changed.
+        Answers once the change is on disk (with a data directory)."""
+        answer = self._commit(database, writes, tid, call)
+        self._settle()
+        return answer
+
+    def _commit(
+        self, database: DatabaseKey, writes: list[Any], tid: bytes | None, call: Call
+    ) -> tuple[int, list[Outcome]]:
         with self.cond:
             if tid is None:
                 return self._write_now(database, writes)
@@ -509,6 +590,11 @@ class Engine:
             staged[name] = (
                 Stored(outcome.doc, micros(outcome.doc.update_time)) if outcome.doc else None
             )
+        changed = [outcome for outcome in outcomes if outcome.changed]
+        if changed:
+            # Logged before it is applied: a change the log cannot take is never applied.
+            puts = [[o.name, snapshot.encode(o.doc) if o.doc else None] for o in changed]
+            self._log({"db": list(database), "us": commit_us, "puts": puts})
         for outcome in outcomes:
             if outcome.changed:
                 db.put(outcome.name, outcome.doc, commit_us, outcome.touched)
@@ -533,4 +619,5 @@ class Engine:
                     results.append((outcomes[0], None))
                 except Exception as exc:  # each write gets its own status
                     results.append((None, exc))
+        self._settle()
         return results

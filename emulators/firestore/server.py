@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from emulators import grpc_server, snapshot
+from emulators import grpc_server
 from emulators.firestore.admin import AdminServer
 from emulators.firestore.billing import Billing
 from emulators.firestore.engine import Engine
@@ -18,6 +18,8 @@ from emulators.firestore.errors import EmulatorError, InvalidArgument
 from emulators.firestore.faults import FaultPlan
 from emulators.firestore.indexes import CompositeIndex, Definitions, IndexSet
 from emulators.firestore.service import FirestoreService
+from emulators.journal import Journal
+from emulators.snapshot import FIX, SnapshotError
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +60,10 @@ class Emulator:
         self.data_file = data_file
 
     def save(self) -> None:
-        """Write every document to ``data_file`` (when there is one)."""
-        if self.data_file is not None:
-            snapshot.write(self.data_file, SNAPSHOT_KIND, self.engine.export_state())
+        """Fold the log into a new ``data_file`` snapshot now (when there is one).
+
+        Not needed for durability: every acknowledged change is in the log already."""
+        self.engine.checkpoint()
 
     @property
     def strict(self) -> bool:
@@ -125,7 +128,9 @@ class Emulator:
             self._admin.stop()
             self._admin = None
         self._grpc_server.stop(grace).wait(5)
-        self.save()  # after the last request, so nothing committed is missing
+        if self.engine.journal is not None:
+            # After the last request: one snapshot with everything, an empty log.
+            self.engine.journal.close(self.engine.export_state())
 
     def __enter__(self) -> Emulator:
         return self
@@ -159,8 +164,10 @@ def start(
     ``indexes`` (possibly empty) the emulator is strict: a compound query no composite index
     serves fails with FAILED_PRECONDITION, as in production. ``read_abort_rate`` makes that
     share of reads inside read-write transactions answer ABORTED (``seed`` fixes the draw).
-    With ``data_file`` the documents saved there are loaded first (SnapshotError when it is
-    unreadable) and every document is saved back at :meth:`Emulator.stop`.
+    With ``data_file`` (``DIR/firestore.json``) the documents saved there and the changes
+    logged since (``DIR/firestore.log``) are loaded first (SnapshotError, naming the file,
+    when either is unreadable), and from then on every change is logged and on disk before it
+    is answered (emulators/journal.py); :meth:`Emulator.stop` folds the log into the snapshot.
     """
     engine = Engine(
         transaction_timeout_s, transaction_idle_timeout_s, lock_timeout_s, read_abort_rate, seed
@@ -172,16 +179,15 @@ def start(
         engine.exemptions = index_set.exemptions
     billing = Billing(index_set)  # write rates count what this index set holds
     if data_file is not None:
-        saved = snapshot.read(data_file, SNAPSHOT_KIND)
-        if saved is not None:
-            loaded = engine.import_state(saved)
-            logger.info("Firestore emulator loaded %d documents from %s", loaded, data_file)
+        engine.journal = _load(engine, data_file)
     service = FirestoreService(engine, billing, faults, index_set)
     server = grpc_server.new_server(max_workers, "firestore-rpc", _MAX_MESSAGE)
     server.add_generic_rpc_handlers((service.generic_handler(),))
     try:
         bound = grpc_server.bind(server, f"{host}:{port}")
     except OSError as exc:
+        if engine.journal is not None:
+            engine.journal.close(None)
         raise PortInUse(f"Cannot listen on {host}:{port}: port in use.") from exc
     admin = None
     emulator = Emulator(host, bound, 0, engine, billing, faults, server, None, index_set, data_file)
@@ -198,3 +204,23 @@ def start(
         admin.start()
     logger.info("Firestore emulator on %s (admin %s)", emulator.address, emulator.admin_url)
     return emulator
+
+
+def _load(engine: Engine, data_file: Path) -> Journal:
+    """Load the snapshot, replay the log on top, and start logging (errors name the file)."""
+    journal = Journal("firestore", data_file.parent, data_file.stem, SNAPSHOT_KIND)
+    saved, records = journal.load()
+    where = data_file
+    try:
+        if saved is not None:
+            loaded = engine.import_state(saved)
+            logger.info("Firestore emulator loaded %d documents from %s", loaded, data_file)
+        where = journal.log_path
+        for record in records:
+            engine.replay(record)
+    except SnapshotError as exc:
+        raise SnapshotError(f"firestore: {where}: {exc}; {FIX}") from exc
+    if records:
+        logger.info("Firestore emulator replayed %d changes from %s", len(records), where)
+    journal.start(engine.export_state())
+    return journal

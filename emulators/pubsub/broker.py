@@ -23,6 +23,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from emulators import snapshot
+from emulators.journal import Journal
 from emulators.pubsub import limits, names, protos
 from emulators.pubsub.exceptions import AlreadyExists, InvalidArgument, NotFound
 from emulators.pubsub.stats import Stats
@@ -119,6 +120,10 @@ class Broker:
         self._push_total = 0
         self._closed = False
         self.stats = Stats()
+        # With a data directory: every change is logged before it is applied and on disk
+        # before it is answered or a message is handed out (emulators/journal.py).
+        self.journal: Journal | None = None
+        self._compact_after = False
         self._timer_thread = threading.Thread(
             target=self._run_timers, name="pubsub-broker-timers", daemon=True
         )
@@ -140,14 +145,19 @@ class Broker:
     def reset(self) -> None:
         """Forget every topic, subscription, message and counter."""
         with self._lock:
-            self._topics.clear()
-            self._topic_subs.clear()
-            self._subs.clear()
-            self._timers.clear()
-            self._owners.clear()
-            self._owner_bytes.clear()
-            self.stats = Stats()
-            self._ready_cv.notify_all()
+            self._log({"op": "reset"})
+            self._reset()
+        self._settle()
+
+    def _reset(self) -> None:
+        self._topics.clear()
+        self._topic_subs.clear()
+        self._subs.clear()
+        self._timers.clear()
+        self._owners.clear()
+        self._owner_bytes.clear()
+        self.stats = Stats()
+        self._ready_cv.notify_all()
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -157,22 +167,99 @@ class Broker:
         Leases and backoffs are not kept: after a restart every unacknowledged message is
         ready for delivery again, as an expired lease would make it in production.
         """
-        now = self._clock()
         with self._lock:
-            subscriptions = []
-            for state in self._subs.values():
-                entries = sorted(state.entries.values(), key=lambda e: int(e.message.message_id))
-                messages = [
-                    [snapshot.encode(e.message), e.attempts, max(0.0, now - e.published_at)]
-                    for e in entries
-                ]
-                subscriptions.append(
-                    {"config": snapshot.encode(state.config), "messages": messages}
-                )
-            return {
-                "topics": [snapshot.encode(t) for t in self._topics.values()],
-                "subscriptions": subscriptions,
-            }
+            return self._export()
+
+    def _export(self) -> dict[str, Any]:
+        now = self._clock()
+        subscriptions = []
+        for state in self._subs.values():
+            entries = sorted(state.entries.values(), key=lambda e: int(e.message.message_id))
+            messages = [
+                [snapshot.encode(e.message), e.attempts, max(0.0, now - e.published_at)]
+                for e in entries
+            ]
+            subscriptions.append({"config": snapshot.encode(state.config), "messages": messages})
+        return {
+            "topics": [snapshot.encode(t) for t in self._topics.values()],
+            "subscriptions": subscriptions,
+        }
+
+    def replay(self, record: dict[str, Any]) -> None:
+        """Apply one logged change (a list of ``ops``, as the methods below log them)."""
+        with self._lock:
+            try:
+                for op in record["ops"]:
+                    self._replay(op)
+            except (KeyError, TypeError, ValueError, DecodeError) as exc:
+                raise snapshot.SnapshotError(
+                    f"malformed Pub/Sub log record {record.get('seq')}: {exc!r}"
+                ) from exc
+            self._ready_cv.notify_all()
+
+    def _replay(self, op: dict[str, Any]) -> None:
+        kind = op["op"]
+        if kind == "reset":
+            self._reset()
+        elif kind == "topic":
+            topic = snapshot.decode(protos.Topic, op["topic"])
+            self._topics[topic.name] = topic
+            self._topic_subs[topic.name] = set()
+        elif kind == "del_topic":
+            self._delete_topic(str(op["name"]))
+        elif kind == "sub":
+            config = snapshot.decode(protos.Subscription, op["config"])
+            self._subs[config.name] = _Subscription(config, next(self._sub_serials))
+            self._topic_subs.setdefault(config.topic, set()).add(config.name)
+        elif kind == "sub_config":
+            config = snapshot.decode(protos.Subscription, op["config"])
+            self._subs[config.name].config = config
+        elif kind == "del_sub":
+            self._delete_subscription(str(op["name"]))
+        elif kind == "publish":
+            messages = [snapshot.decode(protos.PubsubMessage, m) for m in op["messages"]]
+            self._place(str(op["topic"]), messages)
+            top = max((int(m.message_id) for m in messages), default=0)
+            self._message_ids = itertools.count(max(top + 1, next(self._message_ids)))
+        elif kind in ("ack", "drop"):
+            entries = self._entries_of(str(op["sub"]))
+            for message_id in op["ids"]:
+                entry = entries.pop(str(message_id), None)
+                if entry is not None:
+                    self._end_lease(entry)
+        elif kind == "attempts":
+            entries = self._entries_of(str(op["sub"]))
+            for message_id, attempts in op["ids"]:
+                entry = entries.get(str(message_id))
+                if entry is not None:
+                    entry.attempts = max(entry.attempts, int(attempts))
+        else:
+            raise ValueError(f"unknown op {kind!r}")
+
+    def _entries_of(self, name: str) -> dict[str, _Entry]:
+        state = self._subs.get(name)
+        return state.entries if state is not None else {}
+
+    def checkpoint(self) -> None:
+        """Fold the log into a new snapshot now."""
+        if self.journal is not None:
+            with self._lock:
+                self.journal.compact(self._export())
+
+    def _log(self, *ops: dict[str, Any]) -> None:
+        """Log one change (lock held), before it is applied."""
+        if self.journal is not None and self.journal.append({"ops": list(ops)}):
+            self._compact_after = True
+
+    def _settle(self) -> None:
+        """Wait until every change logged so far is on disk (lock NOT held)."""
+        if self.journal is not None:
+            if self._compact_after:
+                with self._lock:
+                    if self._compact_after:
+                        self._compact_after = False
+                        self.journal.compact(self._export())
+            self.journal.settle()
 
     def import_state(self, state: dict[str, Any]) -> int:
         """Load what :meth:`export_state` saved (into an empty broker); the messages loaded."""
@@ -227,9 +314,11 @@ class Broker:
                 raise AlreadyExists("Topic already exists")
             stored = protos.Topic()
             stored.CopyFrom(topic)
+            self._log({"op": "topic", "topic": snapshot.encode(stored)})
             self._topics[topic.name] = stored
             self._topic_subs[topic.name] = set()
-            return stored
+        self._settle()
+        return stored
 
     def get_topic(self, name: str) -> Any:
         names.topic(name)
@@ -251,14 +340,19 @@ class Broker:
         names.topic(name)
         with self._lock:
             self._require_topic(name)
-            del self._topics[name]
-            for sub_name in self._topic_subs.pop(name):
-                # Configs are replaced, never mutated: a response may be serializing the old one.
-                state = self._subs[sub_name]
-                detached = protos.Subscription()
-                detached.CopyFrom(state.config)
-                detached.topic = protos.DELETED_TOPIC
-                state.config = detached
+            self._log({"op": "del_topic", "name": name})
+            self._delete_topic(name)
+        self._settle()
+
+    def _delete_topic(self, name: str) -> None:
+        del self._topics[name]
+        for sub_name in self._topic_subs.pop(name):
+            # Configs are replaced, never mutated: a response may be serializing the old one.
+            state = self._subs[sub_name]
+            detached = protos.Subscription()
+            detached.CopyFrom(state.config)
+            detached.topic = protos.DELETED_TOPIC
+            state.config = detached
 
     def publish(self, topic: str, messages: Iterable[Any]) -> list[str]:
         names.topic(topic)
@@ -266,7 +360,9 @@ class Broker:
         limits.check_publish(batch)
         with self._lock:
             self._require_topic(topic)
-            return self._publish_locked(topic, batch)
+            ids = self._publish_locked(topic, batch)
+        self._settle()
+        return ids
 
     # -- subscriptions --------------------------------------------------------------------
 
@@ -280,9 +376,11 @@ class Broker:
                 raise AlreadyExists("Subscription already exists")
             self._require_topic(config.topic)
             self._normalize(config)
+            self._log({"op": "sub", "config": snapshot.encode(config)})
             self._subs[config.name] = _Subscription(config, next(self._sub_serials))
             self._topic_subs[config.topic].add(config.name)
-            return config
+        self._settle()
+        return config
 
     def get_subscription(self, name: str) -> Any:
         names.subscription(name)
@@ -318,9 +416,11 @@ class Broker:
                 else:
                     setattr(updated, top, getattr(subscription, top))
             self._normalize(updated)
+            self._log({"op": "sub_config", "config": snapshot.encode(updated)})
             state.config = updated
             self._ready_cv.notify_all()
-            return updated
+        self._settle()
+        return updated
 
     def list_subscriptions(self, project: str) -> list[Any]:
         prefix = f"projects/{project}/subscriptions/"
@@ -330,7 +430,14 @@ class Broker:
     def delete_subscription(self, name: str) -> None:
         names.subscription(name)
         with self._lock:
-            state = self._require_sub(name)
+            self._require_sub(name)
+            self._log({"op": "del_sub", "name": name})
+            self._delete_subscription(name)
+        self._settle()
+
+    def _delete_subscription(self, name: str) -> None:
+        state = self._subs.get(name)
+        if state is not None:
             for entry in state.entries.values():
                 self._end_lease(entry)
             del self._subs[name]
@@ -345,8 +452,10 @@ class Broker:
             updated.CopyFrom(state.config)
             updated.push_config.CopyFrom(push_config)
             self._normalize(updated)
+            self._log({"op": "sub_config", "config": snapshot.encode(updated)})
             state.config = updated
             self._ready_cv.notify_all()
+        self._settle()
 
     # -- delivery -------------------------------------------------------------------------
 
@@ -363,8 +472,10 @@ class Broker:
                 got = self._lease_ready(state, max_messages, state.config.ack_deadline_seconds)
                 remaining = end - self._clock()
                 if got or remaining <= 0 or self._closed:
-                    return got
+                    break
                 self._ready_cv.wait(remaining)
+        self._settle()  # a message is handed out only once it and its attempt are on disk
+        return got
 
     def lease_for_stream(
         self,
@@ -395,11 +506,13 @@ class Broker:
                 if room > 0:
                     got = self._lease_ready(state, room, deadline_s, owner)
                     if got:
-                        return got
+                        break
                 remaining = end - self._clock()
                 if remaining <= 0:
                     return []
                 self._ready_cv.wait(remaining)
+        self._settle()
+        return got
 
     def release_owner(self, owner: object) -> None:
         """A stream ended: its leases stay (they expire as production's do) but stop counting."""
@@ -416,15 +529,21 @@ class Broker:
         parsed = [_parse_ack_id(a) for a in ack_ids]
         with self._lock:
             state = self._require_sub(name)
-            for serial, message_id, _generation in parsed:
-                if serial != state.serial:
-                    continue
-                # Best effort, like production: a late ack of an expired lease still removes it.
+            # Best effort, like production: a late ack of an expired lease still removes it.
+            removed = [
+                message_id
+                for serial, message_id, _generation in parsed
+                if serial == state.serial and message_id in state.entries
+            ]
+            if removed:
+                self._log({"op": "ack", "sub": name, "ids": removed})
+            for message_id in removed:
                 entry = state.entries.pop(message_id, None)
                 if entry is not None:
                     self._end_lease(entry)
                     self.stats.acknowledged += 1
             self._ready_cv.notify_all()
+        self._settle()
 
     def modify_ack_deadline(self, name: str, ack_ids: Iterable[str], seconds: int) -> None:
         names.subscription(name)
@@ -446,6 +565,7 @@ class Broker:
                     entry.due = now + seconds
                     self._add_timer(entry.due, state.name, message_id, generation)
             self._ready_cv.notify_all()
+        self._settle()
 
     def take_push_work(
         self, max_per_subscription: int, max_total: int, wait_s: float
@@ -458,9 +578,12 @@ class Broker:
                     if state.is_push:
                         self._take_push_for(state, max_per_subscription, max_total, work)
                 if work:
-                    return work
+                    break
                 self._ready_cv.wait(wait_s)
-            return None
+            else:
+                return None
+        self._settle()  # pushed only once the message and its attempt are on disk
+        return work
 
     def finish_push(self, delivery: PushDelivery, acked: bool, outcome: str) -> None:
         with self._lock:
@@ -473,6 +596,7 @@ class Broker:
                 entry = state.entries.get(message_id)
                 if entry is not None and entry.generation == generation:
                     if acked:
+                        self._log({"op": "ack", "sub": state.name, "ids": [message_id]})
                         del state.entries[message_id]
                         self._end_lease(entry)
                         self.stats.acknowledged += 1
@@ -480,6 +604,7 @@ class Broker:
                         self.stats.nacked += 1
                         self._fail(state, entry, self._clock())
             self._ready_cv.notify_all()
+        self._settle()
 
     # -- internals (lock held) ------------------------------------------------------------
 
@@ -535,25 +660,40 @@ class Broker:
             raise InvalidArgument("Subscription filters are not supported by this emulator.")
         config.state = protos.SUBSCRIPTION_ACTIVE
 
-    def _publish_locked(self, topic: str, messages: list[Any]) -> list[str]:
+    def _publish_locked(
+        self, topic: str, messages: list[Any], also: tuple[dict[str, Any], ...] = ()
+    ) -> list[str]:
+        """Publish (lock held); ``also``: ops logged in the same record (a dead letter's
+        removal from its source, so the log never has one without the other)."""
         wall = time.time()
-        now = self._clock()
-        ids: list[str] = []
-        subs = [self._subs[n] for n in sorted(self._topic_subs.get(topic, ()))]
+        batch = []
         for message in messages:
             stored = protos.PubsubMessage()
             stored.CopyFrom(message)
             stored.message_id = str(next(self._message_ids))
             stored.publish_time.FromNanoseconds(int(wall * 1e9))
-            ids.append(stored.message_id)
+            batch.append(stored)
+        encoded = [snapshot.encode(m) for m in batch] if self.journal is not None else []
+        self._log(*also, {"op": "publish", "topic": topic, "messages": encoded})
+        self._place(topic, batch, self._clock())
+        self.stats.published += len(messages)
+        return [m.message_id for m in batch]
+
+    def _place(self, topic: str, messages: list[Any], now: float | None = None) -> None:
+        """Put published messages into every subscription of ``topic`` (lock held)."""
+        subs = [self._subs[n] for n in sorted(self._topic_subs.get(topic, ()))]
+        wall = time.time()
+        for stored in messages:
+            if now is None:  # replayed: as old as its publish time says
+                published_at = self._clock() - max(0.0, wall - stored.publish_time.ToSeconds())
+            else:
+                published_at = now
             # Stored messages are never mutated, so every subscription shares one object.
             for state in subs:
-                state.entries[stored.message_id] = _Entry(stored, now)
+                state.entries[stored.message_id] = _Entry(stored, published_at)
                 state.ready.append(stored.message_id)
-        self.stats.published += len(messages)
-        if subs:
+        if subs and messages:
             self._ready_cv.notify_all()
-        return ids
 
     def _lease_ready(
         self, state: _Subscription, count: int, deadline_s: float, owner: object | None = None
@@ -581,6 +721,12 @@ class Broker:
             leased.append(self._lease(state, message_id, entry, now + deadline_s, owner))
             if with_attempts:
                 leased[-1].delivery_attempt = entry.attempts
+        if leased and self.journal is not None:
+            # Delivery counts survive a restart (they decide dead-lettering).
+            counts = [
+                [r.message.message_id, state.entries[r.message.message_id].attempts] for r in leased
+            ]
+            self._log({"op": "attempts", "sub": state.name, "ids": counts})
         return leased
 
     def _lease(
@@ -687,9 +833,10 @@ class Broker:
                 ),
             }
         )
+        drop = {"op": "drop", "sub": state.name, "ids": [entry.message.message_id]}
+        self._publish_locked(topic, [forwarded], also=(drop,))
         del state.entries[entry.message.message_id]
         self.stats.dead_lettered += 1
-        self._publish_locked(topic, [forwarded])
         logger.debug("dead-lettered %s from %s", entry.message.message_id, state.name)
         return True
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from emulators import grpc_server, snapshot
+from emulators import grpc_server
+from emulators.journal import Journal
 from emulators.pubsub import limits
 from emulators.pubsub.admin import AdminServer
 from emulators.pubsub.broker import Broker
@@ -19,6 +20,7 @@ from emulators.pubsub.publisher import PublisherService
 from emulators.pubsub.pusher import Pusher
 from emulators.pubsub.rpc import generic_handler
 from emulators.pubsub.subscriber import SubscriberService
+from emulators.snapshot import FIX, SnapshotError
 
 if TYPE_CHECKING:
     from emulators.oidc.issuer import Issuer
@@ -57,14 +59,11 @@ class PubsubEmulator:
         self._broker = Broker()
         self.data_file = data_file
         if data_file is not None:
-            saved = snapshot.read(data_file, SNAPSHOT_KIND)
-            if saved is not None:
-                try:
-                    loaded = self._broker.import_state(saved)
-                except snapshot.SnapshotError:
-                    self._broker.close()
-                    raise
-                logger.info("pubsub emulator loaded %d messages from %s", loaded, data_file)
+            try:
+                self._broker.journal = _load(self._broker, data_file)
+            except BaseException:
+                self._broker.close()
+                raise
         self._pusher = Pusher(self._broker, issuer, max_per_subscription=max_push_concurrency)
         self._grpc = grpc_server.new_server(_GRPC_WORKERS, "pubsub-grpc", _MAX_GRPC_MESSAGE_BYTES)
         for service in (
@@ -81,6 +80,8 @@ class PubsubEmulator:
         except PortInUse:
             self._grpc.stop(0)
             self._broker.close()
+            if self._broker.journal is not None:
+                self._broker.journal.close(None)
             raise
         self.admin_port = self._admin.port
 
@@ -161,12 +162,15 @@ class PubsubEmulator:
         if self._admin is not None:
             self._admin.stop()
         self._pusher.stop()
-        self.save()  # after the last ack, so nothing acknowledged comes back
+        if self._broker.journal is not None:
+            # After the last ack: one snapshot with everything, an empty log.
+            self._broker.journal.close(self._broker.export_state())
 
     def save(self) -> None:
-        """Write topics, subscriptions and unacknowledged messages to ``data_file``."""
-        if self.data_file is not None:
-            snapshot.write(self.data_file, SNAPSHOT_KIND, self._broker.export_state())
+        """Fold the log into a new ``data_file`` snapshot now (when there is one).
+
+        Not needed for durability: every acknowledged change is in the log already."""
+        self._broker.checkpoint()
 
     def __enter__(self) -> PubsubEmulator:
         return self
@@ -191,11 +195,34 @@ def start(
 ) -> PubsubEmulator:
     """Start an emulator in this process; port 0 picks a free port. Raises PortInUse.
 
-    With ``data_file`` the state saved there is loaded first (SnapshotError when it is
-    unreadable) and saved back at :meth:`PubsubEmulator.stop`.
+    With ``data_file`` (``DIR/pubsub.json``) the state saved there and the changes logged
+    since (``DIR/pubsub.log``) are loaded first (SnapshotError, naming the file, when either is
+    unreadable), and from then on every change is on disk before it is answered and every
+    message before it is handed out (emulators/journal.py); :meth:`PubsubEmulator.stop` folds
+    the log into the snapshot.
     """
     emulator = PubsubEmulator(
         host, port, admin_port, issuer, max_push_concurrency, pull_wait_s, data_file
     )
     emulator._start()
     return emulator
+
+
+def _load(broker: Broker, data_file: Path) -> Journal:
+    """Load the snapshot, replay the log on top, and start logging (errors name the file)."""
+    journal = Journal("pubsub", data_file.parent, data_file.stem, SNAPSHOT_KIND)
+    saved, records = journal.load()
+    where = data_file
+    try:
+        if saved is not None:
+            loaded = broker.import_state(saved)
+            logger.info("pubsub emulator loaded %d messages from %s", loaded, data_file)
+        where = journal.log_path
+        for record in records:
+            broker.replay(record)
+    except SnapshotError as exc:
+        raise SnapshotError(f"pubsub: {where}: {exc}; {FIX}") from exc
+    if records:
+        logger.info("pubsub emulator replayed %d changes from %s", len(records), where)
+    journal.start(broker.export_state())
+    return journal

@@ -5,7 +5,8 @@ kills that thread and `start()` then waits forever. Binding here, in the caller'
 turns that into an `OSError` the launcher can report. Requests are served by the package's
 handler and storage, so `google.cloud.storage.Client` talks to it over HTTP through
 `STORAGE_EMULATOR_HOST=http://HOST:PORT`; connections are served concurrently with the store
-changed one request at a time (`serialized`). One gap is filled: see `_PreconditionHandler`.
+changed one request at a time (`serialized`). One gap is filled: see `_PreconditionHandler`
+(Cloud Storage's generation preconditions).
 
 Connections are kept alive (HTTP/1.1), as Cloud Storage's JSON API keeps them: the package's
 handler (http.server's default HTTP/1.0) closed each one after a single request, so every
@@ -30,45 +31,81 @@ from gcp_storage_emulator.server import RequestHandler
 from gcp_storage_emulator.storage import Storage
 
 from emulators.http_server import BackgroundHTTPServer, send_json
+from emulators.storage.durable_store import DurableStorage
 from emulators.storage.serialized import InMemoryStorage, serialized
 
 ENV_VAR = "STORAGE_EMULATOR_HOST"
 IDLE_CONNECTION_TIMEOUT_S = 120
 
-_OBJECT_PATH = re.compile(r"^(?:/storage/v1)?/b/(?P<bucket>[-.\w]+)/o/(?P<object>.*[^/]+)$")
+_OBJECT_PATH = re.compile(
+    r"^(?:/download)?(?:/storage/v1)?/b/(?P<bucket>[-.\w]+)/o/(?P<object>.*[^/]+)$"
+)
+
+
+# Cloud Storage's request preconditions on an object
+# (https://cloud.google.com/storage/docs/request-preconditions): the JSON API query parameter,
+# the object property it compares, whether it must match, and the answer when it fails.
+_PRECONDITIONS = (
+    ("ifGenerationMatch", "generation", True, HTTPStatus.PRECONDITION_FAILED),
+    ("ifMetagenerationMatch", "metageneration", True, HTTPStatus.PRECONDITION_FAILED),
+    ("ifGenerationNotMatch", "generation", False, HTTPStatus.NOT_MODIFIED),
+    ("ifMetagenerationNotMatch", "metageneration", False, HTTPStatus.NOT_MODIFIED),
+)
 
 
 class _PreconditionHandler(RequestHandler):
-    """The package's handler, plus `ifGenerationMatch` on object DELETE (412 on mismatch).
+    """The package's handler, plus Cloud Storage's generation and metageneration preconditions
+    on an existing object's GET (metadata or media) and DELETE.
 
-    The package ignores that precondition, and a delete guarded by a generation is exactly
-    what a deferred "delete the source files" job sends; without the check a test would pass
-    where Cloud Storage refuses.
+    The package ignores them, and a delete guarded by a generation is exactly what a deferred
+    "delete the source files" job sends (services/worker/media.py); without the check a test
+    would pass where Cloud Storage refuses. A mismatched `ifGenerationMatch` /
+    `ifMetagenerationMatch` answers 412 Precondition Failed, a matched `...NotMatch` 304 Not
+    Modified, as the preconditions page lists. Every upload gets a new generation (the
+    package's: the time in nanoseconds), so a re-uploaded object never matches an old one.
     """
 
     protocol_version = "HTTP/1.1"
     # An idle kept-alive connection is closed after this long (its thread ends with it).
     timeout = IDLE_CONNECTION_TIMEOUT_S
 
-    def do_DELETE(self) -> None:
-        if self._generation_mismatch():
-            error = {"code": 412, "message": "Precondition Failed: ifGenerationMatch"}
-            send_json(self, HTTPStatus.PRECONDITION_FAILED, {"error": error})
-            return
-        super().do_DELETE()
+    def do_GET(self) -> None:
+        if not self._precondition_failed():
+            super().do_GET()
 
-    def _generation_mismatch(self) -> bool:
+    def do_DELETE(self) -> None:
+        if not self._precondition_failed():
+            super().do_DELETE()
+
+    def _precondition_failed(self) -> bool:
+        """Answer and return True when a precondition of the request does not hold."""
         url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
         match = _OBJECT_PATH.match(url.path)
-        wanted = urllib.parse.parse_qs(url.query).get("ifGenerationMatch")
-        if match is None or not wanted:
+        asked = [p for p in _PRECONDITIONS if p[0] in query]
+        if match is None or not asked:
             return False
         bucket, name = match["bucket"], urllib.parse.unquote(match["object"])
         try:
-            current = str(self.storage.get_file_obj(bucket, name).get("generation"))
+            current = self.storage.get_file_obj(bucket, name)
         except NotFound:
             return False  # the package answers 404, as Cloud Storage does
-        return current != wanted[0]
+        for parameter, prop, must_match, status in asked:
+            wanted = query[parameter][0]
+            if not (wanted.isascii() and wanted.isdigit()):
+                error = {"code": 400, "message": f"Invalid argument for {parameter}: {wanted}"}
+                send_json(self, HTTPStatus.BAD_REQUEST, {"error": error})
+                return True
+            if (str(current.get(prop)) == str(int(wanted))) != must_match:
+                if status is HTTPStatus.NOT_MODIFIED:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                else:
+                    error = {"code": int(status), "message": f"Precondition Failed: {parameter}"}
+                    send_json(self, status, {"error": error})
+                return True
+        return False
 
 
 class StorageEmulator(BackgroundHTTPServer):
@@ -82,6 +119,11 @@ class StorageEmulator(BackgroundHTTPServer):
         """Delete every object (and every bucket unless `keep_buckets`)."""
         self._storage.wipe(keep_buckets=keep_buckets)
 
+    def stop(self) -> None:
+        super().stop()
+        if isinstance(self._storage, DurableStorage):
+            self._storage.close()  # after the last request: one snapshot, an empty log
+
 
 def start(
     host: str = "127.0.0.1",
@@ -92,17 +134,20 @@ def start(
 ) -> StorageEmulator:
     """Serve a store on host:port (0 picks a free port); raises OSError.
 
-    In memory and empty, or with ``data_dir`` on disk there: the package writes every change
-    through (objects and a .meta index), so what was there at the last stop is there again.
+    In memory and empty, or with ``data_dir`` loaded from there and every change on disk
+    there before it is answered (`durable_store.DurableStorage`; SnapshotError, naming the
+    file, when what is there cannot be read back).
     """
     if data_dir is None:
         storage: Storage = InMemoryStorage()
     else:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        storage = Storage(use_memory_fs=False, data_dir=str(data_dir.resolve()))
+        storage = DurableStorage(data_dir)
     if default_bucket:
         buckets.create_bucket(default_bucket, storage)
-    return StorageEmulator(_serve(host, port, storage), storage).start()
+    emulator = StorageEmulator(_serve(host, port, storage), storage)
+    if isinstance(storage, DurableStorage):
+        storage.rebase_links(emulator.url)
+    return emulator.start()
 
 
 def _serve(host: str, port: int, storage: Storage) -> ThreadingHTTPServer:

@@ -7,10 +7,21 @@ equal it when it has one. Deleting an object that is already gone is success (`a
 can fix them: 429, 5xx, timeouts and connection errors are transient; 400, 403, a missing bucket
 and bad params are permanent.
 
+Every delete is fenced at the storage itself: before deleting, the delivery reads each object's
+generation (objects.get) and then deletes with `ifGenerationMatch` on it, so a delete that
+arrives late (a worker frozen past its lease, a request retried by the client) can only remove
+the generation this delivery saw, never a newer upload of the same name: Cloud Storage answers
+such a delete 412 Precondition Failed
+(https://cloud.google.com/storage/docs/request-preconditions). A 412 is recorded as its own
+outcome (`replaced`: the object now is another generation, left in place), not retried. The
+generations read are carried in `progress`, so a delivery that resumes an interrupted one
+deletes the generations the first one saw.
+
 Between objects it checks the delivery's deadline; when it is reached it stops and raises
-`Interrupted` with the objects handled so far (`progress`: `deleted`, `already_absent`), and the
-next delivery starts from there, so a long list is worked off across deliveries instead of
-being redone from the start by overlapping ones.
+`Interrupted` with the objects handled so far (`progress`: `deleted`, `already_absent`,
+`replaced`, and `generations` of those read but not yet deleted), and the next delivery starts
+from there, so a long list is worked off across deliveries instead of being redone from the
+start by overlapping ones.
 """
 
 from __future__ import annotations
@@ -45,6 +56,9 @@ ACTION_NAME = "media.delete_source"
 
 DELETED = "deleted"
 ALREADY_ABSENT = "already_absent"
+# The object at the name is no longer the generation this job read: a delete conditioned on
+# the read generation was refused (412) and the newer object is left in place.
+REPLACED = "replaced"
 
 _TRANSIENT_API_ERRORS: tuple[type[Exception], ...] = (
     api_exceptions.TooManyRequests,
@@ -119,49 +133,89 @@ class SourceDeleter:
     def __call__(self, request: ActionRequest) -> ActionResult:
         target = source_objects(request.params, self._default_bucket)
         bucket = self._client.bucket(target.bucket)
-        deleted, absent = _progress_of(request.progress, target.names)
-        done = set(deleted) | set(absent)
+        handled = _progress_of(request.progress, target.names)
+        # First the generation of every object still to delete (kept from an interrupted
+        # delivery, else read now); then the deletes, each conditioned on its generation.
         for name in target.names:
-            if name in done:
+            if handled.done(name) or name in handled.generations:
                 continue
-            if request.should_stop():
-                raise Interrupted(
-                    {"deleted": deleted, "already_absent": absent},
-                    f"stopped after {len(done)} of {len(target.names)} objects",
-                )
-            if self._delete(bucket, name):
-                deleted.append(name)
+            self._stop_if_due(request, handled, len(target.names))
+            generation = self._generation(bucket, name)
+            if generation is None:
+                handled.absent.append(name)
             else:
-                absent.append(name)
-            done.add(name)
-        if absent and not deleted:
+                handled.generations[name] = generation
+        for name in target.names:
+            if handled.done(name):
+                continue
+            self._stop_if_due(request, handled, len(target.names))
+            outcome = self._delete(bucket, name, handled.generations[name])
+            {DELETED: handled.deleted, ALREADY_ABSENT: handled.absent, REPLACED: handled.replaced}[
+                outcome
+            ].append(name)
+        if handled.absent and not handled.deleted and not handled.replaced:
             self._require_bucket(bucket)
-        outcome = DELETED if deleted else ALREADY_ABSENT
+        outcome = REPLACED if handled.replaced else DELETED if handled.deleted else ALREADY_ABSENT
         logger.info(
             "deleted media source",
             extra={
                 "fields": {
                     "job_id": request.job_id,
                     "bucket": target.bucket,
-                    "deleted": len(deleted),
-                    "already_absent": len(absent),
+                    "deleted": len(handled.deleted),
+                    "already_absent": len(handled.absent),
+                    "replaced": len(handled.replaced),
                 }
             },
         )
-        return ActionResult(
-            outcome=outcome,
-            details={"bucket": target.bucket, "deleted": deleted, "already_absent": absent},
-        )
+        details: dict[str, Any] = {
+            "bucket": target.bucket,
+            "deleted": handled.deleted,
+            "already_absent": handled.absent,
+        }
+        if handled.replaced:
+            details["replaced"] = handled.replaced
+        return ActionResult(outcome=outcome, details=details)
 
-    def _delete(self, bucket: storage.Bucket, name: str) -> bool:
-        """True if this call deleted the object, False if it was already gone."""
+    @staticmethod
+    def _stop_if_due(request: ActionRequest, handled: _Handled, total: int) -> None:
+        if request.should_stop():
+            raise Interrupted(
+                handled.progress(), f"stopped after {handled.count()} of {total} objects"
+            )
+
+    def _generation(self, bucket: storage.Bucket, name: str) -> str | None:
+        """The object's current generation (None when it does not exist)."""
         try:
-            bucket.delete_blob(name, timeout=self._timeout_s, retry=self._retry)
-        except api_exceptions.NotFound:
-            return False
+            blob = bucket.get_blob(name, timeout=self._timeout_s, retry=self._retry)
         except Exception as exc:
             raise classify(exc) from exc
-        return True
+        if blob is None or blob.generation is None:
+            return None
+        return str(blob.generation)
+
+    def _delete(self, bucket: storage.Bucket, name: str, generation: str) -> str:
+        """Delete exactly ``generation`` of the object: DELETED, ALREADY_ABSENT or REPLACED."""
+        try:
+            bucket.delete_blob(
+                name,
+                timeout=self._timeout_s,
+                retry=self._retry,
+                if_generation_match=int(generation),
+            )
+        except api_exceptions.NotFound:
+            return ALREADY_ABSENT
+        except api_exceptions.PreconditionFailed:
+            # Another generation lives at this name now (re-uploaded since it was read): it is
+            # not the object this job was decided on, so it stays. Not an error to retry.
+            logger.warning(
+                "media object replaced since read; not deleted",
+                extra={"fields": {"bucket": bucket.name, "object": name, "read": generation}},
+            )
+            return REPLACED
+        except Exception as exc:
+            raise classify(exc) from exc
+        return DELETED
 
     def _require_bucket(self, bucket: storage.Bucket) -> None:
         # 404 is also the answer for a missing bucket; a typo must not pass as "already gone".
@@ -173,12 +227,35 @@ class SourceDeleter:
             raise PermanentError(f"bucket {bucket.name!r} does not exist")
 
 
-def _progress_of(
-    progress: Mapping[str, Any] | None, names: tuple[str, ...]
-) -> tuple[list[str], list[str]]:
+@dataclass
+class _Handled:
+    """What this job's deliveries have done so far, and the generations they read."""
+
+    deleted: list[str]
+    absent: list[str]
+    replaced: list[str]
+    generations: dict[str, str]
+
+    def done(self, name: str) -> bool:
+        return name in self.deleted or name in self.absent or name in self.replaced
+
+    def count(self) -> int:
+        return len(self.deleted) + len(self.absent) + len(self.replaced)
+
+    def progress(self) -> dict[str, Any]:
+        pending = {n: g for n, g in self.generations.items() if not self.done(n)}
+        progress: dict[str, Any] = {"deleted": self.deleted, "already_absent": self.absent}
+        if self.replaced:
+            progress["replaced"] = self.replaced
+        if pending:
+            progress["generations"] = pending
+        return progress
+
+
+def _progress_of(progress: Mapping[str, Any] | None, names: tuple[str, ...]) -> _Handled:
     """The objects an earlier delivery already handled (only names of this job count)."""
     if not progress:
-        return [], []
+        return _Handled([], [], [], {})
     wanted = set(names)
 
     def listed(key: str) -> list[str]:
@@ -187,7 +264,15 @@ def _progress_of(
         return [name for name in dict.fromkeys(items) if isinstance(name, str) and name in wanted]
 
     deleted = listed("deleted")
-    return deleted, [name for name in listed("already_absent") if name not in deleted]
+    replaced = [name for name in listed("replaced") if name not in deleted]
+    absent = [n for n in listed("already_absent") if n not in deleted and n not in replaced]
+    raw = progress.get("generations")
+    generations = {
+        name: value
+        for name, value in (raw.items() if isinstance(raw, Mapping) else ())
+        if name in wanted and isinstance(value, str) and value.isascii() and value.isdigit()
+    }
+    return _Handled(deleted, absent, replaced, generations)
 
 
 def classify(exc: Exception) -> TransientError | PermanentError:

@@ -58,6 +58,17 @@ def _handler(state: FakeStorage) -> type[BaseHTTPRequestHandler]:
             method = self._method()
             state.calls.append(method)
             name = self.path.split("?", 1)[0].rsplit("/", 1)[-1]
+            if method == "objects.get" and state.bucket_exists and name in state.objects:
+                body = b'{"name": "%s", "bucket": "%s", "generation": "1"}' % (
+                    name.encode(),
+                    BUCKET.encode(),
+                )
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             if method == "objects.delete" and state.bucket_exists and name in state.objects:
                 state.objects.discard(name)
                 self.send_response(204)
@@ -121,7 +132,7 @@ def test_every_storage_call_of_the_worker_is_listed_with_its_permissions(
     with pytest.raises(PermanentError, match="does not exist"):
         deleter(_request("a.mp4"))
     called = set(state.calls)
-    assert called == {"objects.delete", "buckets.get"}, state.calls
+    assert called == {"objects.get", "objects.delete", "buckets.get"}, state.calls
     assert called <= set(MEDIA_STORAGE_CALLS), called - set(MEDIA_STORAGE_CALLS)
     assert set(MEDIA_STORAGE_CALLS) <= called  # nothing listed that the worker never calls
 

@@ -140,7 +140,7 @@ def test_a_stop_mid_drain_resumes_claims_are_reclaimed_and_nothing_is_lost(
     first = Launcher("--data-dir", str(data), "--project", "p", *ALL_FREE)
     try:
         env = _connect(first, monkeypatch)
-        assert first.notes["data"] == f"{data} (loaded at start, saved at stop)"
+        assert first.notes["data"] == f"{data} (every acknowledged write is on disk)"
         client = firestore.Client(project="p")
         ids = seed_due_jobs(client, 10, T0)
         publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()

@@ -74,6 +74,62 @@ def test_delete_with_a_stale_generation_is_refused_and_keeps_the_object(
     assert not storage_bucket.blob("guarded").exists()
 
 
+def test_a_re_upload_gets_a_new_generation_and_survives_a_delete_of_the_old_one(
+    storage_bucket: storage.Bucket,
+) -> None:
+    first = storage_bucket.blob("video.mp4")
+    first.upload_from_string(b"original")
+    first.reload()
+    second = storage_bucket.blob("video.mp4")
+    second.upload_from_string(b"restored by the customer")
+    second.reload()
+    assert first.generation is not None and second.generation is not None
+    assert second.generation != first.generation
+
+    # A late delete carrying the generation read before the re-upload: Cloud Storage's 412.
+    with pytest.raises(exceptions.PreconditionFailed):
+        storage_bucket.delete_blob("video.mp4", if_generation_match=first.generation)
+
+    kept = storage_bucket.get_blob("video.mp4")
+    assert kept is not None and kept.generation == second.generation
+    assert kept.download_as_bytes() == b"restored by the customer"
+
+
+def test_a_get_with_a_stale_generation_or_metageneration_is_refused(
+    storage_bucket: storage.Bucket,
+) -> None:
+    blob = storage_bucket.blob("meta")
+    blob.upload_from_string(b"v1")
+    blob.reload()
+    assert blob.generation is not None and blob.metageneration is not None
+    with pytest.raises(exceptions.PreconditionFailed):
+        storage_bucket.get_blob("meta", if_generation_match=blob.generation + 1)
+    with pytest.raises(exceptions.PreconditionFailed):
+        storage_bucket.blob("meta").download_as_bytes(if_generation_match=blob.generation + 1)
+    with pytest.raises(exceptions.PreconditionFailed):
+        storage_bucket.delete_blob("meta", if_metageneration_match=blob.metageneration + 1)
+    matched = storage_bucket.get_blob(
+        "meta", if_generation_match=blob.generation, if_metageneration_match=blob.metageneration
+    )
+    assert matched is not None and matched.generation == blob.generation
+    assert storage_bucket.blob("meta").exists()
+
+
+def test_a_not_match_precondition_that_matches_answers_not_modified(
+    storage_bucket: storage.Bucket, storage_emulator: StorageEmulator
+) -> None:
+    blob = storage_bucket.blob("same")
+    blob.upload_from_string(b"v1")
+    blob.reload()
+    url = f"{storage_emulator.url}/storage/v1/b/{storage_bucket.name}/o/same"
+    same = requests.get(url, params={"ifGenerationNotMatch": str(blob.generation)}, timeout=10)
+    assert same.status_code == 304
+    other = requests.get(url, params={"ifGenerationNotMatch": "1"}, timeout=10)
+    assert other.status_code == 200 and other.json()["generation"] == str(blob.generation)
+    bad = requests.get(url, params={"ifGenerationMatch": "not-a-number"}, timeout=10)
+    assert bad.status_code == 400
+
+
 def test_wipe_keeping_buckets_deletes_every_object(monkeypatch: pytest.MonkeyPatch) -> None:
     with start(default_bucket="kept") as emulator:
         monkeypatch.setenv(ENV_VAR, emulator.url)

@@ -13,6 +13,7 @@ from services.worker.errors import PermanentError, TransientError
 from services.worker.media import (
     ALREADY_ABSENT,
     DELETED,
+    REPLACED,
     SourceDeleter,
     SourceObjects,
     classify,
@@ -84,17 +85,36 @@ def test_refusals_are_permanent(exc: Exception) -> None:
     assert isinstance(classify(exc), PermanentError)
 
 
+class _Blob:
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+
+
 class _Bucket:
-    """Stands in for a storage Bucket in this pure-logic test: a set of object names."""
+    """Stands in for a storage Bucket in this pure-logic test: a set of object names, each at
+    generation 1 unless re-uploaded (`upload`)."""
 
     def __init__(self, name: str, objects: set[str], *, exists: bool = True) -> None:
         self.name = name
         self.objects = objects
+        self.generations: dict[str, int] = {}
         self._exists = exists
+        self.before_delete: Any = None
 
-    def delete_blob(self, name: str, **_: Any) -> None:
+    def upload(self, name: str) -> None:
+        self.objects.add(name)
+        self.generations[name] = self.generations.get(name, 1) + 1
+
+    def get_blob(self, name: str, **_: Any) -> _Blob | None:
+        return _Blob(self.generations.get(name, 1)) if name in self.objects else None
+
+    def delete_blob(self, name: str, *, if_generation_match: int, **_: Any) -> None:
+        if self.before_delete is not None:
+            self.before_delete(name)
         if name not in self.objects:
             raise api_exceptions.NotFound("no such object")
+        if self.generations.get(name, 1) != if_generation_match:
+            raise api_exceptions.PreconditionFailed("ifGenerationMatch")
         self.objects.remove(name)
 
     def exists(self, **_: Any) -> bool:
@@ -133,3 +153,38 @@ def test_a_missing_bucket_is_not_mistaken_for_absent_objects() -> None:
     deleter = SourceDeleter(_Client(_Bucket("bkt", set(), exists=False)))  # type: ignore[arg-type]
     with pytest.raises(PermanentError, match="does not exist"):
         deleter(_request({"bucket": "bkt", "object": "a"}))
+
+
+def test_an_object_re_uploaded_between_read_and_delete_is_kept_as_replaced() -> None:
+    bucket = _Bucket("bkt", {"a", "b"})
+    bucket.before_delete = lambda name: bucket.upload(name) if name == "b" else None
+    result = SourceDeleter(_Client(bucket))(_request({"bucket": "bkt", "objects": ["a", "b"]}))  # type: ignore[arg-type]
+    assert result.outcome == REPLACED
+    assert result.details == {
+        "bucket": "bkt",
+        "deleted": ["a"],
+        "already_absent": [],
+        "replaced": ["b"],
+    }
+    assert bucket.objects == {"b"}
+
+
+def test_progress_from_an_earlier_delivery_keeps_its_generations_and_replaced_names() -> None:
+    bucket = _Bucket("bkt", {"a", "b", "c"})
+    bucket.upload("c")  # now generation 2; the earlier delivery had read 1
+    progress = {"deleted": [], "replaced": ["a"], "generations": {"c": "1", "zz": "7", "b": "x"}}
+    request = ActionRequest(
+        "job-1",
+        "media.delete_source",
+        "m",
+        {"bucket": "bkt", "objects": ["a", "b", "c"]},
+        1,
+        "k",
+        progress=progress,
+    )
+    result = SourceDeleter(_Client(bucket))(request)  # type: ignore[arg-type]
+    # a: kept as replaced without a call; b: its bad recorded generation ignored, read anew
+    # and deleted; c: deleted only if still the generation read first, so kept.
+    assert result.details["deleted"] == ["b"]
+    assert result.details["replaced"] == ["a", "c"]
+    assert bucket.objects == {"a", "c"}

@@ -1,0 +1,270 @@
+"""The write-ahead log that makes an emulator's acknowledged writes survive a crash.
+
+With ``--data-dir`` an emulator keeps two files per component: a snapshot (``NAME.json``, its
+whole state, replaced atomically: :mod:`emulators.snapshot`) and a log (``NAME.log``) of every
+change since that snapshot. A change is appended to the log (under the emulator's own lock,
+before it is applied, so a change that cannot be logged is never applied) and the log is
+fsynced before the emulator answers (:meth:`Journal.settle`): what a client was told is
+written is on disk, so a SIGKILL or a power cut loses nothing acknowledged. Answers that
+*show* state (reads, deliveries) settle too, so nothing a client saw can be lost either.
+Concurrent writers share one fsync (group commit): whoever fsyncs first makes every change
+appended before it durable, and the others find their change durable already.
+
+At start the snapshot is loaded and the log replayed on top of it; then a new snapshot is
+written and the log emptied (compaction), as it is at a clean stop and whenever the log
+passes ``compact_bytes`` while running.
+
+Records are ``<length, crc32 of payload, crc32 of the first 8 bytes>`` then a JSON payload
+with a ``seq`` one more than the previous record's (the snapshot holds the ``seq`` it
+covers). A crash in the middle of an append leaves a torn last record (cut short, or the
+zeroed tail a power cut can leave); it was never acknowledged, so it is discarded and a
+WARNING says so. Anything else that does not check out (a bad record followed by more, a
+gap in the sequence, a snapshot that does not parse) stops the start with an error naming the
+component, the file and the fix, and the files are left as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from emulators import snapshot
+from emulators.snapshot import FIX, SnapshotError
+
+logger = logging.getLogger(__name__)
+
+_HEADER = struct.Struct("<III")  # payload length, payload crc32, crc32 of those 8 bytes
+# A log larger than this is folded into a new snapshot while the emulator runs.
+DEFAULT_COMPACT_BYTES = 64 * 1024 * 1024
+
+
+class JournalError(Exception):
+    """The data directory could not be written: the change was not acknowledged, and this
+    emulator acknowledges nothing more until it is restarted."""
+
+
+def _sync_data(fd: int) -> None:
+    # fdatasync also flushes the file size an append changed; macOS has only fsync.
+    if hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    else:  # pragma: no cover - not Linux
+        os.fsync(fd)
+
+
+def encode_record(payload: dict[str, Any]) -> bytes:
+    body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+    head = struct.pack("<II", len(body), zlib.crc32(body))
+    return head + struct.pack("<I", zlib.crc32(head)) + body
+
+
+class Journal:
+    """One component's snapshot and log in a data directory."""
+
+    def __init__(
+        self,
+        component: str,
+        folder: Path,
+        name: str,
+        kind: str,
+        *,
+        compact_bytes: int = DEFAULT_COMPACT_BYTES,
+    ) -> None:
+        self.component = component
+        self.kind = kind
+        self.snapshot_path = folder / f"{name}.json"
+        self.log_path = folder / f"{name}.log"
+        self.compact_bytes = compact_bytes
+        self._lock = threading.Lock()  # appends, and the counters below
+        self._sync_lock = threading.Lock()  # one fsync (or compaction) at a time
+        self._fd: int | None = None
+        self._appended = 0  # seq of the last record written to the log
+        self._durable = 0  # seq up to which the log (or a snapshot) is on disk
+        self._size = 0
+        self._broken: str | None = None
+        self.fsyncs = 0  # how many times the log was fsynced (group commits)
+
+    # -- start ------------------------------------------------------------------------------
+
+    def load(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The saved snapshot (None when there is none) and the log's records after it."""
+        try:
+            saved = snapshot.read(self.snapshot_path, self.kind)
+        except SnapshotError as exc:
+            raise SnapshotError(f"{self.component}: {exc}") from exc
+        covered = 0
+        if saved is not None:
+            covered = saved.pop("log_seq", 0)
+            if not isinstance(covered, int) or covered < 0:
+                raise SnapshotError(
+                    f"{self.component}: {self.snapshot_path}: bad log_seq {covered!r}; {FIX}"
+                )
+        records = []
+        expected = covered + 1
+        for offset, record in self._read_log():
+            seq = record.get("seq")
+            if not isinstance(seq, int):
+                raise self._corrupt(offset, "a record without a sequence number")
+            if seq <= covered:
+                continue  # already in the snapshot (a crash between its rename and the trim)
+            if seq != expected:
+                raise self._corrupt(offset, f"record {seq} where {expected} was expected")
+            records.append(record)
+            expected += 1
+        self._appended = self._durable = expected - 1
+        return saved, records
+
+    def start(self, state: dict[str, Any]) -> None:
+        """Fold ``state`` (the loaded snapshot with the log replayed) into a new snapshot,
+        empty the log and open it for appends."""
+        self.snapshot_path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        snapshot.sync_directory(self.log_path.parent)
+        self.compact(state)
+
+    def _read_log(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        try:
+            data = self.log_path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise SnapshotError(
+                f"{self.component}: {self.log_path}: cannot be read ({exc}); {FIX}"
+            ) from exc
+        offset = 0
+        while offset < len(data):
+            rest = len(data) - offset
+            if rest < _HEADER.size:
+                self._discard_torn(offset, rest, "cut short in its header")
+                return
+            length, body_crc, head_crc = _HEADER.unpack_from(data, offset)
+            if zlib.crc32(data[offset : offset + 8]) != head_crc:
+                if not data[offset:].strip(b"\0"):
+                    self._discard_torn(offset, rest, "zeroed")
+                    return
+                raise self._corrupt(offset, "a record header that does not check out")
+            end = offset + _HEADER.size + length
+            if end > len(data):
+                self._discard_torn(offset, rest, "cut short")
+                return
+            body = data[offset + _HEADER.size : end]
+            if zlib.crc32(body) != body_crc:
+                if end == len(data):
+                    self._discard_torn(offset, rest, "its checksum does not match")
+                    return
+                raise self._corrupt(offset, "a record whose checksum does not match")
+            try:
+                record = json.loads(body)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise self._corrupt(offset, f"a record that is not JSON ({exc})") from exc
+            if not isinstance(record, dict):
+                raise self._corrupt(offset, "a record that is not a JSON object")
+            yield offset, record
+            offset = end
+
+    def _discard_torn(self, offset: int, size: int, why: str) -> None:
+        logger.warning(
+            "%s: discarded the torn last record of %s (%d bytes at byte %d, %s): a crash in "
+            "the middle of an append; that write was never acknowledged",
+            self.component,
+            self.log_path,
+            size,
+            offset,
+            why,
+        )
+
+    def _corrupt(self, offset: int, what: str) -> SnapshotError:
+        return SnapshotError(
+            f"{self.component}: {self.log_path}: corrupt at byte {offset}: {what}; {FIX}"
+        )
+
+    # -- while running ------------------------------------------------------------------------
+
+    def append(self, payload: dict[str, Any]) -> bool:
+        """Write one change to the log (not yet durable: :meth:`settle` makes it so).
+
+        Call with the emulator's own lock held, before applying the change, so the log's
+        order is the order changes were applied in. Returns whether the log has grown past
+        ``compact_bytes`` (the caller then compacts, still under its lock). Raises
+        :class:`JournalError` when the log cannot be written.
+        """
+        with self._lock:
+            self._check()
+            assert self._fd is not None, "Journal.start was not called"
+            seq = self._appended + 1
+            record = encode_record({"seq": seq, **payload})
+            try:
+                view = memoryview(record)
+                while view:
+                    view = view[os.write(self._fd, view) :]
+            except OSError as exc:
+                self._broken = f"cannot append to {self.log_path}: {exc}"
+                raise JournalError(f"{self.component}: {self._broken}") from exc
+            self._appended = seq
+            self._size += len(record)
+            return self._size >= self.compact_bytes
+
+    def settle(self) -> None:
+        """Return once every change appended so far is on disk (group commit)."""
+        with self._lock:
+            self._check()
+            target = self._appended
+            if self._durable >= target:
+                return
+        with self._sync_lock:
+            with self._lock:
+                self._check()
+                if self._durable >= target:
+                    return  # another caller's fsync covered it
+                upto, fd = self._appended, self._fd
+            assert fd is not None
+            try:
+                _sync_data(fd)
+            except OSError as exc:
+                with self._lock:
+                    self._broken = f"cannot fsync {self.log_path}: {exc}"
+                raise JournalError(f"{self.component}: {self._broken}") from exc
+            with self._lock:
+                self.fsyncs += 1
+                self._durable = max(self._durable, upto)
+
+    def compact(self, state: dict[str, Any]) -> None:
+        """Replace the snapshot with ``state`` (every change appended so far) and empty the
+        log. Call with the emulator's lock held, so no change is appended meanwhile."""
+        with self._sync_lock, self._lock:
+            self._check()
+            seq = self._appended
+            try:
+                snapshot.write(self.snapshot_path, self.kind, {**state, "log_seq": seq})
+                if self._fd is not None:
+                    # The snapshot covering every record is durable: the log can go. A crash
+                    # before this truncation replays records the snapshot has (skipped by seq).
+                    os.ftruncate(self._fd, 0)
+                    os.fsync(self._fd)
+            except OSError as exc:
+                self._broken = f"cannot write {self.snapshot_path}: {exc}"
+                raise JournalError(f"{self.component}: {self._broken}") from exc
+            self._durable = seq
+            self._size = 0
+
+    def close(self, state: dict[str, Any] | None) -> None:
+        """A clean stop: fold everything into the snapshot (when ``state`` is given)."""
+        try:
+            if state is not None and self._broken is None:
+                self.compact(state)
+        finally:
+            with self._lock:
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
+                    self._broken = self._broken or "closed"
+
+    def _check(self) -> None:
+        if self._broken is not None:
+            raise JournalError(f"{self.component}: {self._broken}; restart the emulator")
