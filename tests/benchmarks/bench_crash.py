@@ -140,7 +140,7 @@ def drill(count: int, data: Path) -> str:
                     generation=str(job.generation),
                     run_id=f"run-{run}",
                 ).result(timeout=30)
-                store.mark_enqueued(job.job_id, job.generation, message_id)
+                mark_enqueued(store, job.job_id, job.generation, message_id)
                 enqueued[job.job_id] = job.generation
             if not claimed:
                 time.sleep(0.05)
