@@ -5,6 +5,7 @@ cites Google's documentation of production's behaviour in its docstring."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,24 @@ def test_the_markers_are_registered_for_strict_markers() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
     for marker in MARKERS:
         assert f'"{marker}(reason):' in pyproject
+
+
+def test_make_test_google_runs_every_folder_whose_tests_reach_the_emulator_fixtures() -> None:
+    """A folder left out of GOOGLE_TIERS would silently never meet Google's emulators."""
+    makefile = (ROOT / "Makefile").read_text()
+    match = re.search(r"^GOOGLE_TIERS := \$\(addprefix tests/integration/,(.+)\)$", makefile, re.M)
+    assert match, "GOOGLE_TIERS in the Makefile"
+    tiers = match.group(1).split()
+    fixtures = re.compile(
+        r"\b(firestore_emulator|firestore_client|firestore_project|pubsub_emulator|"
+        r"pubsub_project|publisher_client|subscriber_client)\b"
+    )
+    reaching = set()
+    for path in (ROOT / "tests" / "integration").rglob("*.py"):
+        if fixtures.search(path.read_text()):
+            relative = path.relative_to(ROOT / "tests" / "integration")
+            reaching.add(relative.as_posix())
+    missed = sorted(
+        r for r in reaching if not any(r == t or r.startswith(t.rstrip("/") + "/") for t in tiers)
+    )
+    assert missed == []
