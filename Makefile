@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # jitters its background retries with `random`).
 PARALLEL ?= -n 2 --dist loadgroup
 
-.PHONY: venv run emulators test lint typecheck unit integration infra bench clean
+.PHONY: venv run emulators test test-google lint typecheck unit integration infra bench clean
 
 venv: $(STAMP)
 
@@ -43,6 +43,13 @@ ifeq ($(strip $(PYTEST_ARGS)),)
 else
 	$(BIN)/pytest $(PARALLEL) $(PYTEST_ARGS)
 endif
+
+# The integration tier again, on Google's Firestore and Pub/Sub emulators (gcloud, Java 11+):
+# tests that need what only the built-in ones have, or production's strictness that Google's
+# lack, carry a marker and are skipped there with its reason (tests/fixtures/emulator_set.py).
+GOOGLE_TIERS := $(addprefix tests/integration/,api cli firestore jobs pubsub scan worker local/test_topology.py)
+test-google: venv
+	JOBS_TEST_EMULATORS=google $(BIN)/pytest $(PARALLEL) $(GOOGLE_TIERS) $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest tests/unit $(PARALLEL) $(PYTEST_ARGS)

@@ -198,32 +198,10 @@ def start_official(
         issuer = Issuer()
         _start_oidc(stack, host, ports.oidc, issuer)
         _start_storage(stack, host, ports.storage, None)
-        _start_child(
-            stack,
-            "firestore",
-            [gcloud, "emulators", "firestore", "start", f"--host-port={host}:{firestore_port}"],
-            host,
-            firestore_port,
-            start_timeout_s,
-        )
-        stack.exports["FIRESTORE_EMULATOR_HOST"] = f"{host}:{firestore_port}"
-        _start_child(
-            stack,
-            "pubsub",
-            [
-                gcloud,
-                "beta",
-                "emulators",
-                "pubsub",
-                "start",
-                f"--project={project}",
-                f"--host-port={host}:{pubsub_port}",
-            ],
-            host,
-            pubsub_port,
-            start_timeout_s,
-        )
-        stack.exports["PUBSUB_EMULATOR_HOST"] = f"{host}:{pubsub_port}"
+        for component, port in (("firestore", firestore_port), ("pubsub", pubsub_port)):
+            command = official_command(gcloud, component, host, port, project)
+            _start_child(stack, component, command, host, port, start_timeout_s)
+            stack.exports[OFFICIAL_ENV[component]] = f"{host}:{port}"
     except BaseException:
         stack.stop()
         raise
@@ -233,6 +211,53 @@ def start_official(
         "exercise push authentication"
     )
     _export_project(stack, project)
+    return stack
+
+
+# The variable each official emulator's clients read to find it.
+OFFICIAL_ENV = {"firestore": "FIRESTORE_EMULATOR_HOST", "pubsub": "PUBSUB_EMULATOR_HOST"}
+
+
+def official_command(gcloud: str, component: str, host: str, port: int, project: str) -> list[str]:
+    """The gcloud command line that starts Google's emulator of `component` on host:port."""
+    if component == "firestore":
+        return [gcloud, "emulators", "firestore", "start", f"--host-port={host}:{port}"]
+    if component == "pubsub":
+        return [
+            gcloud,
+            "beta",
+            "emulators",
+            "pubsub",
+            "start",
+            f"--project={project}",
+            f"--host-port={host}:{port}",
+        ]
+    raise ValueError(f"Google ships no emulator named {component!r}")
+
+
+def start_official_component(
+    component: str,
+    host: str,
+    project: str,
+    *,
+    gcloud: str | None = None,
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+) -> Stack:
+    """One of Google's emulators ("firestore" or "pubsub") alone on a free port: the stack that
+    stops it, its address in ``exports`` under the variable its clients read (the test
+    fixtures' `JOBS_TEST_EMULATORS=google` mode starts each one only when a test needs it)."""
+    gcloud = gcloud or shutil.which("gcloud")
+    if gcloud is None:
+        raise GcloudMissing(GCLOUD_INSTALL_HINT)
+    port = free_port(host)
+    stack = Stack()
+    try:
+        command = official_command(gcloud, component, host, port, project)
+        _start_child(stack, component, command, host, port, start_timeout_s)
+    except BaseException:
+        stack.stop()
+        raise
+    stack.exports[OFFICIAL_ENV[component]] = f"{host}:{port}"
     return stack
 
 

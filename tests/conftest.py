@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = [
+    "tests.fixtures.emulator_set",
     "tests.fixtures.firestore",
     "tests.fixtures.pubsub",
     "tests.fixtures.oidc",

@@ -212,7 +212,11 @@ def _transform(fields: Any, transform: Any, commit_us: int, touched: set[str] | 
 def _server_value(current: Any | None, transform: Any, commit_us: int) -> Any:
     if transform.set_to_server_value != _REQUEST_TIME:
         raise InvalidArgument("Unknown server value.")
-    return Value(timestamp_value=timestamp(commit_us))
+    # "The time at which the server processed the request, with millisecond precision"
+    # (https://cloud.google.com/python/docs/reference/firestore/latest/google.cloud.firestore_v1.types.DocumentTransform.FieldTransform.ServerValue):
+    # the commit time cut to the millisecond, so it may read earlier than the write's
+    # microsecond update_time, never later.
+    return Value(timestamp_value=timestamp(commit_us - commit_us % 1000))
 
 
 def _numeric_operand(transform: Any, which: str) -> Any:

@@ -247,7 +247,12 @@ def _compile_field(pb: Any, database: DatabaseKey) -> Filter:
     if kind(value) is None:
         raise InvalidArgument("A field filter needs a value.")
     if op in _RANGE_OPS and (kind(value) == "null_value" or is_nan(value)):
-        raise InvalidArgument("Null and NaN only support '==' and '!=' comparisons.")
+        # Served, matching no document: the backend "has always accepted null and NaN for all
+        # operators" (the Firebase SDKs dropped their own refusal to agree with it,
+        # https://github.com/firebase/firebase-js-sdk/pull/3960), and Google's emulator
+        # answers every such range filter with no document (tests/integration/firestore/
+        # test_errors.py). It stays an inequality on the field.
+        return Filter(lambda d: False, [], [path])
     keys = _operand_keys(pb, path, database)
     key = keys[0]
     if op == _FieldOp.EQUAL:

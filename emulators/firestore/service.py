@@ -40,6 +40,7 @@ from emulators.firestore.names import (
 )
 from emulators.firestore.query import compile_query, ordered_by_aggregated
 from emulators.firestore.values import (
+    NAME_PATH,
     Value,
     format_field_path,
     get_field,
@@ -369,6 +370,7 @@ class FirestoreService:
             raise InvalidArgument("At most 5 aggregations per query.")
         aliases = _aliases(aggregations)
         aggregated = _aggregated_paths(aggregations)
+        _refuse_aggregated_after_name(aggregation.structured_query, aggregated)
         if self.indexes is not None:
             self.indexes.check(database, request.parent, aggregation.structured_query, aggregated)
         query = ordered_by_aggregated(query, aggregated)
@@ -582,6 +584,24 @@ def _aggregated_paths(aggregations: list[Any]) -> list[Any]:
         if which in ("sum", "avg"):
             paths.append(parse_field_path(getattr(spec, which).field.field_path))
     return paths
+
+
+def _refuse_aggregated_after_name(structured: Any, paths: list[Any]) -> None:
+    """A sum or avg reads its field's index, so the field is an implied order; after an
+    explicit __name__ order (the client adds one for a document cursor) it would have to come
+    after __name__ in an index, which Firestore cannot have (__name__ ends every index).
+    Google's emulator refuses such a query with this message, cursor, limit or not."""
+    explicit = [parse_field_path(order.field.field_path) for order in structured.order_by]
+    if NAME_PATH not in explicit:
+        return
+    before = set(explicit[: explicit.index(NAME_PATH)])
+    missing = [format_field_path(path) for path in paths if path not in before]
+    if missing:
+        raise InvalidArgument(
+            f"This query requires an index that has fields [{', '.join(missing)}] after "
+            "__name__ and Firestore does not currently support such an index. Please try the "
+            "query again with additional ordering on those fields before __name__."
+        )
 
 
 def _aggregate(spec: Any, docs: list[Stored] | int) -> tuple[Any, int]:

@@ -529,11 +529,21 @@ class Broker:
         parsed = [_parse_ack_id(a) for a in ack_ids]
         with self._lock:
             state = self._require_sub(name)
+            if any(serial != state.serial for serial, _, _ in parsed):
+                # An ack ID this subscription never issued (another subscription's) is
+                # malformed for it: production refuses the request with this message (seen in
+                # https://github.com/googleapis/google-cloud-dotnet/pull/8287), as Google's
+                # emulator refuses it; only an expired one of its own is acknowledged quietly.
+                raise InvalidArgument(
+                    "Some acknowledgement ids in the request were invalid. This could be "
+                    "because the acknowledgement ids have expired or the acknowledgement ids "
+                    "were malformed."
+                )
             # Best effort, like production: a late ack of an expired lease still removes it.
             removed = [
                 message_id
-                for serial, message_id, _generation in parsed
-                if serial == state.serial and message_id in state.entries
+                for _serial, message_id, _generation in parsed
+                if message_id in state.entries
             ]
             if removed:
                 self._log({"op": "ack", "sub": name, "ids": removed})
@@ -643,8 +653,11 @@ class Broker:
             policy = config.dead_letter_policy
             names.topic(policy.dead_letter_topic)
             if policy.dead_letter_topic not in self._topics:
-                raise InvalidArgument(
-                    f"Dead letter topic does not exist (topic={policy.dead_letter_topic})."
+                # "The operation will fail if the topic does not exist" (DeadLetterPolicy,
+                # google.pubsub.v1); NOT_FOUND as Google's emulator answers.
+                raise NotFound(
+                    f"Dead letter topic not found: the topic {policy.dead_letter_topic} does "
+                    "not exist."
                 )
             if policy.max_delivery_attempts == 0:
                 policy.max_delivery_attempts = limits.DEFAULT_DELIVERY_ATTEMPTS

@@ -23,6 +23,12 @@ class NotFound(PubsubEmulatorError):
     code = grpc.StatusCode.NOT_FOUND
 
 
+class OutOfRange(PubsubEmulatorError):
+    """A setting outside its documented range, where Google's emulator answers OUT_OF_RANGE."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
 class AlreadyExists(PubsubEmulatorError):
     """Resource already exists in the project."""
 

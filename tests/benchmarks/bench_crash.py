@@ -39,6 +39,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from tests.benchmarks import rig
+from tests.fixtures.store import mark_enqueued
 
 PROJECT = "crash-drill"
 BUCKET = "crash-media"

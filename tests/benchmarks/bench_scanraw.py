@@ -15,7 +15,14 @@ on a machine other work shares than the wall-clock rates do. The emulator is
 strict with the project's index set, whose indexes the scan's backlog queries build before the
 raw phase (the emulator builds an index on first use; Firestore keeps it from the start).
 N: JOBS_BENCH_SCANRAW_JOBS (default 10,000).
-Run: `.venv/bin/python -m tests.benchmarks scanraw`.
+Emulators: JOBS_BENCH_SCANRAW_EMULATORS, a comma-separated list run in that order in one window
+(default `builtin`): `builtin` = the built-in emulators in this process, then in their own;
+`google` = Google's Firestore and Pub/Sub emulators (`python -m emulators --official`: gcloud,
+a JVM each, always in their own processes), which keep no index set: they serve every query
+without one and maintain none of the project's, so their writes carry less index work.
+Run: `.venv/bin/python -m tests.benchmarks scanraw`;
+both sets side by side: `JOBS_BENCH_SCANRAW_EMULATORS=builtin,google .venv/bin/python -m
+tests.benchmarks scanraw`.
 """
 
 from __future__ import annotations
@@ -43,14 +50,41 @@ def main() -> None:
     from emulators.launcher import PROJECT_INDEXES
 
     jobs = int(os.environ.get("JOBS_BENCH_SCANRAW_JOBS", DEFAULT_JOBS))
-    print("-- emulators in this process (client and emulator share one interpreter lock)")
-    # Firestore strict with the project's index set, as deployed: a write maintains the
-    # entries production keeps for it, no more.
-    with rig.in_process(firestore_indexes=PROJECT_INDEXES):
-        _side_by_side(jobs, "bench-scanraw", lambda: 0.0)
-    print("-- emulators in their own process (python -m emulators), as Firestore is remote")
-    with rig.own_process() as emulators:
-        _side_by_side(jobs, "bench-scanraw-b", emulators.cpu_s)
+    chosen = [
+        name.strip()
+        for name in os.environ.get("JOBS_BENCH_SCANRAW_EMULATORS", "builtin").split(",")
+        if name.strip()
+    ]
+    unknown = sorted(set(chosen) - set(EMULATOR_SETS)) or ([] if chosen else ["(none)"])
+    if unknown:
+        raise SystemExit(
+            f"JOBS_BENCH_SCANRAW_EMULATORS: unknown {', '.join(unknown)}; "
+            f"expected a comma-separated list of {', '.join(EMULATOR_SETS)}"
+        )
+    print(f"-- {jobs:,} jobs; load average at start: {_load()}")
+    for name in chosen:
+        if name == "builtin":
+            print("-- built-in emulators in this process (client and emulator share one lock)")
+            # Firestore strict with the project's index set, as deployed: a write maintains
+            # the entries production keeps for it, no more.
+            with rig.in_process(firestore_indexes=PROJECT_INDEXES):
+                _side_by_side(jobs, "bench-scanraw", lambda: 0.0)
+            print("-- built-in emulators in their own process (python -m emulators)")
+            with rig.own_process() as emulators:
+                _side_by_side(jobs, "bench-scanraw-b", emulators.cpu_s)
+        else:
+            print("-- Google's emulators in their own processes (python -m emulators --official)")
+            with rig.own_process(official=True) as emulators:
+                _side_by_side(jobs, "bench-scanraw-g", emulators.cpu_s)
+        print(f"-- load average after {name}: {_load()}")
+
+
+EMULATOR_SETS = ("builtin", "google")
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min, {os.cpu_count()} CPUs)"
 
 
 def _side_by_side(jobs: int, project: str, emulator_cpu: Callable[[], float]) -> None:

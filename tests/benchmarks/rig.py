@@ -112,19 +112,41 @@ class LauncherProcess:
     pid: int
 
     def cpu_s(self) -> float:
-        """CPU seconds (user + system) the emulator process has used so far (Linux /proc)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds (user + system) the emulator process and every process it started
+        (Google's emulators: gcloud and its JVM) have used so far (Linux /proc)."""
+        stats: dict[int, list[str]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        tree, ticks = {self.pid}, 0
+        grew = True
+        while grew:  # descendants: a process whose parent (field 1 after the name) is in tree
+            grew = False
+            for pid, fields in stats.items():
+                if pid not in tree and int(fields[1]) in tree:
+                    tree.add(pid)
+                    grew = True
+        for pid in tree:
+            if pid in stats:
+                ticks += int(stats[pid][11]) + int(stats[pid][12])
+        return ticks / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
-def own_process(push_concurrency: int | None = None) -> Iterator[LauncherProcess]:
+def own_process(
+    push_concurrency: int | None = None, *, official: bool = False
+) -> Iterator[LauncherProcess]:
     """The emulators as `python -m emulators` runs them (strict Firestore with the project's
     index set, every port free), their exports in this process's environment, so the clients
-    made here reach them; `push_concurrency` None keeps the launcher's default."""
+    made here reach them; `push_concurrency` None keeps the launcher's default. `official`:
+    `python -m emulators --official`, Google's Firestore and Pub/Sub emulators (gcloud, a JVM
+    each) in place of the built-in ones; `cpu_s` then counts the JVMs too."""
     command = [sys.executable, "-m", "emulators"]
     for flag in ("firestore", "firestore-admin", "pubsub", "pubsub-admin", "oidc", "storage"):
         command += [f"--{flag}-port", "0"]
+    if official:
+        command.append("--official")
     if push_concurrency is not None:
         command += ["--pubsub-push-concurrency", str(push_concurrency)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)

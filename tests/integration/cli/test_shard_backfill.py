@@ -196,6 +196,7 @@ def test_a_resumed_run_reads_only_what_comes_after_its_position(
     assert middle["by_state"] == {"deferred": len(live) - 15}
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_an_interrupted_cli_run_prints_the_resume_command(
     jobsctl: Jobsctl, firestore_client: firestore.Client, firestore_emulator: Emulator
 ) -> None:

@@ -10,6 +10,10 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import firestore
 
+pytestmark = pytest.mark.builtin_emulator(
+    "the admin HTTP API: reset, billing counters, fault injection"
+)
+
 
 def _http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None

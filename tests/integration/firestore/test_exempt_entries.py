@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from emulators.firestore.server import Emulator
@@ -35,6 +36,7 @@ def _indexed(shards: int) -> set[str]:
     return {p for p in paths if p.split(".")[0] not in exempt}
 
 
+@pytest.mark.builtin_emulator("reads the built-in engine's index entries")
 def test_exempted_fields_hold_no_single_field_entries(
     firestore_emulator: Emulator, firestore_client: Any, firestore_project: str, shard_indexes: Any
 ) -> None:

@@ -13,6 +13,8 @@ from google.cloud import firestore
 
 from emulators.firestore.server import Emulator
 
+pytestmark = pytest.mark.builtin_emulator("fault injection")
+
 
 @pytest.fixture(autouse=True)
 def _no_faults_left(firestore_emulator: Emulator) -> Iterator[None]:

@@ -42,9 +42,12 @@ def _wanted_index(error: exceptions.GoogleAPICallError) -> Any:
     return admin_index.Index.pb().FromString(raw)
 
 
+@pytest.mark.production_strict("composite-index enforcement")
 def test_the_declared_index_serves_the_due_query_and_others_are_refused(
     firestore_client: Any, firestore_project: str
 ) -> None:
+    """Production refuses a compound query no composite index serves
+    (https://cloud.google.com/firestore/docs/query-data/indexing)."""
     jobs = firestore_client.collection(schema.JOBS)
     jobs.document("a").set({"state": "deferred", "due_at": NOW, "enqueued_at": NOW})
     due = (
@@ -82,6 +85,7 @@ def test_queries_single_field_indexes_serve_need_no_declaration(firestore_client
     assert col.where(filter=eq).count().get()[0][0].value == 1
 
 
+@pytest.mark.production_strict("composite-index enforcement")
 @pytest.mark.parametrize(
     "build",
     [
@@ -93,15 +97,20 @@ def test_queries_single_field_indexes_serve_need_no_declaration(firestore_client
     ids=["two-orders", "two-ranges", "contains-and-order", "equality-and-order"],
 )
 def test_compound_queries_without_an_index_are_refused(firestore_client: Any, build: Any) -> None:
+    """Production refuses a compound query no composite index serves
+    (https://cloud.google.com/firestore/docs/query-data/indexing)."""
     col = firestore_client.collection("free")
     col.document("a").set({"x": 1, "y": 2, "tags": ["t"]})
     with pytest.raises(exceptions.FailedPrecondition, match="requires an index"):
         _ids(build(col))
 
 
+@pytest.mark.production_strict("composite-index enforcement")
 def test_an_index_serves_only_its_own_directions_and_scope(
     firestore_client: Any, add_index: Any
 ) -> None:
+    """Production refuses a compound query no composite index serves
+    (https://cloud.google.com/firestore/docs/query-data/indexing)."""
     add_index("free", "x", "y")
     col = firestore_client.collection("free")
     col.document("a").set({"x": 1, "y": 2})
@@ -118,9 +127,12 @@ def test_an_index_serves_only_its_own_directions_and_scope(
     assert _ids(group.where(filter=FieldFilter("x", "==", 1)).order_by("y")) == ["a"]
 
 
+@pytest.mark.production_strict("composite-index enforcement")
 def test_aggregations_and_or_queries_need_their_indexes_too(
     firestore_client: Any, add_index: Any
 ) -> None:
+    """Production refuses a compound query no composite index serves
+    (https://cloud.google.com/firestore/docs/query-data/indexing)."""
     col = firestore_client.collection("free")
     col.document("a").set({"x": 1, "y": 2, "z": 3})
     filtered = col.where(filter=FieldFilter("x", "==", 1))
@@ -141,6 +153,7 @@ def test_aggregations_and_or_queries_need_their_indexes_too(
     assert _ids(either) == ["a"]
 
 
+@pytest.mark.builtin_emulator("strict index mode and the admin endpoint that adds an index")
 def test_an_index_added_over_the_admin_api_serves_the_query(
     firestore_client: Any, firestore_emulator: Emulator, firestore_project: str
 ) -> None:
@@ -234,6 +247,7 @@ def test_malformed_definitions_are_refused_with_what_is_wrong(
         indexes.load(str(path))
 
 
+@pytest.mark.builtin_emulator("strict index mode: index declarations loaded")
 def test_python_declarations_load_like_the_schema(firestore_emulator: Emulator) -> None:
     loaded = indexes.load("services.jobs.schema")
     assert [(i.collection_group, [f.path for f in i.fields]) for i in loaded] == [
@@ -269,7 +283,10 @@ def test_a_module_query_loads_the_index_set_of_that_configuration() -> None:
             indexes.load(bad)
 
 
+@pytest.mark.production_strict("composite-index enforcement")
 def test_a_query_on_a_field_exempted_from_indexing_is_refused(firestore_client: Any) -> None:
+    """Production refuses a compound query no composite index serves
+    (https://cloud.google.com/firestore/docs/query-data/indexing)."""
     jobs = firestore_client.collection(schema.JOBS)
     jobs.document("a").set({"state": "deferred", "cancel_requested": True, "params": {"b": 1}})
     for build in (

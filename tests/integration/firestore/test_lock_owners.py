@@ -37,6 +37,7 @@ def _wait_until(condition: Any, timeout_s: float = 5.0) -> bool:
     return condition()
 
 
+@pytest.mark.builtin_emulator("inspects the built-in engine's lock table")
 def test_a_read_whose_client_deadline_passed_never_takes_the_lock_later(
     firestore_client: Any, firestore_emulator: Emulator
 ) -> None:
@@ -59,6 +60,7 @@ def test_a_read_whose_client_deadline_passed_never_takes_the_lock_later(
     assert ref.get().get("n") == 1
 
 
+@pytest.mark.builtin_emulator("reads the built-in emulator's counters")
 def test_a_transaction_rolled_back_while_its_read_waits_fails_that_read_at_once(
     firestore_client: Any, firestore_emulator: Emulator
 ) -> None:
@@ -90,6 +92,7 @@ def test_a_transaction_rolled_back_while_its_read_waits_fails_that_read_at_once(
     assert firestore_emulator.engine.held_locks() == 0
 
 
+@pytest.mark.builtin_emulator("inspects the built-in engine's lock table")
 def test_a_scan_with_a_short_firestore_timeout_claims_everything_once_the_holder_is_gone(
     firestore_client: Any, firestore_emulator: Emulator
 ) -> None:
@@ -133,6 +136,7 @@ def test_an_expired_idle_transaction_releases_its_locks_to_a_waiter(
         client.close()
 
 
+@pytest.mark.builtin_emulator("inspects the built-in engine's lock table")
 def test_a_waiting_read_stops_as_soon_as_its_caller_cancels(
     firestore_client: Any, firestore_emulator: Emulator
 ) -> None:

@@ -254,6 +254,7 @@ def ids_in(query: Any, transaction: Any) -> list[str]:
     return [d.id for d in query.stream(transaction=transaction)]
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_query_billing_counts_returned_documents_with_a_minimum_of_one(
     numbers: Any, firestore_stats: Any
 ) -> None:
@@ -271,12 +272,14 @@ def test_query_billing_counts_returned_documents_with_a_minimum_of_one(
     assert stats["calls"] == {"RunAggregationQuery": 1}
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_documents_skipped_by_an_offset_are_billed(numbers: Any, firestore_stats: Any) -> None:
     firestore_stats.reset()
     assert ids(numbers.order_by("i").offset(4).limit(2)) == ["n4", "n5"]
     assert firestore_stats.get()["document_reads"] == 6
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_reads_inside_a_transaction_are_billed_like_reads_outside(
     numbers: Any, firestore_stats: Any
 ) -> None:

@@ -30,9 +30,12 @@ def _begun(client: Any) -> Any:
     return transaction
 
 
+@pytest.mark.production_strict("read-time aborts and lock waits (wound-wait)")
 def test_an_older_transaction_wounds_a_younger_holder_whose_next_read_aborts(
     firestore_client: Any, firestore_emulator: Emulator
 ) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     a = firestore_client.collection("docs").document("a")
     b = firestore_client.collection("docs").document("b")
     a.set({"n": 0})
@@ -53,9 +56,12 @@ def test_an_older_transaction_wounds_a_younger_holder_whose_next_read_aborts(
     assert firestore_emulator.engine.held_locks() == 0
 
 
+@pytest.mark.production_strict("read-time aborts and lock waits (wound-wait)")
 def test_a_younger_transaction_waits_for_an_older_holder_instead(
     firestore_client: Any, firestore_emulator: Emulator
 ) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     a = firestore_client.collection("docs").document("a")
     a.set({"n": 0})
     older = _begun(firestore_client)

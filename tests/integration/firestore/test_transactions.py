@@ -44,7 +44,10 @@ def _again_after_read_aborts(body: Any, client: Any, *args: Any) -> Any:
     return body(client.transaction(), *args)
 
 
+@pytest.mark.production_strict("pessimistic locking: contention waits or aborts")
 def test_two_threads_of_200_transactional_increments_end_at_400(firestore_client: Any) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     ref = firestore_client.collection("counters").document("c")
     ref.set({"n": 0})
 
@@ -61,10 +64,13 @@ def test_two_threads_of_200_transactional_increments_end_at_400(firestore_client
     assert ref.get().get("n") == 400
 
 
+@pytest.mark.production_strict("pessimistic locking: contention waits or aborts")
 @pytest.mark.parametrize("scanners", [2, 8])
 def test_concurrent_transactions_claiming_due_documents_claim_each_once(
     firestore_client: Any, scanners: int
 ) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     jobs = firestore_client.collection("jobs")
     batch = firestore_client.batch()
     for i in range(60):
@@ -101,7 +107,10 @@ def test_concurrent_transactions_claiming_due_documents_claim_each_once(
     assert states == {"claimed"}
 
 
+@pytest.mark.production_strict("pessimistic locking: contention waits or aborts")
 def test_a_commit_over_a_changed_read_is_aborted(firestore_client: Any) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     ref = firestore_client.collection("jobs").document("a")
     ref.set({"n": 0})
     transaction = firestore_client.transaction()
@@ -114,7 +123,10 @@ def test_a_commit_over_a_changed_read_is_aborted(firestore_client: Any) -> None:
     assert ref.get().get("n") == 100
 
 
+@pytest.mark.production_strict("pessimistic locking: contention waits or aborts")
 def test_transactional_retries_after_a_conflict_and_succeeds(firestore_client: Any) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     ref = firestore_client.collection("jobs").document("a")
     ref.set({"n": 0})
     attempts = []
@@ -132,7 +144,10 @@ def test_transactional_retries_after_a_conflict_and_succeeds(firestore_client: A
     assert ref.get().get("n") == 11
 
 
+@pytest.mark.production_strict("pessimistic locking: contention waits or aborts")
 def test_a_query_whose_result_changed_aborts_the_commit(firestore_client: Any) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     jobs = firestore_client.collection("jobs")
     jobs.document("a").set({"state": "deferred"})
     transaction = firestore_client.transaction()
@@ -296,11 +311,15 @@ def test_waiting_for_a_lock_past_the_lock_deadline_is_aborted(private_emulator: 
     holder._rollback()
 
 
+@pytest.mark.production_strict("pessimistic locking: contention waits or aborts")
 def test_a_would_be_deadlock_aborts_the_younger_transaction_and_the_older_commits(
     firestore_client: Any,
 ) -> None:
     """Wound-wait: the older asking for the younger's lock wounds it, so the younger's next
-    read answers ABORTED (a read-time abort, as production's can) and its commit would too."""
+    read answers ABORTED (a read-time abort, as production's can) and its commit would too.
+    Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention).
+    """
     jobs = firestore_client.collection("jobs")
     a, b = jobs.document("a"), jobs.document("b")
     a.set({"n": 0})
@@ -377,7 +396,10 @@ def test_new_transaction_on_a_query_returns_a_usable_transaction(firestore_clien
     assert jobs.document("a").get().get("state") == "claimed"
 
 
+@pytest.mark.production_strict("pessimistic locking: contention waits or aborts")
 def test_concurrent_transfers_between_accounts_preserve_the_total(firestore_client: Any) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     import random
 
     accounts = firestore_client.collection("accounts")

@@ -9,9 +9,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 import requests
 
 from emulators.firestore.server import Emulator
+
+pytestmark = pytest.mark.builtin_emulator("write-rate counters")
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from services.jobs.clock import FakeClock
 from services.jobs.model import Result
 from services.jobs.state import State
@@ -68,6 +70,7 @@ def test_a_job_that_left_enqueued_is_no_longer_stale(
     assert (backlog.stale_enqueued, backlog.oldest_enqueued_age_s) == (0, None)
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_backlog_never_counts_terminal_states_and_reads_little(
     store: FirestoreJobStore,
     clock: FakeClock,

@@ -21,11 +21,14 @@ def _claim_until_empty(store: FirestoreJobStore, run_id: str, out: list[ClaimedJ
         out.extend(batch)
 
 
+@pytest.mark.production_strict("pessimistic locking: concurrent claims wait or abort")
 @pytest.mark.slow
 @pytest.mark.parametrize("callers", [2, 8])
 def test_concurrent_claimers_claim_each_of_1000_due_jobs_exactly_once(
     store: FirestoreJobStore, seed: Callable[..., list[str]], callers: int
 ) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     ids = seed(1000)
     results: list[list[ClaimedJob]] = [[] for _ in range(callers)]
 
@@ -113,6 +116,7 @@ def test_claim_due_takes_the_oldest_due_first_and_stops_at_the_limit(
     assert [c.job_id for c in store.claim_due(clock.now(), "run-2", 10)] == ["j3", "j2", "j1", "j0"]
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_claim_due_bills_one_read_and_write_per_claimed_job_and_one_read_when_none_is_due(
     store: FirestoreJobStore,
     clock: FakeClock,

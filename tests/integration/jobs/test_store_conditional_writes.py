@@ -35,6 +35,7 @@ def _reads_writes(stats: Any) -> tuple[int, int]:
     return counts["document_reads"], counts["document_writes"]
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_a_whole_job_costs_six_billed_operations_claim_mark_start_complete(
     store: FirestoreJobStore, clock: FakeClock, firestore_stats: Any
 ) -> None:
@@ -59,6 +60,7 @@ def test_a_whole_job_costs_six_billed_operations_claim_mark_start_complete(
     ]
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_a_completion_after_a_heartbeat_reads_the_record_in_a_transaction(
     store: FirestoreJobStore, clock: FakeClock, firestore_stats: Any
 ) -> None:
@@ -84,6 +86,7 @@ def test_a_stale_lease_is_refused_even_when_this_store_remembers_the_start(
     assert stored.lease_token == second.lease_token
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_a_cancel_request_after_start_makes_the_conditional_write_fail_over_to_the_rules(
     store: FirestoreJobStore, firestore_stats: Any
 ) -> None:
@@ -97,6 +100,7 @@ def test_a_cancel_request_after_start_makes_the_conditional_write_fail_over_to_t
     assert stored is not None and stored.state is done.state
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_a_completion_without_a_basis_reads_the_record_in_a_transaction(
     store: FirestoreJobStore,
     clock: FakeClock,
@@ -110,6 +114,7 @@ def test_a_completion_without_a_basis_reads_the_record_in_a_transaction(
     assert _reads_writes(firestore_stats) == (1, 1)
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_an_explicit_key_completes_in_a_transaction_with_its_key_document(
     store: FirestoreJobStore, firestore_stats: Any, firestore_client: firestore.Client
 ) -> None:
@@ -150,6 +155,7 @@ def _enqueued(store: FirestoreJobStore, job_id: str, **extra: Any) -> int:
     return claim.generation
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_start_is_one_read_and_one_conditional_write_without_a_transaction(
     store: FirestoreJobStore, firestore_stats: Any
 ) -> None:
@@ -184,6 +190,7 @@ def test_a_start_whose_record_changed_after_its_read_is_decided_in_a_transaction
     assert stored.lease_token == _lease(others[0]).token
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_start_with_a_shared_key_takes_the_key_in_a_transaction(
     store: FirestoreJobStore, firestore_stats: Any, firestore_client: firestore.Client
 ) -> None:

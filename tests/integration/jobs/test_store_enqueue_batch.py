@@ -114,6 +114,7 @@ def test_a_job_reclaimed_before_its_mark_is_refused(
     assert _stored(store, "j").message_id is None
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_marking_the_claims_this_store_made_bills_one_write_per_job_and_no_read(
     store: FirestoreJobStore,
     clock: FakeClock,
@@ -131,6 +132,7 @@ def test_marking_the_claims_this_store_made_bills_one_write_per_job_and_no_read(
     assert _stored(store, claims[7].job_id).message_id == f"m-{claims[7].job_id}"
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_marking_claims_another_process_made_bills_one_read_and_one_write_per_job(
     store: FirestoreJobStore,
     clock: FakeClock,
@@ -148,6 +150,7 @@ def test_marking_claims_another_process_made_bills_one_read_and_one_write_per_jo
     assert (counts["document_reads"], counts["document_writes"]) == (150, 150)
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_a_claim_changed_since_is_refused_by_its_condition_and_marked_by_reading_it(
     store: FirestoreJobStore, clock: FakeClock, firestore_stats: Any
 ) -> None:

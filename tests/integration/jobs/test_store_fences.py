@@ -278,6 +278,7 @@ def test_completion_is_refused_when_the_shared_key_was_taken_over(
         store.complete(lease_of(first), Result("deleted"))
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_a_derived_key_writes_no_second_document(
     store: FirestoreJobStore, firestore_stats: Any, firestore_client: firestore.Client
 ) -> None:
@@ -364,6 +365,7 @@ def test_an_operator_reason_over_the_limit_is_refused_before_anything_is_written
 # --- 9. the smaller inconsistencies ----------------------------------------------------------
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_reclaim_keeps_what_it_committed_when_a_later_step_fails(
     firestore_client: firestore.Client,
     clock: FakeClock,
@@ -406,6 +408,7 @@ def test_a_take_over_on_the_last_attempt_fails_the_job_as_the_reclaimer_would(
 # --- the read-free completion (a compare-and-set on start's update_time) ---------------------
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_completing_on_the_started_record_costs_one_write_and_no_read(
     store: FirestoreJobStore, firestore_stats: Any
 ) -> None:
@@ -419,6 +422,7 @@ def test_completing_on_the_started_record_costs_one_write_and_no_read(
     assert done.update_time == store._documents.jobs.document("j").get().update_time
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_a_record_changed_since_start_is_completed_in_a_transaction_instead(
     store: FirestoreJobStore, firestore_stats: Any
 ) -> None:

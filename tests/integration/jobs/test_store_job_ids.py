@@ -28,6 +28,7 @@ UNDELIVERABLE = [
 ]
 
 
+@pytest.mark.builtin_emulator("billing counters")
 @pytest.mark.parametrize("job_id", UNDELIVERABLE, ids=repr)
 def test_schedule_refuses_a_job_id_the_worker_could_not_receive_and_writes_nothing(
     store: FirestoreJobStore, firestore_stats: Any, job_id: str

@@ -240,6 +240,7 @@ def test_a_push_that_beats_the_enqueue_record_starts_and_the_late_enqueue_never_
 # --- worker outcomes ----------------------------------------------------------------------------
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_complete_writes_a_shared_keys_document_in_the_same_transaction(
     store: FirestoreJobStore, clock: FakeClock, firestore_stats: Any
 ) -> None:
@@ -324,6 +325,7 @@ def test_history_keeps_only_the_newest_entries(
 # --- schedule ----------------------------------------------------------------------------------
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_scheduling_the_same_job_twice_is_a_no_op(
     store: FirestoreJobStore, firestore_stats: Any
 ) -> None:
@@ -375,6 +377,7 @@ INVALID: list[tuple[str, NewJob]] = [
 ]
 
 
+@pytest.mark.builtin_emulator("billing counters")
 @pytest.mark.parametrize(("why", "job"), INVALID, ids=[why for why, _ in INVALID])
 def test_an_invalid_job_is_refused_with_nothing_written(
     store: FirestoreJobStore,
@@ -432,6 +435,7 @@ def test_list_pages_through_jobs_in_due_order_with_each_filter(
         store.list_jobs(cursor="garbage!")
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_stats_count_the_backlog_without_reading_every_document(
     store: FirestoreJobStore,
     clock: FakeClock,
@@ -453,6 +457,7 @@ def test_stats_count_the_backlog_without_reading_every_document(
     assert firestore_stats.get()["document_reads"] < 20
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_control_has_defaults_and_audited_validated_changes(
     store: FirestoreJobStore, clock: FakeClock, firestore_stats: Any
 ) -> None:
@@ -474,6 +479,7 @@ def test_control_has_defaults_and_audited_validated_changes(
     assert [c.by for c in control.history] == ["ann", "bob"]
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_firestore_refusals_surface_as_configuration_errors_not_outages(
     store: FirestoreJobStore, firestore_emulator: Any
 ) -> None:
@@ -491,6 +497,7 @@ def test_firestore_refusals_surface_as_configuration_errors_not_outages(
     assert stored(store, "j").state is State.DEFERRED
 
 
+@pytest.mark.builtin_emulator("fault injection")
 @pytest.mark.parametrize(
     ("code", "error"),
     [

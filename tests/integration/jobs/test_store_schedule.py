@@ -20,6 +20,7 @@ from services.jobs.store import FirestoreJobStore
 from tests.integration.jobs.conftest import T0, new_job
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_the_same_decision_with_another_due_time_returns_the_existing_job_unchanged(
     store: FirestoreJobStore, firestore_stats: Any
 ) -> None:
@@ -56,6 +57,7 @@ def test_a_different_payload_under_the_same_id_is_a_conflict_naming_the_field(
     assert ref.get().update_time == before
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_params_that_do_not_fit_the_schema_are_refused_naming_the_field_with_nothing_written(
     store: FirestoreJobStore, firestore_client: firestore.Client, firestore_stats: Any
 ) -> None:
@@ -67,6 +69,7 @@ def test_params_that_do_not_fit_the_schema_are_refused_naming_the_field_with_not
     assert list(firestore_client.collection(schema.JOBS).limit(1).stream()) == []
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_schedule_many_reports_each_item_and_writes_new_ones_in_one_commit(
     store: FirestoreJobStore, firestore_stats: Any
 ) -> None:
@@ -98,6 +101,7 @@ def test_schedule_many_reports_each_item_and_writes_new_ones_in_one_commit(
     assert store.get("bad") is None
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_schedule_many_of_new_jobs_reads_nothing_and_commits_once(
     store: FirestoreJobStore, firestore_stats: Any
 ) -> None:

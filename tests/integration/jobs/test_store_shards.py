@@ -60,9 +60,12 @@ def test_both_producers_write_the_shard_of_the_id(
     assert set(Counter(stored.values())) == set(range(SHARDS))
 
 
+@pytest.mark.production_strict("pessimistic locking: concurrent claims wait or abort")
 def test_a_run_claims_every_due_job_once_across_shards_in_each_shards_due_order(
     sharded: FirestoreJobStore, clock: FakeClock, sharded_log: QueryLog
 ) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     ids = [f"job-{n:04d}" for n in range(300)]
     _schedule(sharded, ids, due_step_s=1.0)
     clock.set(T0 + timedelta(hours=1))
@@ -90,6 +93,7 @@ def test_a_shard_that_runs_dry_leaves_its_share_to_the_others(
     assert len(sharded.claim_due(clock.now(), "run-2", 30, page_size=10)) == 10
 
 
+@pytest.mark.production_strict("pessimistic locking: concurrent claims wait or abort")
 @pytest.mark.parametrize("callers", [2])
 def test_overlapping_sharded_claimers_never_claim_the_same_job(
     firestore_client: firestore.Client,
@@ -97,6 +101,8 @@ def test_overlapping_sharded_claimers_never_claim_the_same_job(
     clock: FakeClock,
     callers: int,
 ) -> None:
+    """Production locks what a transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention)."""
     ids = [f"job-{n:04d}" for n in range(600)]
     _schedule(sharded, ids)
     stores = [FirestoreJobStore(firestore_client, clock, shards=SHARDS) for _ in range(callers)]

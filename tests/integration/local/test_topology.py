@@ -65,6 +65,7 @@ def _refuse_the_push_subscription(pubsub_emulator: Any) -> None:
     pubsub_emulator.inject_fault("CreateSubscription", status="INVALID_ARGUMENT")
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_lenient_mode_drops_refused_policies_but_keeps_oidc_push(
     pubsub_emulator: Any, pubsub_project: str, publisher_client: Any, subscriber_client: Any
 ) -> None:
@@ -81,6 +82,7 @@ def test_lenient_mode_drops_refused_policies_but_keeps_oidc_push(
     assert not push.dead_letter_policy.dead_letter_topic
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_strict_mode_reports_a_refused_push_subscription(
     pubsub_emulator: Any, pubsub_project: str, publisher_client: Any, subscriber_client: Any
 ) -> None:

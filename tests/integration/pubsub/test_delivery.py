@@ -7,6 +7,8 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 
+import pytest
+from google.api_core import exceptions
 from google.cloud import pubsub_v1
 from google.protobuf import duration_pb2
 
@@ -156,12 +158,17 @@ def test_nack_through_subscribe_redelivers_to_the_callback(
     assert len(set(deliveries)) == 1
 
 
+@pytest.mark.production_strict("dead-letter topics")
 def test_message_failing_max_attempts_lands_in_dead_letter_subscription_with_count(
     publisher_client: pubsub_v1.PublisherClient,
     subscriber_client: pubsub_v1.SubscriberClient,
     pubsub_project: str,
     topic: str,
 ) -> None:
+    """Production forwards a message to the dead-letter topic after max_delivery_attempts and
+    counts attempts (https://cloud.google.com/pubsub/docs/handling-failures); Google's
+    emulator does neither.
+    """
     dead_topic = f"projects/{pubsub_project}/topics/jobs-dead"
     publisher_client.create_topic(name=dead_topic)
     dead_sub = _subscribe(subscriber_client, pubsub_project, dead_topic, "dead-letters")
@@ -253,12 +260,17 @@ def test_subscribe_with_small_flow_control_still_receives_everything(
     assert b"last" in seen
 
 
+@pytest.mark.production_strict("messages up to 10 MB delivered whole")
 def test_large_messages_are_delivered_whole(
     publisher_client: pubsub_v1.PublisherClient,
     subscriber_client: pubsub_v1.SubscriberClient,
     pubsub_project: str,
     topic: str,
 ) -> None:
+    """Production delivers messages up to 10 MB (https://cloud.google.com/pubsub/quotas);
+    Google's emulator packs several into one pull answer larger than the client's 4 MiB
+    emulator channel accepts.
+    """
     sub = _subscribe(subscriber_client, pubsub_project, topic, "large")
     payloads = [bytes([i]) * 4_000_000 for i in range(3)]
     for payload in payloads:
@@ -269,12 +281,17 @@ def test_large_messages_are_delivered_whole(
     assert sorted(m.message.data for m in received) == payloads
 
 
+@pytest.mark.production_strict("streaming-pull flow control")
 def test_streaming_pull_holds_back_beyond_the_streams_outstanding_limit(
     publisher_client: pubsub_v1.PublisherClient,
     subscriber_client: pubsub_v1.SubscriberClient,
     pubsub_project: str,
     topic: str,
 ) -> None:
+    """Production sends a stream no more than its max_outstanding_messages unacknowledged
+    (https://cloud.google.com/pubsub/docs/reference/rpc/google.pubsub.v1#streamingpullrequest);
+    Google's emulator ignores the limit.
+    """
     sub = _subscribe(subscriber_client, pubsub_project, topic, "raw-stream")
     for i in range(5):
         publisher_client.publish(topic, f"m{i}".encode()).result(timeout=30)
@@ -310,12 +327,16 @@ def test_ack_id_of_one_subscription_does_not_ack_another(
     pubsub_project: str,
     topic: str,
 ) -> None:
+    """Another subscription's ack ID is malformed for this one: INVALID_ARGUMENT ("Some
+    acknowledgement ids in the request were invalid", as production answers), as Google's
+    emulator answers too, and the message stays unacknowledged there."""
     first = _subscribe(subscriber_client, pubsub_project, topic, "first")
     second = _subscribe(subscriber_client, pubsub_project, topic, "second")
     message_id = publisher_client.publish(topic, b"fan-out").result(timeout=30)
     (from_first,) = pull_some(subscriber_client, first, 1, ack=False)
 
-    subscriber_client.acknowledge(subscription=second, ack_ids=[from_first.ack_id])
+    with pytest.raises(exceptions.InvalidArgument):
+        subscriber_client.acknowledge(subscription=second, ack_ids=[from_first.ack_id])
     subscriber_client.acknowledge(subscription=first, ack_ids=[from_first.ack_id])
     (from_second,) = pull_some(subscriber_client, second, 1)
 

@@ -87,12 +87,17 @@ def test_an_expired_lease_counts_as_a_delivery_attempt(
     assert (first.delivery_attempt, again.delivery_attempt) == (1, 2)
 
 
+@pytest.mark.production_strict("retry policy backoff")
 def test_a_nacked_message_waits_out_the_minimum_backoff_before_redelivery(
     publisher_client: pubsub_v1.PublisherClient,
     subscriber_client: pubsub_v1.SubscriberClient,
     pubsub_project: str,
     topic: str,
 ) -> None:
+    """Production waits out the retry policy's minimum_backoff before redelivering a nacked
+    message (https://cloud.google.com/pubsub/docs/handling-failures); Google's emulator
+    redelivers at once.
+    """
     sub = _subscription(
         subscriber_client,
         pubsub_project,

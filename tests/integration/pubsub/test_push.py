@@ -52,6 +52,7 @@ def _ms(value: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=seconds, nanos=millis * 1_000_000)
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_push_posts_production_envelope_with_oidc_token_for_the_audience(
     publisher_client: pubsub_v1.PublisherClient,
     push_subscription: SubscriptionFactory,
@@ -59,6 +60,10 @@ def test_push_posts_production_envelope_with_oidc_token_for_the_audience(
     oidc_server: Any,
     pubsub_emulator: PubsubEmulator,
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     audience = "https://worker.deferred-jobs.example/push"
     with RecordingEndpoint() as endpoint:
         sub = push_subscription(
@@ -95,12 +100,17 @@ def test_push_posts_production_envelope_with_oidc_token_for_the_audience(
         )
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_push_token_audience_defaults_to_the_endpoint_url(
     publisher_client: pubsub_v1.PublisherClient,
     push_subscription: SubscriptionFactory,
     topic: str,
     oidc_server: Any,
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     with RecordingEndpoint() as endpoint:
         push_subscription(
             "default-audience",
@@ -119,9 +129,15 @@ def test_push_token_audience_defaults_to_the_endpoint_url(
     assert claims["aud"] == endpoint.url
 
 
+@pytest.mark.production_strict("push body in proto3 JSON: no empty data")
 def test_push_without_oidc_token_sends_no_authorization_header(
     publisher_client: pubsub_v1.PublisherClient, push_subscription: SubscriptionFactory, topic: str
 ) -> None:
+    """Production's push body is the message in proto3 JSON, which leaves out an empty `data`
+    (https://cloud.google.com/pubsub/docs/push#receive_push shows the body;
+    https://protobuf.dev/programming-guides/proto3/#json omits default values); Google's
+    emulator sends `"data": ""`.
+    """
     with RecordingEndpoint() as endpoint:
         push_subscription("no-auth", push_config={"push_endpoint": endpoint.url})
         publisher_client.publish(topic, b"", only="attributes").result(timeout=30)
@@ -137,6 +153,7 @@ def test_push_without_oidc_token_sends_no_authorization_header(
 _TIMER_TOLERANCE_S = 0.05
 
 
+@pytest.mark.production_strict("dead-letter topics and delivery attempts")
 def test_push_500s_are_retried_with_growing_gaps_then_dead_lettered(
     publisher_client: pubsub_v1.PublisherClient,
     subscriber_client: pubsub_v1.SubscriberClient,
@@ -144,6 +161,10 @@ def test_push_500s_are_retried_with_growing_gaps_then_dead_lettered(
     pubsub_project: str,
     topic: str,
 ) -> None:
+    """Production forwards a message to the dead-letter topic after max_delivery_attempts and
+    counts attempts (https://cloud.google.com/pubsub/docs/handling-failures); Google's
+    emulator does neither.
+    """
     dead_topic = f"projects/{pubsub_project}/topics/jobs-dead"
     dead_sub = f"projects/{pubsub_project}/subscriptions/dead-letters"
     publisher_client.create_topic(name=dead_topic)
@@ -180,9 +201,14 @@ def test_push_500s_are_retried_with_growing_gaps_then_dead_lettered(
     assert dead.message.attributes["CloudPubSubDeadLetterSourceSubscription"] == "failing-worker"
 
 
+@pytest.mark.production_strict("push success statuses")
 def test_push_acks_on_every_production_success_status(
     publisher_client: pubsub_v1.PublisherClient, push_subscription: SubscriptionFactory, topic: str
 ) -> None:
+    """Production push acknowledges only on 102, 200, 201, 202 and 204
+    (https://cloud.google.com/pubsub/docs/push#receive_push); Google's emulator sends a
+    message again after one of them.
+    """
     statuses = [200, 201, 202, 204, 429, 204]
     with RecordingEndpoint(lambda n: (statuses[n - 1] if n <= len(statuses) else 500, 0.0)) as ep:
         push_subscription(

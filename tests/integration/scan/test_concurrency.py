@@ -13,6 +13,7 @@ import requests
 from tests.integration.scan.conftest import Rig
 
 
+@pytest.mark.production_strict("pessimistic locking: locked records wait or abort")
 @pytest.mark.parametrize("shards", [1, 4])
 def test_two_concurrent_scan_requests_publish_every_job_exactly_once(
     scan_rig: Callable[..., Rig], shards: int
@@ -20,6 +21,11 @@ def test_two_concurrent_scan_requests_publish_every_job_exactly_once(
     # Two scan instances (own app, own publisher) over the same records, as two Cloud Run
     # instances would be if a slow run overlapped a manual trigger; with JOBS_SHARDS=4 each
     # also claims its shards on parallel threads.
+    """Production (standard edition: pessimistic concurrency) makes a transaction's reads lock
+    what they read and resolves contention by delaying or aborting one side
+    (https://cloud.google.com/firestore/docs/transaction-data-contention); Google's emulator
+    neither waits nor wounds this way: it answers "Transaction lock timeout" instead.
+    """
     first = scan_rig(max_per_run=1000, page_size=40, shards=shards)
     second = scan_rig(max_per_run=1000, page_size=40, shards=shards)
     ids = first.seed(600)

@@ -36,9 +36,15 @@ def holding(client: firestore.Client, job_ids: list[str]) -> Iterator[None]:
         transaction._rollback()
 
 
+@pytest.mark.production_strict("pessimistic locking: locked records wait or abort")
 def test_a_scan_whose_due_records_are_locked_answers_200_contention_not_503(
     scan_rig: Callable[..., Rig],
 ) -> None:
+    """Production (standard edition: pessimistic concurrency) makes a transaction's reads lock
+    what they read and resolves contention by delaying or aborting one side
+    (https://cloud.google.com/firestore/docs/transaction-data-contention); Google's emulator
+    neither waits nor wounds this way: it answers "Transaction lock timeout" instead.
+    """
     rig = scan_rig(firestore_timeout_s=0.5)
     ids = rig.seed(5)
     with holding(rig.client, ids):

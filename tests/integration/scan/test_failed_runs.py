@@ -37,6 +37,7 @@ def listed(rig: Rig, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> tuple[dict
     return {run["run_id"]: run for run in data["runs"]}, text
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_a_run_failed_by_firestore_is_listed_as_failed_with_its_reason(
     scan_rig: Callable[..., Rig],
     firestore_emulator: Any,
@@ -70,6 +71,7 @@ def test_a_run_failed_by_firestore_is_listed_as_failed_with_its_reason(
     assert document["expire_at"] == document["finished_at"] + retention  # the TTL still holds
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_a_run_whose_every_publish_failed_is_listed_with_pubsub_as_the_reason(
     scan_rig: Callable[..., Rig],
     pubsub_emulator: Any,
@@ -91,6 +93,7 @@ def test_a_run_whose_every_publish_failed_is_listed_with_pubsub_as_the_reason(
     assert f"{failed}: failed with 503 (pubsub_unavailable)" in text
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_when_firestore_writes_fail_too_the_log_line_is_the_only_record(
     scan_rig: Callable[..., Rig],
     firestore_emulator: Any,

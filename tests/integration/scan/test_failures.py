@@ -21,6 +21,7 @@ def job_ids(count: int) -> list[str]:
     return [f"job-{n:06d}" for n in range(count)]
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_failed_publishes_go_back_to_deferred_with_the_error_and_publish_once_later(
     scan_rig: Callable[..., Rig], pubsub_emulator: Any
 ) -> None:
@@ -59,6 +60,7 @@ def test_failed_publishes_go_back_to_deferred_with_the_error_and_publish_once_la
     assert rig.states(ids) == {"enqueued": 10}
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_transient_publish_errors_are_retried_within_the_publish_timeout(
     scan_rig: Callable[..., Rig], pubsub_emulator: Any
 ) -> None:
@@ -70,6 +72,7 @@ def test_transient_publish_errors_are_retried_within_the_publish_timeout(
     assert set(rig.pull()) == set(ids)
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_a_run_whose_every_publish_fails_answers_503_and_drops_no_job(
     scan_rig: Callable[..., Rig], pubsub_emulator: Any
 ) -> None:
@@ -118,6 +121,7 @@ def test_unreachable_pubsub_answers_503_and_keeps_the_jobs(
     assert all(j and j.state is State.DEFERRED and j.last_error for j in jobs)
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_refused_firestore_is_a_configuration_error_not_an_outage(
     scan_rig: Callable[..., Rig], firestore_emulator: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -22,6 +22,7 @@ def _runs_recorded(rig: Rig) -> int:
     return sum(1 for _ in rig.client.collection("scan_runs").stream())
 
 
+@pytest.mark.builtin_emulator("billing counters")
 @pytest.mark.parametrize("shards", [1, 4])
 def test_with_an_interval_an_idle_run_bills_two_operations_whatever_the_store_holds(
     scan_rig: Callable[..., Rig], firestore_stats: Any, shards: int
@@ -47,6 +48,7 @@ def test_with_an_interval_an_idle_run_bills_two_operations_whatever_the_store_ho
     assert _runs_recorded(rig) == 1
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_a_new_instance_and_an_operator_change_keep_the_mark(
     scan_rig: Callable[..., Rig], firestore_stats: Any
 ) -> None:
@@ -63,6 +65,7 @@ def test_a_new_instance_and_an_operator_change_keep_the_mark(
     assert _runs_recorded(first) == 1
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_without_an_interval_every_run_does_its_housekeeping(
     scan_rig: Callable[..., Rig], firestore_stats: Any
 ) -> None:

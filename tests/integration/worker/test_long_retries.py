@@ -36,9 +36,14 @@ def _cycle(worker: WorkerHarness, topic: PushTopic, number: int) -> None:
     )
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_storage_down_for_three_30_day_cycles_then_recovered_completes_the_job(
     worker: WorkerHarness, push: PushFactory
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push(max_delivery_attempts=5)
     worker.schedule("job-1", worker.upload("src/a.mp4"), max_attempts=5)
     worker.deleter.failures = 10**6  # storage stays down
@@ -73,9 +78,14 @@ def test_storage_down_for_three_30_day_cycles_then_recovered_completes_the_job(
     assert last_retry.reason.endswith("attempt 4 of 5 next")
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_the_max_attempts_th_long_retry_fails_the_job_for_good(
     worker: WorkerHarness, push: PushFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push(max_delivery_attempts=5)
     worker.schedule("job-1", worker.upload("src/a.mp4"), max_attempts=3)
     worker.deleter.failures = 10**6  # storage never recovers

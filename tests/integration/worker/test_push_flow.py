@@ -25,9 +25,14 @@ def _state_is(worker: WorkerHarness, job_id: str, state: State) -> Callable[[], 
     return lambda: worker.job(job_id).state is state
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_pushed_job_deletes_its_objects_completes_and_records_idempotency(
     worker: WorkerHarness, push: PushFactory
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push()
     objects = worker.upload("src/1/a.mp4", "src/1/b.mp4", "keep/other.mp4")
     # A supplied key: the idempotency document is written (a derived key needs none).
@@ -47,9 +52,14 @@ def test_pushed_job_deletes_its_objects_completes_and_records_idempotency(
     assert worker.counter.statuses[204] == 1
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_unwrapped_push_with_metadata_headers_completes_too(
     worker: WorkerHarness, push: PushFactory
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push(no_wrapper=True)
     worker.schedule("job-raw", worker.upload("src/raw.mp4"))
     claimed = worker.claim_one("job-raw")
@@ -105,9 +115,14 @@ def test_same_id_delivered_concurrently_deletes_once(worker: WorkerHarness) -> N
     assert worker.post(body, token=token).status_code == 200
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_job_cancelled_after_enqueue_deletes_nothing(
     worker: WorkerHarness, push: PushFactory
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push()
     worker.schedule("job-1", worker.upload("src/a.mp4"))
     claimed = worker.claim_one("job-1")
@@ -141,9 +156,14 @@ def test_cancel_requested_while_running_is_honoured_by_the_next_delivery(
     assert worker.objects() == {"src/a.mp4"}
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_storage_failing_briefly_answers_503_then_the_redelivery_completes(
     worker: WorkerHarness, push: PushFactory
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push()
     worker.schedule("job-1", worker.upload("src/a.mp4"))
     worker.deleter.failures = 2
@@ -162,9 +182,14 @@ def test_storage_failing_briefly_answers_503_then_the_redelivery_completes(
     assert worker.objects() == set()
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_storage_down_past_the_threshold_defers_30_days_then_a_later_claim_completes(
     worker: WorkerHarness, push: PushFactory
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push(max_delivery_attempts=5)
     worker.schedule("job-1", worker.upload("src/a.mp4"))
     worker.deleter.failures = 10**6  # storage stays down
@@ -282,9 +307,14 @@ def test_transient_errors_in_the_last_attempt_are_redelivered_then_fail_at_the_t
     assert (worker.job("job-1").state, worker.job("job-1").attempt) == (State.FAILED, 1)
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_storage_answering_503_over_http_is_retried_through_pubsub_until_it_recovers(
     worker: WorkerHarness, push: PushFactory, storage_emulator: Any
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push()
     worker.schedule("job-1", worker.upload("src/a.mp4"))
     with flaky_storage(storage_emulator.url) as (outage, client):
@@ -302,9 +332,14 @@ def test_storage_answering_503_over_http_is_retried_through_pubsub_until_it_reco
     assert worker.objects() == set()
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_same_id_published_three_times_is_deleted_and_completed_once(
     worker: WorkerHarness, push: PushFactory
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push()
     worker.schedule("job-1", worker.upload("src/a.mp4"), idempotency_key=KEY)
     claimed = worker.claim_one("job-1")

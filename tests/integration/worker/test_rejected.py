@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,9 +110,14 @@ def test_unknown_job_is_acknowledged_and_recorded_with_its_id(worker: WorkerHarn
     assert "authorization" not in stored.headers
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_malformed_push_through_pubsub_is_acknowledged_once_not_dead_lettered(
     worker: WorkerHarness, push: PushFactory
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push()
     # No generation attribute: the worker can never process this message.
     topic.publisher.publish(topic.topic, b"job-without-generation").result(timeout=30)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
 from google.cloud import pubsub_v1
 
 from services.jobs.publisher import Publisher
@@ -16,9 +17,14 @@ from tests.integration.worker.harness import PushTopic, WorkerHarness, wait_unti
 PushFactory = Callable[..., PushTopic]
 
 
+@pytest.mark.production_strict("OIDC token on push")
 def test_outage_defers_a_job_30_days_and_the_scan_run_after_them_completes_it(
     worker: WorkerHarness, push: PushFactory, publisher_client: pubsub_v1.PublisherClient
 ) -> None:
+    """Production push with `oidc_token` sends a Google-signed ID token in `Authorization`
+    (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions); Google's
+    emulator sends none, so the worker behind its Cloud Run front end answers 403.
+    """
     topic = push(max_delivery_attempts=5)
     scanner = Scanner(
         worker.store, Publisher(publisher_client, topic.topic), worker.clock, ScanLimits()
