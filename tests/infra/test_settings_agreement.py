@@ -51,6 +51,7 @@ def accepted_configs(draw: st.DrawFn) -> dict[str, Any]:
         "mediaBucket": "deferred-jobs-media",
         "gcp:project": "p",
         "gcp:region": "europe-west1",
+        "alertEmails": [],
         "schedule": draw(st.sampled_from(["* * * * *", "*/5 * * * *", "0 * * * *", "0 */7 * * *"])),
         "scanAttemptDeadlineS": deadline,
         "scanTimeBudgetS": budget,
