@@ -23,6 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from emulators.cloudrun import image as container_image
 from emulators.launcher import (
     DEFAULT_PROJECT,
     PROJECT_INDEXES,
@@ -30,7 +31,6 @@ from emulators.launcher import (
     free_port,
     port_is_free,
 )
-from emulators.cloudrun import image as container_image
 from emulators.launcher import Ports as EmulatorPorts
 from emulators.oidc.server import CERTS_PATH, TOKEN_PATH
 from services.api import settings as api_keys
@@ -357,9 +357,7 @@ class LocalSystem:
                 or key in self.endpoints.exports
                 or key == "PYTHONUNBUFFERED"
             ]
-            argv = container_image.run_argv(
-                self.options.image, target, names, run_id=self.run_id
-            )
+            argv = container_image.run_argv(self.options.image, target, names, run_id=self.run_id)
         if self.options.cloud_run:
             # The front end gives the container its PORT, as Cloud Run does.
             argv = front_end_argv(

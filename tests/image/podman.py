@@ -23,7 +23,9 @@ TOOLS = ("podman", "buildah", "mmdebstrap", "runc")
 BUILD_TIMEOUT_S = 1800
 
 
-def podman(*args: str, timeout_s: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+def podman(
+    *args: str, timeout_s: float = 300, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         ["podman", *args], capture_output=True, text=True, timeout=timeout_s, check=False
     )
@@ -86,7 +88,14 @@ def run(
     """`podman run --rm` in the foreground; `command` replaces the image's CMD when given."""
     flags = [f"--env={k}={v}" for k, v in (env or {}).items()]
     return podman(
-        "run", "--rm", *run_flags(), *flags, *extra, image, *command, timeout_s=timeout_s,
+        "run",
+        "--rm",
+        *run_flags(),
+        *flags,
+        *extra,
+        image,
+        *command,
+        timeout_s=timeout_s,
         check=False,
     )
 

@@ -156,7 +156,9 @@ def test_the_hosts_ca_bundle_was_mounted_for_the_build_but_is_not_in_the_image(
     bundle = "cat /etc/ssl/certs/ca-certificates.crt"
     in_image = podman.shell(app_image, bundle)
     assert in_image == podman.shell(base_image, bundle)  # the build left the system's alone
-    certifi = podman.shell(app_image, "cat \"$(python -c 'import certifi; print(certifi.where())')\"")
+    certifi = podman.shell(
+        app_image, "cat \"$(python -c 'import certifi; print(certifi.where())')\""
+    )
     # Certificates this host trusts beyond Debian's (a TLS-intercepting proxy's CA, if any).
     host_only = _pem_blocks(podman.HOST_CA_BUNDLE.read_text()) - _pem_blocks(in_image)
     assert not host_only & (_pem_blocks(in_image) | _pem_blocks(certifi))
@@ -258,8 +260,13 @@ def test_sigterm_reaches_functions_framework_which_drains_an_in_flight_request_a
         "HOST": "127.0.0.1",
     }
     podman.podman(
-        "run", "--detach", f"--name={name}", "--network=host", *podman.run_flags(),
-        *(f"--env={k}={v}" for k, v in env.items()), app_image,
+        "run",
+        "--detach",
+        f"--name={name}",
+        "--network=host",
+        *podman.run_flags(),
+        *(f"--env={k}={v}" for k, v in env.items()),
+        app_image,
     )
     try:
         _wait_listening(port, name)

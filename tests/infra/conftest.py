@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pulumi
 import pytest
 import yaml
@@ -134,6 +135,21 @@ class RecordingMonitor(MockMonitor):
         return super().RegisterResource(request)
 
 
+class ProviderError(grpc.RpcError):
+    """A provider's failed read, as the engine returns it to an invoke (a gRPC error whose
+    details are the provider's message)."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__(details)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self) -> str:
+        return self._details
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
     """`missing_accounts`: service accounts the provider's getAccount read does not find."""
 
@@ -154,8 +170,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == GET_ACCOUNT:
             email = str(args.args["accountId"])
             if email in self._missing:
-                # What the provider reports for an account that does not exist.
-                raise Exception(f"googleapi: Error 404: Not found; Gaia id not found for {email}")
+                # What the provider reports for an account that does not exist, as the engine
+                # hands a failed read back: a gRPC error of the invoke.
+                raise ProviderError(
+                    f"googleapi: Error 404: Not found; Gaia id not found for {email}"
+                )
             name = f"projects/-/serviceAccounts/{email}"
             return {"email": email, "name": name, "member": f"serviceAccount:{email}"}, []
         raise AssertionError(f"unexpected provider call {args.token}")
@@ -184,18 +203,25 @@ def run_stack(
     image: str | None = TEST_IMAGE,
     deployer: Mapping[str, Any] | None = None,
     missing_accounts: Collection[str] = (),
+    config: Mapping[str, Any] | None = None,
 ) -> StackRun:
     """Build the program for `stack` (plus `overrides`, keys without namespace) under mocks,
     with `image` as the image set after the build (None: no image set) and `deployer` as the
-    deployer's own settings (default DEPLOYER_CONFIG[stack]; {} for a fresh stack)."""
+    deployer's own settings (default DEPLOYER_CONFIG[stack]; {} for a fresh stack). `config`
+    replaces both the stack file and `deployer`: the whole stack configuration, as Pulumi holds
+    it (namespaced keys), e.g. what a walk through docs/deploy.md has set."""
     run = StackRun()
     mocks = RecordingMocks(run, missing_accounts)
     pulumi.runtime.set_mocks(
         mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(mocks, run)
     )
-    values = {**stack_config(stack), **(DEPLOYER_CONFIG[stack] if deployer is None else deployer)}
-    if image is not None:
-        values[f"{PROJECT}:image"] = image
+    if config is not None:
+        values = dict(config)
+    else:
+        deployed = DEPLOYER_CONFIG[stack] if deployer is None else deployer
+        values = {**stack_config(stack), **deployed}
+        if image is not None:
+            values[f"{PROJECT}:image"] = image
     values.update({f"{PROJECT}:{key}": value for key, value in (overrides or {}).items()})
     values.update({f"{PROJECT}:{key}": value for key, value in (secrets or {}).items()})
     pulumi.runtime.set_all_config(

@@ -159,7 +159,10 @@ def test_values_at_the_edges_of_their_ranges_are_accepted(overrides: dict[str, A
         ({"gcp:project": None}, "gcp:project is required"),
         ({"alertEmails": None}, "alertEmails is required"),
         ({"apiCallers": None}, "apiCallers is required"),
-        ({"alertEmails": ["oncall@example.com"]}, "alertEmails: 'oncall@example.com' is a placeholder"),
+        (
+            {"alertEmails": ["oncall@example.com"]},
+            "alertEmails: 'oncall@example.com' is a placeholder",
+        ),
         ({"alertEmails": ["ops@jobs.example.org"]}, "alertEmails: 'ops@jobs.example.org' is a"),
         ({"alertEmails": ["ops@corp.test"]}, "alertEmails: 'ops@corp.test' is a placeholder"),
         (
@@ -317,7 +320,9 @@ def test_the_workers_deadlines_default_inside_the_request_timeout_and_the_lease(
 def test_cpu_below_one_vcpu_names_each_concurrency_above_one() -> None:
     # Cloud Run: below 1 vCPU the maximum concurrency must be 1
     # (https://cloud.google.com/run/docs/configuring/services/cpu).
-    message = _error(cpu="0.5", workerConcurrency=10, apiCallers=["a-caller@p.iam.gserviceaccount.com"])
+    message = _error(
+        cpu="0.5", workerConcurrency=10, apiCallers=["a-caller@p.iam.gserviceaccount.com"]
+    )
     assert "workerConcurrency=10" in message and "apiConcurrency=80" in message
     assert "scanConcurrency" not in message  # the scan's default is 1
 
