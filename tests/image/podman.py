@@ -100,8 +100,9 @@ def run(
     )
 
 
-def shell(image: str, script: str) -> str:
-    """stdout of `sh -c script` in a throw-away container of `image` (must exit 0)."""
-    done = run(image, "sh", "-c", script)
+def shell(image: str, script: str, *, as_root: bool = False) -> str:
+    """stdout of `sh -c script` in a throw-away container of `image` (must exit 0), as the
+    image's user unless `as_root` (to read what the image's user may not)."""
+    done = run(image, "sh", "-c", script, extra=["--user=0"] if as_root else ())
     assert done.returncode == 0, f"{script!r} exited {done.returncode}:\n{done.stderr}"
     return done.stdout

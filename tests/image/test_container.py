@@ -54,6 +54,8 @@ VALID: dict[str, dict[str, str]] = {
         api_keys.API_ALLOWED_CALLERS: CALLER,
     },
 }
+# Root certificate bundles the dependencies ship (certifi's, grpc's): data of the pinned wheels.
+DEPENDENCY_BUNDLES = ("/certifi/cacert.pem", "/grpc/_cython/_credentials/roots.pem")
 # Where a denied write or an unwritable HOME shows up in a container's output.
 PERMISSION_ERRORS = ("Permission denied", "PermissionError", "Read-only file system")
 
@@ -111,6 +113,7 @@ def _files(image: str) -> set[str]:
             image,
             "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune "
             "-o \\( -type f -o -type l \\) -print",
+            as_root=True,
         ).split()
     )
 
@@ -121,7 +124,9 @@ def test_the_image_adds_no_test_infra_secret_or_key_file_to_its_base(
     added = _files(app_image) - _files(base_image)
     site = podman.shell(app_image, "python -c 'import site; print(site.getsitepackages()[0])'")
     site_packages = site.strip()
-    allowed = (f"{site_packages}/", "/opt/venv/bin/", "/home/app/", "/app/services")
+    # useradd's backups of the account files it changed.
+    accounts = ("/etc/passwd-", "/etc/group-", "/etc/shadow-", "/etc/gshadow-")
+    allowed = (f"{site_packages}/", "/opt/venv/bin/", "/home/app/", "/app/services", *accounts)
     assert added, "the build added nothing?"
     assert [f for f in added if not f.startswith(allowed)] == []
     ours = [f.removeprefix(f"{site_packages}/") for f in added if f.startswith(site_packages)]
@@ -132,9 +137,9 @@ def test_the_image_adds_no_test_infra_secret_or_key_file_to_its_base(
     assert [n for n in names if n.startswith("Pulumi.") and n.endswith(".yaml")] == []
     secrets = (".key", ".p12", ".pfx", "application_default_credentials.json", "id_rsa")
     assert [f for f in added if f.endswith(secrets)] == []
-    # The only certificate file the install adds is certifi's bundle (a dependency's data).
+    # The only certificate files the install adds are the dependencies' own root bundles.
     certificates = [f for f in added if f.endswith((".pem", ".crt"))]
-    assert all(f.endswith("/certifi/cacert.pem") for f in certificates), certificates
+    assert all(f.endswith(DEPENDENCY_BUNDLES) for f in certificates), certificates
 
 
 def _pem_blocks(text: str) -> set[str]:
@@ -156,17 +161,18 @@ def test_the_hosts_ca_bundle_was_mounted_for_the_build_but_is_not_in_the_image(
     bundle = "cat /etc/ssl/certs/ca-certificates.crt"
     in_image = podman.shell(app_image, bundle)
     assert in_image == podman.shell(base_image, bundle)  # the build left the system's alone
-    certifi = podman.shell(
-        app_image, "cat \"$(python -c 'import certifi; print(certifi.where())')\""
+    bundled = podman.shell(
+        app_image,
+        "cd \"$(python -c 'import site; print(site.getsitepackages()[0])')\" && "
+        f"cat {' '.join(path.lstrip('/') for path in DEPENDENCY_BUNDLES)}",
     )
     # Certificates this host trusts beyond Debian's (a TLS-intercepting proxy's CA, if any).
     host_only = _pem_blocks(podman.HOST_CA_BUNDLE.read_text()) - _pem_blocks(in_image)
-    assert not host_only & (_pem_blocks(in_image) | _pem_blocks(certifi))
+    assert not host_only & (_pem_blocks(in_image) | _pem_blocks(bundled))
 
 
 def test_it_installed_exactly_the_constraints(app_image: str) -> None:
-    frozen = read_pins(podman.shell(app_image, "pip freeze --exclude-editable"))
-    frozen.pop("deferred-jobs", None)
+    frozen = read_pins(podman.shell(app_image, "pip freeze --exclude deferred-jobs"))
     assert frozen == read_pins((podman.ROOT / "constraints.txt").read_text())
 
 
