@@ -54,8 +54,8 @@ ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 _EMULATOR_START_S = {False: 60.0, True: 180.0}  # built-in, official (JVMs start slowly)
 _SERVICE_START_S = 60.0
-# A container image starts slower than a process (podman, then the interpreter in it); three at
-# once on a loaded two-core machine took up to a minute when measured (docs/image.md).
+# A container image starts slower than a process (podman, then the interpreter in it): one
+# took 17-21 s to listen on a two-core machine at load average 17-30 (docs/image.md).
 _IMAGE_START_S = 180.0
 # How long the stop waits for a front end and its container: Cloud Run's 10 s grace after
 # SIGTERM (the front end's own), plus podman's removal of the container.
