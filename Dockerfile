@@ -1,30 +1,42 @@
 # One image for both Cloud Run services; FUNCTION_TARGET / FUNCTION_SOURCE (set per service by
-# the Pulumi program) choose the function. Build and push: see docs/deploy.md.
-FROM python:3.11-slim
+# the Pulumi program) choose the function. Build and push: see docs/deploy.md; built and run
+# locally by `make image-test` (docs/image.md).
+#
+# The base is pinned by digest, so a rebuild starts from the bytes that were tested. Refresh it
+# on purpose (then run `make image-test` and commit):
+#   docker buildx imagetools inspect python:3.11-slim --format '{{json .Manifest.Digest}}'
+#   (or: crane digest python:3.11-slim)
+FROM python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-WORKDIR /app
-
-# A fixed, unprivileged user: nothing in the container runs as root.
+# A fixed, unprivileged user with a home of its own: gunicorn keeps its control socket in
+# $HOME/.gunicorn, and nothing else of the app writes to disk.
 RUN groupadd --system --gid 10001 app \
-    && useradd --system --uid 10001 --gid app --home-dir /app --no-create-home \
+    && useradd --system --uid 10001 --gid app --home-dir /home/app --create-home \
        --shell /usr/sbin/nologin app
 
-# Dependencies first (cached while only the code changes). constraints.txt pins every
-# transitive version (`pip freeze` of a clean install, see docs/deploy.md), so a rebuild
-# installs exactly what was tested; pyproject.toml keeps the compatible ranges.
-COPY constraints.txt pyproject.toml README.md ./
-COPY services ./services
-RUN pip install --constraint constraints.txt .
-# The code stays owned by root: the app user can read it, not change it.
+# The code runs from the installed package (site-packages), built from a copy that is removed
+# again. constraints.txt pins every transitive runtime version (regenerated and checked as
+# docs/image.md says) and pyproject.toml pins the build backend (setuptools), so a rebuild
+# installs exactly what was tested; pyproject.toml keeps the dependencies' compatible ranges.
+WORKDIR /app
+COPY constraints.txt pyproject.toml README.md /tmp/build/
+COPY services /tmp/build/services
+RUN pip install --constraint /tmp/build/constraints.txt /tmp/build \
+    && rm -rf /tmp/build \
+    && ln -s "$(python -c 'import os, services; print(os.path.dirname(services.__file__))')" services
+# /app/services is that installed package (a link), so FUNCTION_SOURCE=services/<target>/main.py
+# and `python -m services.<target>.main` load the same files as every import does. The package
+# stays owned by root: the app user can read it, not change it.
 
 USER app
 
-ENV PORT=8080 \
+ENV HOME=/home/app \
+    PORT=8080 \
     FUNCTION_TARGET=worker \
     FUNCTION_SOURCE=services/worker/main.py
 EXPOSE 8080

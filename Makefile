@@ -13,7 +13,13 @@ PYTEST_ARGS ?=
 # jitters its background retries with `random`).
 PARALLEL ?= -n 2 --dist loadgroup
 
-.PHONY: venv run emulators test test-google lint typecheck unit integration infra bench clean
+# The image tier (docs/image.md): the Dockerfile built on a stand-in base from Debian packages and
+# run with podman, the whole local system on its containers. Not part of `make test`; it installs
+# its tools with apt when they are missing (as root, or through sudo).
+IMAGE_TOOLS := podman buildah mmdebstrap runc
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: venv run emulators test test-google lint typecheck unit integration infra image-test bench clean
 
 venv: $(STAMP)
 
@@ -59,6 +65,13 @@ integration: venv
 
 infra: venv
 	$(BIN)/pytest tests/infra $(PARALLEL) $(PYTEST_ARGS)
+
+image-test: venv
+	@missing=""; for tool in $(IMAGE_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(IMAGE_TOOLS); \
+	fi
+	$(BIN)/pytest -n 0 --timeout 3600 tests/image $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python -m tests.benchmarks $(ARGS)

@@ -24,6 +24,7 @@ from pulumi_gcp import cloudrunv2, organizations, projects, serviceaccount
 from infra import cloudrun
 from infra import env as service_env
 from infra.config import StackConfig
+from infra.errors import InfraConfigError
 from infra.identity import member
 from infra.names import service_url
 from infra.program import Deployment
@@ -109,9 +110,32 @@ def api_invokers(config: StackConfig) -> Mapping[str, pulumi.Input[str]]:
     }
 
 
+def check_callers_exist(config: StackConfig) -> None:
+    """Every `apiCallers` account must exist: IAM refuses a binding to a service account that
+    does not ("Error 400: Service account … does not exist", e.g.
+    https://github.com/GoogleCloudPlatform/generative-ai/issues/944), so `up` would stop half
+    way. The lookup is a provider read, which runs
+    in `pulumi preview` too, so the preview fails first, naming the key and each account."""
+    missing = []
+    for email in config.api_callers:
+        try:
+            serviceaccount.get_account(account_id=email)
+        # The provider reports a failed read as a plain Exception from the invoke (no narrower
+        # type exists); the message (404, or 403 without iam.serviceAccounts.get) is kept.
+        except Exception as exc:
+            missing.append(f"{email} ({str(exc).strip().splitlines()[-1]})")
+    if missing:
+        raise InfraConfigError(
+            "apiCallers: no such service account, or the deployer may not read it: "
+            + "; ".join(missing)
+            + ". Create each caller's account first, or remove it (docs/deploy.md step 5)"
+        )
+
+
 def create_api(config: StackConfig, deployment: Deployment) -> ApiService | None:
     if not config.api_callers:
         return None
+    check_callers_exist(config)
     names = ApiNames.for_stack(config)
     # After the core stack's accounts and services: the IAM, Run and Firestore APIs are
     # enabled by then (they depend on every enabled API).

@@ -169,7 +169,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("workerMinInstances", "int", 0, 0, 1000, "worker minimum instances"),
     Setting("workerMaxInstances", "int", 10, 1, 1000, "worker maximum instances"),
     Setting("workerConcurrency", "int", 10, 1, 1000, "worker requests per instance"),
-    Setting("cpu", "str", "1", doc="CPU limit of each service"),
+    Setting("cpu", "str", "1", doc="CPU limit of each service (below 1: every concurrency 1)"),
     Setting("memory", "str", "512Mi", doc="memory limit of each service"),
     Setting("overdueAgeSloS", "int", 3600, 1, 365 * _DAY, "oldest overdue age SLO"),
     Setting("overdueForMin", "int", 15, 1, 1410, "minutes above the SLO before alerting"),
@@ -193,8 +193,15 @@ SETTINGS: tuple[Setting, ...] = (
         3650,
         "days a completed, cancelled or failed job is kept (TTL)",
     ),
-    Setting("alertEmails", "list", (), doc="email notification channels"),
-    Setting("apiCallers", "list", (), doc="service accounts that may call the api (none: no api)"),
+    # Both name accounts of the deployer's own organisation, so no stack file commits them:
+    # required per stack like `image` (an explicit [] is a decision, not an omission).
+    Setting("alertEmails", "list", None, doc="email notification channels; [] for none"),
+    Setting(
+        "apiCallers",
+        "list",
+        None,
+        doc="service accounts that may call the api; [] for no api service",
+    ),
     Setting("apiMaxInstances", "int", 10, 1, 1000, "api maximum instances"),
     Setting("apiConcurrency", "int", 80, 1, 1000, "api requests per instance"),
     Setting("slackChannel", "str", "", doc="Slack channel; needs the secret slackAuthToken"),
@@ -219,6 +226,15 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _PLACEHOLDER_MARKS = ("<", ">", "$", "{", "}", "...", "\N{HORIZONTAL ELLIPSIS}", " ")
 _PLACEHOLDER_WORDS = ("todo", "fixme", "changeme", "placeholder", "replace-me", "replace_me")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+# Domains reserved for examples and tests (RFC 2606, RFC 6761): an address there is a
+# placeholder nobody receives mail at, and an account there belongs to no project.
+_PLACEHOLDER_DOMAINS = ("example.com", "example.net", "example.org")
+_PLACEHOLDER_TLDS = (".example", ".invalid", ".test", ".localhost")
+# Cloud Run's CPU limits: 0.08 to 8 vCPU, whole numbers above 1; below 1 vCPU the maximum
+# concurrency must be 1 (https://cloud.google.com/run/docs/configuring/services/cpu).
+_CPU = re.compile(r"^(?:(\d+(?:\.\d{1,3})?)|(\d+)m)$")
+MIN_CPU = 0.08
+MAX_CPU = 8
 # A service account's email: an account ID of 6-30 characters @ a gserviceaccount.com domain.
 _SERVICE_ACCOUNT = re.compile(
     r"^[a-z0-9][a-z0-9-]{4,28}[a-z0-9]@[a-z0-9.-]+\.gserviceaccount\.com\Z"
@@ -509,12 +525,17 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
             )
     if not _is_time_zone(values["timeZone"]):
         errors.append(f"timeZone={values['timeZone']!r} is not a tz database name (e.g. Etc/UTC)")
-    for email in values["alertEmails"]:
+    for email in values["alertEmails"] or ():
         if not _EMAIL.match(email):
             errors.append(f"alertEmails: {email!r} is not an email address")
-    for email in values["apiCallers"]:
+        elif is_placeholder_email(email):
+            errors.append(f"alertEmails: {email!r} is a placeholder; set your own addresses")
+    for email in values["apiCallers"] or ():
         if not _SERVICE_ACCOUNT.match(email):
             errors.append(f"apiCallers: {email!r} is not a service account email")
+        elif is_placeholder_email(email):
+            errors.append(f"apiCallers: {email!r} is a placeholder; set your own accounts")
+    errors.extend(cpu_problems(values))
     interval = _check_schedule(values["schedule"], errors)
     _check_scan_pacing(values, interval, errors)
     return interval
@@ -557,6 +578,47 @@ def _check_scan_pacing(values: dict[str, Any], interval: int, errors: list[str])
             f"{values['scanConcurrency']} = {slots} must be at least scanPartitions="
             f"{partitions}: every partition's run must find a request slot at once"
         )
+
+
+def is_placeholder_email(email: str) -> bool:
+    domain = email.rpartition("@")[2].lower()
+    return domain.endswith(_PLACEHOLDER_TLDS) or any(
+        domain == d or domain.endswith("." + d) for d in _PLACEHOLDER_DOMAINS
+    )
+
+
+def cpu_value(text: str) -> float | None:
+    """Cloud Run's CPU limit in vCPU ("1", "0.5", "500m"), or None if not one."""
+    match = _CPU.match(text.strip())
+    if match is None:
+        return None
+    return float(match.group(1)) if match.group(1) else int(match.group(2)) / 1000
+
+
+def cpu_problems(values: Mapping[str, Any]) -> list[str]:
+    """`cpu` against Cloud Run's limits and, below 1 vCPU, against every concurrency: Cloud Run
+    refuses a revision with less than 1 vCPU and a maximum concurrency above 1
+    (https://cloud.google.com/run/docs/configuring/services/cpu)."""
+    text = str(values["cpu"])
+    cpu = cpu_value(text)
+    if cpu is None or not MIN_CPU <= cpu <= MAX_CPU or (cpu > 1 and not cpu.is_integer()):
+        return [
+            f"cpu={text!r} is not a Cloud Run CPU limit: {MIN_CPU:g} to 1 (e.g. 0.5 or 500m), "
+            f"or a whole number up to {MAX_CPU}"
+        ]
+    if cpu >= 1:
+        return []
+    concurrent = [
+        f"{key}={values[key]}"
+        for key in ("scanConcurrency", "workerConcurrency", "apiConcurrency")
+        if values[key] > 1 and (key != "apiConcurrency" or values["apiCallers"])
+    ]
+    if not concurrent:
+        return []
+    return [
+        f"cpu={text!r} is below 1 vCPU, which Cloud Run allows only with a maximum concurrency "
+        f"of 1, but {', '.join(concurrent)}: raise cpu to 1 or set those to 1"
+    ]
 
 
 def _check_worker_deadlines(values: dict[str, Any], errors: list[str]) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import secrets
+import signal
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -101,12 +102,17 @@ class Container:
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(grace_s)
+                code = self.process.wait(grace_s)
             except subprocess.TimeoutExpired:
                 logger.warning("container pid %d ignored SIGTERM; killing it", self.process.pid)
                 with contextlib.suppress(ProcessLookupError):
                     self.process.kill()
                 self.process.wait()
+                return
+            # A server that drains exits 0 (or dies of the SIGTERM itself); anything else is a
+            # failed shutdown worth seeing in the front end's log.
+            if code not in (0, -signal.SIGTERM):
+                logger.warning("container pid %d exited %d after SIGTERM", self.process.pid, code)
 
 
 def _free_port() -> int:

@@ -93,6 +93,12 @@ def parse_args(argv: list[str] | None) -> Options:
         help="no local Cloud Run front end: callers reach the services' ports directly",
     )
     parser.add_argument(
+        "--image",
+        metavar="IMAGE",
+        help="run the scan, worker and api from this container image with podman, behind the "
+        "front ends (the emulators stay on this host; docs/image.md)",
+    )
+    parser.add_argument(
         "--invoker-iam-disabled",
         action="store_true",
         help="front ends without the invoker check (Cloud Run's invoker_iam_disabled); the "
@@ -119,6 +125,8 @@ def parse_args(argv: list[str] | None) -> Options:
         parser.error("--test-cadence-s must be a number of seconds above 0")  # also nan
     if args.timeout is not None and not 0 < args.timeout < math.inf:
         parser.error("--timeout must be a number of seconds above 0")
+    if args.image is not None and (args.direct or not args.image.strip()):
+        parser.error("--image needs an image name and the front ends (not with --direct)")
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
@@ -142,6 +150,7 @@ def parse_args(argv: list[str] | None) -> Options:
         invoker_iam=not args.invoker_iam_disabled,
         fresh=args.fresh,
         shards=args.shards,
+        image=args.image,
     )
 
 

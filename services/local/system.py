@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import secrets
 import shutil
 import signal
 import sys
@@ -23,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from emulators.cloudrun import image as container_image
 from emulators.launcher import (
     DEFAULT_PROJECT,
     PROJECT_INDEXES,
@@ -58,6 +60,12 @@ ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 _EMULATOR_START_S = {False: 60.0, True: 180.0}  # built-in, official (JVMs start slowly)
 _SERVICE_START_S = 60.0
+# A container image starts slower than a process (podman, then the interpreter in it): one
+# took 17-21 s to listen on a two-core machine at load average 17-30 (docs/image.md).
+_IMAGE_START_S = 180.0
+# How long the stop waits for a front end and its container: Cloud Run's 10 s grace after
+# SIGTERM (the front end's own), plus podman's removal of the container.
+_IMAGE_STOP_S = 20.0
 _POLL_S = 0.5
 # The local producer the api accepts (in the cloud: the stack's apiCallers), and the variables
 # examples/node reads to reach the api and mint its tokens from the local issuer.
@@ -109,6 +117,9 @@ class Options:
     invoker_iam: bool = True
     fresh: bool = False  # start the emulators empty and keep nothing
     shards: int = 1  # JOBS_SHARDS everywhere, and the emulator's index set of that N
+    # A container image: the front ends run the services from it with podman (docs/image.md)
+    # instead of as processes of this checkout. Needs the front ends (cloud_run).
+    image: str | None = None
 
     @property
     def behind_cloud_run_iam(self) -> bool:
@@ -205,6 +216,8 @@ class LocalSystem:
         self._demo_kept = False  # the kept data already held the demo: not seeded again
         # Stop signals wait for the client calls this (main) thread makes (interrupts.py).
         self.interrupts = InterruptGate()
+        # Labels this run's containers (image mode), so none outlives it.
+        self.run_id = f"{os.getpid()}-{secrets.token_hex(4)}"
 
     def run(self) -> int:
         """Start, show progress, stop. Returns 0, or raises StackError (children stopped);
@@ -225,6 +238,8 @@ class LocalSystem:
             from emulators.launcher import GCLOUD_INSTALL_HINT
 
             raise StackError(GCLOUD_INSTALL_HINT)
+        if self.options.image and shutil.which(container_image.PODMAN) is None:
+            raise StackError("--image needs podman and runc: apt-get install podman runc")
         try:
             self.options.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -318,7 +333,7 @@ class LocalSystem:
             self.supervisor.wait_until(
                 child,
                 lambda port=port: port_accepts(port),  # type: ignore[misc]
-                timeout_s=_SERVICE_START_S,
+                timeout_s=_IMAGE_START_S if self.options.image else _SERVICE_START_S,
                 what=f"listening on port {port}",
             )
 
@@ -347,6 +362,16 @@ class LocalSystem:
             f"--host={HOST}",
         ]
         deployment = deployments(self.topology, (self.api_caller_email,))[target]
+        if self.options.image:
+            # The container gets what this stack sets (emulators, JOBS_*), not this shell's.
+            names = [
+                key
+                for key in env
+                if key.startswith(common_keys.PREFIX)
+                or key in self.endpoints.exports
+                or key == "PYTHONUNBUFFERED"
+            ]
+            argv = container_image.run_argv(self.options.image, target, names, run_id=self.run_id)
         if self.options.cloud_run:
             # The front end gives the container its PORT, as Cloud Run does.
             argv = front_end_argv(
@@ -457,9 +482,16 @@ class LocalSystem:
         if self._backends is not None:
             self._backends.close()
         pids = ", ".join(f"{n} {p}" for n, p in self.endpoints.pids.items())
-        self.supervisor.stop_all()
+        if self.options.image:
+            self.supervisor.stop_all(grace_s=_IMAGE_STOP_S)
+        else:
+            self.supervisor.stop_all()
         if pids:
             self._say(f"stopped: {pids}")
+        if self.options.image:
+            left = container_image.remove_containers(self.run_id)
+            if left:
+                self._say(f"removed containers still there after the stop: {', '.join(left)}")
 
     # -- clients of this process (built once the emulator hosts are in os.environ) ------
 
@@ -517,6 +549,8 @@ class LocalSystem:
     def _banner(self) -> None:
         e = self.endpoints
         front = "behind the local Cloud Run front end, " if self.options.cloud_run else ""
+        if self.options.image:
+            front += f"image {self.options.image}, "
         self._say(f"scan    {e.scan_url}  ({front}pid {e.pids['scan']})")
         self._say(f"worker  {e.worker_url}  ({front}pid {e.pids['worker']})")
         self._say(

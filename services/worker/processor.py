@@ -15,9 +15,8 @@ The order of checks is the whole safety argument:
 Failures: `PermanentError` fails the job at once. `TransientError` releases the lease and asks
 for a redelivery (`retry`); the job's `attempt` is unchanged, because quick redeliveries within
 one retry cycle are counted by Pub/Sub's deliveryAttempt. When that delivery attempt reaches
-the action's threshold (below the dead-letter limit), the message carries none (no dead-letter
-policy, so nothing else would bound the loop), or the action says its dependency is down for
-long (`DependencyDown`), the job goes back to `deferred` with `due_at = now + long delay` and
+the action's threshold (below the dead-letter limit), or the action says its dependency is down
+for long (`DependencyDown`), the job goes back to `deferred` with `due_at = now + long delay` and
 `attempt + 1` (`deferred`), and the message is acknowledged. When the current attempt was the
 last (`retry_later` raises AttemptsExhausted) the job fails.
 
@@ -465,8 +464,13 @@ def _as_result(result: ActionResult) -> Result:
 def _quick_retries_spent(delivery: Delivery, action: Action) -> bool:
     """Whether Pub/Sub's redeliveries of this message should stop (threshold reached).
 
-    Without a deliveryAttempt (a subscription with no dead-letter policy) the count is unknown
-    and no longer bounded by the job's attempts, so the first transient error ends the cycle.
+    Without a deliveryAttempt the count is unknown, not spent: Pub/Sub sets the field only once
+    the subscription's dead-letter policy is in force
+    (https://cloud.google.com/pubsub/docs/handling-failures), and a first deploy's pushes can
+    arrive before the dead-letter IAM applies. Reading "unknown" as "spent" deferred the job by
+    the long delay (30 days in prod) on one transient error; redelivery with Pub/Sub's backoff
+    is the safe side. The loop stays bounded by the message's retention (7 days); the scan's
+    rescuer then takes the job back as stale-enqueued (each release restarts that clock).
     """
     attempt = delivery.delivery_attempt
-    return attempt is None or attempt >= action.policy.retry_later_after_attempts
+    return attempt is not None and attempt >= action.policy.retry_later_after_attempts

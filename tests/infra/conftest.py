@@ -5,17 +5,19 @@
 the program registered (type, name, inputs as sent on the wire, camelCase, and the names of
 the resources it depends on) and the stack outputs. The session fixtures `dev` and `prod` run
 each example stack once. The example stacks carry no image (it is set per stack after the
-build), so runs get TEST_IMAGE unless a test says otherwise.
+build), and none of what a deployer sets per stack (project, bucket, alert emails, API
+callers: `DEPLOYER_CONFIG`), so runs get those unless a test says otherwise.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pulumi
 import pytest
 import yaml
@@ -30,6 +32,26 @@ TEST_IMAGE = (
     + "0123456789abcdef" * 4
 )
 PUBSUB_AGENT_EMAIL = f"service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
+GET_ACCOUNT = "gcp:serviceaccount/getAccount:getAccount"
+# What docs/deploy.md step 5 has the deployer set per stack (no stack file commits them):
+# a project and bucket of their own, alert emails and API callers of their organisation.
+DEPLOYER_CONFIG: dict[str, dict[str, Any]] = {
+    "dev": {
+        "gcp:project": "acme-jobs-dev",
+        f"{PROJECT}:mediaBucket": "acme-jobs-dev-media",
+        f"{PROJECT}:alertEmails": [],
+        f"{PROJECT}:apiCallers": ["media-service@acme-jobs-dev.iam.gserviceaccount.com"],
+    },
+    "prod": {
+        "gcp:project": "acme-jobs-prod",
+        f"{PROJECT}:mediaBucket": "acme-jobs-prod-media",
+        f"{PROJECT}:alertEmails": ["jobs-oncall@acme-media.com", "jobs-owners@acme-media.com"],
+        f"{PROJECT}:apiCallers": [
+            "media-service@acme-jobs-prod.iam.gserviceaccount.com",
+            "retention-service@acme-jobs-prod.iam.gserviceaccount.com",
+        ],
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -113,9 +135,27 @@ class RecordingMonitor(MockMonitor):
         return super().RegisterResource(request)
 
 
+class ProviderError(grpc.RpcError):
+    """A provider's failed read, as the engine returns it to an invoke (a gRPC error whose
+    details are the provider's message)."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__(details)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self) -> str:
+        return self._details
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
-    def __init__(self, run: StackRun) -> None:
+    """`missing_accounts`: service accounts the provider's getAccount read does not find."""
+
+    def __init__(self, run: StackRun, missing_accounts: Collection[str] = ()) -> None:
         self._run = run
+        self._missing = frozenset(missing_accounts)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         resource_id, state = _computed(args.typ, args.name, dict(args.inputs))
@@ -127,6 +167,16 @@ class RecordingMocks(pulumi.runtime.Mocks):
     ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         if args.token == GET_PROJECT:
             return {"number": PROJECT_NUMBER, "projectId": args.args.get("projectId")}, []
+        if args.token == GET_ACCOUNT:
+            email = str(args.args["accountId"])
+            if email in self._missing:
+                # What the provider reports for an account that does not exist, as the engine
+                # hands a failed read back: a gRPC error of the invoke.
+                raise ProviderError(
+                    f"googleapi: Error 404: Not found; Gaia id not found for {email}"
+                )
+            name = f"projects/-/serviceAccounts/{email}"
+            return {"email": email, "name": name, "member": f"serviceAccount:{email}"}, []
         raise AssertionError(f"unexpected provider call {args.token}")
 
 
@@ -151,17 +201,27 @@ def run_stack(
     secrets: Mapping[str, str] | None = None,
     *,
     image: str | None = TEST_IMAGE,
+    deployer: Mapping[str, Any] | None = None,
+    missing_accounts: Collection[str] = (),
+    config: Mapping[str, Any] | None = None,
 ) -> StackRun:
     """Build the program for `stack` (plus `overrides`, keys without namespace) under mocks,
-    with `image` as the image set after the build (None: no image set)."""
+    with `image` as the image set after the build (None: no image set) and `deployer` as the
+    deployer's own settings (default DEPLOYER_CONFIG[stack]; {} for a fresh stack). `config`
+    replaces both the stack file and `deployer`: the whole stack configuration, as Pulumi holds
+    it (namespaced keys), e.g. what a walk through docs/deploy.md has set."""
     run = StackRun()
-    mocks = RecordingMocks(run)
+    mocks = RecordingMocks(run, missing_accounts)
     pulumi.runtime.set_mocks(
         mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(mocks, run)
     )
-    values = stack_config(stack)
-    if image is not None:
-        values[f"{PROJECT}:image"] = image
+    if config is not None:
+        values = dict(config)
+    else:
+        deployed = DEPLOYER_CONFIG[stack] if deployer is None else deployer
+        values = {**stack_config(stack), **deployed}
+        if image is not None:
+            values[f"{PROJECT}:image"] = image
     values.update({f"{PROJECT}:{key}": value for key, value in (overrides or {}).items()})
     values.update({f"{PROJECT}:{key}": value for key, value in (secrets or {}).items()})
     pulumi.runtime.set_all_config(
@@ -181,14 +241,17 @@ def run_stack(
     return run
 
 
-def run_with_api(stack: str, overrides: Mapping[str, Any] | None = None) -> StackRun:
-    """run_stack, building what __main__.py builds (the core stack plus the API)."""
+def run_with_api(
+    stack: str, overrides: Mapping[str, Any] | None = None, **options: Any
+) -> StackRun:
+    """run_stack (with its keyword `options`), building what __main__.py builds (the core stack
+    plus the API)."""
     import infra.program
     from infra.api import build_with_api
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(infra.program, "build", build_with_api)
-        return run_stack(stack, overrides)
+        return run_stack(stack, overrides, **options)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from infra.errors import InfraConfigError
 from services.api import settings as api_keys
 from services.api.settings import ApiSettings
 from services.jobs.settings import BEHIND_CLOUD_RUN_IAM, PREFIX
-from tests.infra.conftest import ROOT, StackRun, run_with_api, stack_config
+from tests.infra.conftest import DEPLOYER_CONFIG, ROOT, StackRun, run_with_api, stack_config
 
 SERVICE = "cloudrunv2/service:Service"
 RUN_INVOKER = "cloudrunv2/serviceIamMember:ServiceIamMember"
@@ -33,7 +33,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[tuple[str, StackRun]]:
 
 
 def callers_of(name: str) -> list[str]:
-    callers: list[str] = stack_config(name)["deferred-jobs:apiCallers"]
+    callers: list[str] = DEPLOYER_CONFIG[name]["deferred-jobs:apiCallers"]
     return callers
 
 
@@ -154,7 +154,8 @@ def test_no_callers_means_no_api_service_and_no_url() -> None:
 
 
 def test_a_caller_that_is_not_a_service_account_fails_the_preview_naming_the_key() -> None:
-    raw = {f"{k.split(':', 1)[1]}": v for k, v in stack_config("dev").items() if ":" in k}
+    deployed = {**stack_config("dev"), **DEPLOYER_CONFIG["dev"]}
+    raw = {f"{k.split(':', 1)[1]}": v for k, v in deployed.items() if ":" in k}
     raw.update({"gcp:project": "p", "gcp:region": "europe-west1"})
     raw["apiCallers"] = ["someone@example.com"]
     with pytest.raises(InfraConfigError, match="apiCallers"):

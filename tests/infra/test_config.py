@@ -19,6 +19,8 @@ MINIMAL: dict[str, Any] = {
     "mediaBucket": "media",
     "gcp:project": "p",
     "gcp:region": "europe-west1",
+    "alertEmails": [],
+    "apiCallers": [],
 }
 
 RANGED = [s for s in SETTINGS if s.kind == "int"]
@@ -162,6 +164,28 @@ def test_values_at_the_edges_of_their_ranges_are_accepted(overrides: dict[str, A
         ({"image": ""}, "image is required"),
         ({"mediaBucket": None}, "mediaBucket is required"),
         ({"gcp:project": None}, "gcp:project is required"),
+        ({"alertEmails": None}, "alertEmails is required"),
+        ({"apiCallers": None}, "apiCallers is required"),
+        (
+            {"alertEmails": ["oncall@example.com"]},
+            "alertEmails: 'oncall@example.com' is a placeholder",
+        ),
+        ({"alertEmails": ["ops@jobs.example.org"]}, "alertEmails: 'ops@jobs.example.org' is a"),
+        ({"alertEmails": ["ops@corp.test"]}, "alertEmails: 'ops@corp.test' is a placeholder"),
+        (
+            {"apiCallers": ["media@my-project.iam.gserviceaccount.com.invalid"]},
+            "apiCallers: 'media@my-project.iam.gserviceaccount.com.invalid' is not",
+        ),
+        ({"cpu": "0.5"}, "cpu='0.5' is below 1 vCPU"),
+        (
+            {"cpu": "500m", "scanConcurrency": 2, "workerConcurrency": 1},
+            "cpu='500m' is below 1 vCPU, which Cloud Run allows only with a maximum "
+            "concurrency of 1, but scanConcurrency=2",
+        ),
+        ({"cpu": "0.05"}, "cpu='0.05' is not a Cloud Run CPU limit"),
+        ({"cpu": "1.5"}, "cpu='1.5' is not a Cloud Run CPU limit"),
+        ({"cpu": "16"}, "cpu='16' is not a Cloud Run CPU limit"),
+        ({"cpu": "one"}, "cpu='one' is not a Cloud Run CPU limit"),
     ],
 )
 def test_inconsistent_configuration_fails_naming_the_key(
@@ -336,3 +360,26 @@ def test_a_paced_run_may_be_longer_on_a_slower_schedule() -> None:
         }
     )
     assert config.scan_interval_s == 300 and config.scan_time_budget_s == 240
+
+
+def test_cpu_below_one_vcpu_names_each_concurrency_above_one() -> None:
+    # Cloud Run: below 1 vCPU the maximum concurrency must be 1
+    # (https://cloud.google.com/run/docs/configuring/services/cpu).
+    message = _error(
+        cpu="0.5", workerConcurrency=10, apiCallers=["a-caller@p.iam.gserviceaccount.com"]
+    )
+    assert "workerConcurrency=10" in message and "apiConcurrency=80" in message
+    assert "scanConcurrency" not in message  # the scan's default is 1
+
+
+def test_cpu_below_one_vcpu_is_accepted_when_every_deployed_concurrency_is_one() -> None:
+    # No callers: no api service, so its concurrency does not count.
+    config = parse_config({**MINIMAL, "cpu": "0.5", "workerConcurrency": 1})
+    assert config.cpu == "0.5"
+    for cpu in ("1", "2", "8", "1000m", "0.08"):
+        parse_config({**MINIMAL, "cpu": cpu, "workerConcurrency": 1})
+
+
+def test_an_explicit_empty_list_is_a_decision_and_accepted() -> None:
+    config = parse_config(MINIMAL)
+    assert (config.alert_emails, config.api_callers) == ((), ())

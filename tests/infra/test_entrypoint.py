@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.infra.conftest import PROJECT, ROOT, TEST_IMAGE, stack_config
+from tests.infra.conftest import DEPLOYER_CONFIG, PROJECT, ROOT, TEST_IMAGE, stack_config
 
 _HOST = textwrap.dedent(
     """
@@ -65,8 +65,8 @@ def _pulumi_strings(config: dict[str, object]) -> dict[str, str]:
 
 
 def _dev_config_with_image() -> dict[str, object]:
-    # The image is set per stack after the build, never committed (docs/deploy.md).
-    return {**stack_config("dev"), f"{PROJECT}:image": TEST_IMAGE}
+    # The image and the deployer's own values are set per stack, never committed (docs/deploy.md).
+    return {**stack_config("dev"), **DEPLOYER_CONFIG["dev"], f"{PROJECT}:image": TEST_IMAGE}
 
 
 def test_main_runs_under_the_python_host_layout_and_exports_every_output() -> None:

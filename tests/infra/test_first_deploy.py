@@ -1,26 +1,43 @@
-"""What a first `pulumi up` on a fresh project needs, asserted on the resources under mocks:
+"""What a first `pulumi up` on a fresh project needs, asserted on the resources under mocks,
+and the walk through docs/deploy.md's own commands from empty stack configs (at the end):
 no placeholder image, alerts that wait for their log-based metrics, an explicit Pub/Sub service
 agent, a scheduler job created last, backups and point-in-time recovery in production, dead
 letters kept 31 days, a startup probe, and the services told they sit behind Cloud Run IAM."""
 
 from __future__ import annotations
 
+import itertools
+import json
+import re
+import shlex
+import string
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from infra import cloudrun
-from infra.config import InfraConfigError, image_problems
+from infra.config import SETTINGS, InfraConfigError, image_problems
 from services.jobs import metrics, schema
 from services.jobs.settings import BEHIND_CLOUD_RUN_IAM
 from services.scan.settings import ScanSettings
 from services.worker.settings import WorkerSettings
-from tests.infra.conftest import PUBSUB_AGENT_EMAIL, StackRun, run_stack
+from tests.infra.conftest import (
+    PROJECT,
+    PUBSUB_AGENT_EMAIL,
+    ROOT,
+    StackRun,
+    run_stack,
+    run_with_api,
+    stack_config,
+)
 
 ALERT = "monitoring/alertPolicy:AlertPolicy"
 SLEEP = "time:index/sleep:Sleep"
 PUBSUB_AGENT = f"serviceAccount:{PUBSUB_AGENT_EMAIL}"
 REGISTRY = "europe-west1-docker.pkg.dev/p/deferred-jobs/app"
+GUIDE_TEXT = (ROOT / "docs" / "deploy.md").read_text()
 
 
 def _container(run: StackRun, key: str) -> dict[str, Any]:
@@ -256,3 +273,233 @@ def test_common_settings_read_the_behind_iam_key() -> None:
 def test_ttl_fields_are_still_exempt_after_deriving_exemptions() -> None:
     exempt = {(e.collection, e.field) for e in schema.INDEX_EXEMPTIONS}
     assert (schema.JOBS, schema.EXPIRE_AT) in exempt
+
+
+# --- the walk: docs/deploy.md's own commands, in order, from empty stack configs --------------
+#
+# The commands are parsed from the guide itself (its ```sh blocks, in order), so the guide and
+# this test cannot drift: a new `pulumi` command the walk does not know fails it, and so does a
+# required key the guide never sets. The shell variables come from the guide's first block;
+# only what a deployer must bring (their addresses and accounts) and what the registry reports
+# (the digest) are supplied here.
+
+PROCEDURE = GUIDE_TEXT.split("## The procedure on a fresh project", 1)[1].split(
+    "## Configuration keys", 1
+)[0]
+REQUIRED = {"gcp:project", "gcp:region", *(f"{s.name}" for s in SETTINGS if s.default is None)}
+DIGEST = "sha256:" + "4e5f" * 16  # what `gcloud artifacts docker images describe` reports
+# What the person following the guide brings instead of the first block's examples.
+THEIR_ALERTS = '["jobs-oncall@acme-media.com"]'
+THEIR_CALLER = "media-service@acme-jobs-prod.iam.gserviceaccount.com"
+PLACEHOLDER_MARKS = ("example.com", "example.org", "example.net", "TODO", "FIXME", "changeme")
+
+
+def _logical_lines(block: str) -> list[list[str]]:
+    """Each command of a shell block as shell words (continuations joined, comments dropped),
+    split at && and ||, keeping the operator as a word."""
+    joined = block.replace("\\\n", " ")
+    commands: list[list[str]] = []
+    for line in joined.splitlines():
+        words = shlex.split(line, comments=True)
+        current: list[str] = []
+        for word in words:
+            if word in ("&&", "||"):
+                commands.append(current)
+                commands.append([word])
+                current = []
+            else:
+                current.append(word)
+        if current:
+            commands.append(current)
+    return commands
+
+
+def _guide_commands() -> list[list[str]]:
+    blocks = re.findall(r"```sh\n(.*?)```", PROCEDURE, re.DOTALL)
+    return [command for block in blocks for command in _logical_lines(block)]
+
+
+def _is_assignment(command: list[str]) -> bool:
+    return bool(command) and all(re.match(r"^[A-Z_][A-Z0-9_]*=", w) for w in command)
+
+
+def _expand(word: str, variables: dict[str, str]) -> str:
+    return string.Template(word).substitute(variables)
+
+
+@dataclass
+class PulumiWalk:
+    """The Pulumi CLI as the guide drives it, against mocks: a fresh backend (no stack exists)
+    and this checkout's stack files."""
+
+    variables: dict[str, str]
+    missing_accounts: set[str] = field(default_factory=set)
+    stacks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    refusals: list[tuple[str, str]] = field(default_factory=list)  # (command, error)
+    previews: list[StackRun] = field(default_factory=list)
+
+    def run(self, command: list[str]) -> bool:
+        words = [_expand(w, self.variables) for w in command]
+        verb, args = words[1], words[2:]
+        stack = self._flag(args, "--stack")
+        if verb == "stack" and args[0] == "select":
+            return args[1] in self.stacks  # a fresh backend has no stack to select
+        if verb == "stack" and args[0] == "init":
+            name = args[1]
+            # `stack init` keeps an existing Pulumi.<stack>.yaml (the committed example).
+            path = ROOT / f"Pulumi.{name}.yaml"
+            self.stacks[name] = stack_config(name) if path.exists() else {}
+            return True
+        if verb == "config" and args[0] == "set":
+            rest = [a for a in args[1:] if a not in ("--secret", "--path")]
+            key, value = rest[0], rest[1]
+            self.stacks[stack][key if ":" in key else f"{PROJECT}:{key}"] = value
+            return True
+        if verb in ("preview", "up"):
+            return self.preview(stack, " ".join(words)) is not None
+        raise AssertionError(
+            f"the walk does not know `{' '.join(words)}`: teach it or fix the guide"
+        )
+
+    def preview(self, stack: str, what: str = "pulumi preview") -> StackRun | None:
+        try:
+            run = run_with_api(
+                stack, config=self.stacks[stack], missing_accounts=self.missing_accounts
+            )
+        except InfraConfigError as exc:
+            self.refusals.append((what, str(exc)))
+            return None
+        self.previews.append(run)
+        return run
+
+    @staticmethod
+    def _flag(args: list[str], name: str) -> str:
+        return args[args.index(name) + 1] if name in args else ""
+
+
+def walk(variables: dict[str, str], missing: Collection[str] = ()) -> PulumiWalk:
+    """Run the guide's commands in order; before each `pulumi config set`, also ask for a
+    preview, which must refuse naming every required key not yet set."""
+    pulumi_walk = PulumiWalk(dict(variables), set(missing))
+    commands = _guide_commands()
+    skip_next = False
+    for index, command in enumerate(commands):
+        if skip_next:
+            skip_next = False
+            continue
+        if command in (["&&"], ["||"]):
+            continue
+        if _is_assignment(command):
+            for word in command:
+                name, _, value = word.partition("=")
+                if "$(" not in value:
+                    pulumi_walk.variables.setdefault(name, _expand(value, pulumi_walk.variables))
+            continue
+        if command[0] != "pulumi":
+            continue  # gcloud, cat, …: the cloud side, outside the mocks
+        if command[1:3] == ["config", "set"]:
+            stack = PulumiWalk._flag(
+                [_expand(w, pulumi_walk.variables) for w in command], "--stack"
+            )
+            pulumi_walk.preview(stack)
+        ok = pulumi_walk.run(command)
+        following = commands[index + 1 : index + 2]
+        if following == [["||"]]:
+            skip_next = ok  # `a || b`: b runs only when a failed
+        elif not ok and following == [["&&"]]:
+            skip_next = True
+    return pulumi_walk
+
+
+def _their_variables(**changes: str) -> dict[str, str]:
+    # Supplied first, so the guide's own assignments of these names do not override them.
+    return {"DIGEST": DIGEST, **changes}
+
+
+@pytest.mark.parametrize("stack_name", ["prod", "dev", "staging"])
+def test_the_guide_run_literally_from_empty_configs_refuses_each_missing_key_then_previews(
+    stack_name: str,
+) -> None:
+    caller = THEIR_CALLER.replace("prod", stack_name)
+    done = walk(
+        _their_variables(
+            STACK=stack_name,
+            ALERT_EMAILS=THEIR_ALERTS,
+            API_CALLERS=json.dumps([caller]),
+        )
+    )
+    # Each preview before the guide's `pulumi config set` lines had run named what was missing.
+    early = [error for what, error in done.refusals if what == "pulumi preview"]
+    config_sets = [c for c in _guide_commands() if c[:3] == ["pulumi", "config", "set"]]
+    assert len(early) == len(config_sets), "a preview went through before the guide's last set"
+    missing = [set(re.findall(r"(\S+) is required", error)) for error in early]
+    assert all(later <= earlier for earlier, later in itertools.pairwise(missing))
+    assert len(missing[-1]) == 1  # the last set supplies the last missing key
+    first = early[0]
+    expected_missing = REQUIRED - {
+        key.split(":", 1)[1] if key.startswith(f"{PROJECT}:") else key
+        for key in (stack_config(stack_name) if stack_name != "staging" else {})
+    }
+    for key in expected_missing:
+        assert f"{key} is required" in first, (key, first)
+    # The guide's own `pulumi preview` and `pulumi up` both went through.
+    assert [what for what, _ in done.refusals if what.startswith("pulumi preview --stack")] == []
+    assert len(done.previews) == 2, done.refusals
+    final = done.previews[-1]
+    assert "api_url" in final.outputs
+    _assert_no_placeholder(final, done.variables["PROJECT"])
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def _assert_no_placeholder(run: StackRun, project: str) -> None:
+    for resource in run.resources:
+        for text in _strings(dict(resource.state)):
+            assert not any(mark in text for mark in PLACEHOLDER_MARKS), (resource.name, text)
+            assert "deferred-jobs-prod" not in text and "deferred-jobs-dev" not in text
+        if "project" in resource.state:
+            assert resource.state["project"] == project, resource.name
+
+
+def test_the_guides_example_addresses_are_refused_naming_the_key() -> None:
+    # Run with the first block exactly as written: its example alert address is a placeholder.
+    done = walk(_their_variables())
+    refused = [error for what, error in done.refusals if what.startswith("pulumi preview --stack")]
+    assert refused, done.refusals
+    assert "alertEmails: 'jobs-oncall@example.com' is a placeholder" in refused[0]
+    assert done.previews == []
+
+
+def test_an_api_caller_that_does_not_exist_yet_fails_the_preview_naming_it() -> None:
+    # On a fresh project the producers' accounts may not exist yet: IAM would refuse the
+    # binding halfway through `up`; the preview's lookup refuses first.
+    done = walk(
+        _their_variables(ALERT_EMAILS=THEIR_ALERTS, API_CALLERS=json.dumps([THEIR_CALLER])),
+        missing={THEIR_CALLER},
+    )
+    refused = [error for what, error in done.refusals if what.startswith("pulumi preview --stack")]
+    assert refused and "apiCallers" in refused[0] and THEIR_CALLER in refused[0]
+    assert done.previews == []
+
+
+def test_an_empty_caller_list_deploys_no_api_and_nothing_needs_to_exist() -> None:
+    done = walk(_their_variables(ALERT_EMAILS="[]", API_CALLERS="[]"))
+    assert len(done.previews) == 2, done.refusals
+    assert "api_url" not in done.previews[-1].outputs
+    assert done.previews[-1].of_type("monitoring/notificationChannel:NotificationChannel") == []
+
+
+def test_the_walk_sets_every_required_key_through_the_guides_own_commands() -> None:
+    set_keys = {
+        command[3] for command in _guide_commands() if command[:3] == ["pulumi", "config", "set"]
+    }
+    assert set_keys >= REQUIRED, sorted(REQUIRED - set_keys)

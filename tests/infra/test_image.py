@@ -1,10 +1,16 @@
-"""The Dockerfile runs as a non-root user and starts the function the service names."""
+"""The Dockerfile: a base pinned by digest, pinned dependencies and build backend, a non-root
+user with a home of its own, and the function the service names. (tests/image builds and runs
+it.)"""
 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 
+from emulators.cloudrun import image as container_image
 from infra import env
+from infra.config import image_problems
 from tests.infra.conftest import ROOT
 
 
@@ -18,8 +24,26 @@ def _instructions() -> list[tuple[str, str]]:
     ]
 
 
-def test_image_is_python_311_slim() -> None:
-    assert _instructions()[0] == ("FROM", "python:3.11-slim")
+def test_the_base_is_python_311_slim_pinned_by_digest_with_its_refresh_command() -> None:
+    op, base = _instructions()[0]
+    name, at, digest = base.partition("@")
+    assert (op, name, at) == ("FROM", "python:3.11-slim", "@")
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), digest
+    assert image_problems(f"registry/app@{digest}") == []  # not a placeholder digest
+    text = (ROOT / "Dockerfile").read_text()
+    assert "docker buildx imagetools inspect python:3.11-slim" in text
+    assert "crane digest python:3.11-slim" in text
+
+
+def test_the_build_backend_is_pinned_exactly() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (requirement,) = pyproject["build-system"]["requires"]
+    assert re.fullmatch(r"setuptools==\d+(\.\d+)*", requirement), requirement
+
+
+def test_the_images_function_sources_are_infras() -> None:
+    for target, source in env.FUNCTION_SOURCES.items():
+        assert container_image.function_source(target) == source
 
 
 def test_container_runs_as_a_non_root_user_after_installing() -> None:
@@ -31,9 +55,21 @@ def test_container_runs_as_a_non_root_user_after_installing() -> None:
     assert all(op != "RUN" for op, _ in instructions[last_user:])
 
 
-def test_dependencies_install_from_the_project_with_pinned_constraints() -> None:
+def test_the_project_installs_with_pinned_constraints_and_app_links_to_the_package() -> None:
     runs = [arg for op, arg in _instructions() if op == "RUN"]
-    assert any("pip install --constraint constraints.txt ." in run for run in runs)
+    (install,) = [run for run in runs if "pip install" in run]
+    assert "pip install --constraint /tmp/build/constraints.txt /tmp/build" in install
+    assert "rm -rf /tmp/build" in install  # the build copy does not stay in the image
+    assert "ln -s" in install and "services.__file__" in install
+    workdirs = [arg for op, arg in _instructions() if op == "WORKDIR"]
+    assert workdirs == ["/app"]
+
+
+def test_the_app_user_has_a_home_of_its_own() -> None:
+    (useradd,) = [arg for op, arg in _instructions() if op == "RUN" and "useradd" in arg]
+    assert "--home-dir /home/app --create-home" in useradd
+    envs = " ".join(arg for op, arg in _instructions() if op == "ENV")
+    assert "HOME=/home/app" in envs
 
 
 def test_cmd_starts_functions_framework_with_the_target_and_port_from_the_environment() -> None:

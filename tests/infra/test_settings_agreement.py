@@ -62,6 +62,7 @@ def accepted_configs(draw: st.DrawFn) -> dict[str, Any]:
         "mediaBucket": "deferred-jobs-media",
         "gcp:project": "p",
         "gcp:region": "europe-west1",
+        "alertEmails": [],
         "schedule": schedule,
         "scanMode": mode,
         "scanPollS": poll,

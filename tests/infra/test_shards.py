@@ -13,7 +13,7 @@ from services.jobs.settings import SHARDS
 from services.jobs.shard import MAX_SHARDS
 from services.scan.settings import ScanSettings
 from services.worker.settings import WorkerSettings
-from tests.infra.conftest import StackRun, run_stack, run_with_api, stack_config
+from tests.infra.conftest import DEPLOYER_CONFIG, StackRun, run_stack, run_with_api, stack_config
 
 SERVICE = "cloudrunv2/service:Service"
 READERS = {
@@ -46,7 +46,7 @@ def test_the_range_is_the_stores() -> None:
 def test_a_shard_count_out_of_range_fails_naming_the_key(bad: object) -> None:
     raw = {
         k.split(":", 1)[1] if k.startswith("deferred-jobs:") else k: v
-        for k, v in stack_config("dev").items()
+        for k, v in {**stack_config("dev"), **DEPLOYER_CONFIG["dev"]}.items()
     }
     raw["shards"] = bad
     with pytest.raises(InfraConfigError, match="shards"):

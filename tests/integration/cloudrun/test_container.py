@@ -177,3 +177,28 @@ def test_the_front_end_env_names_are_the_services_reading_them() -> None:
     assert contract.SERVERLESS_AUTHORIZATION == auth.SERVERLESS_AUTHORIZATION
     assert contract.AUTHORIZATION == auth.AUTHORIZATION
     assert json.dumps(sorted(contract.GOOGLE_ISSUERS)) == json.dumps(sorted(auth.GOOGLE_ISSUERS))
+
+
+# A container that exits with the code in its first argument when it gets SIGTERM.
+EXITS_ON_TERM = r"""
+import os, signal, socket, sys
+server = socket.socket(); server.bind(("127.0.0.1", int(os.environ["PORT"]))); server.listen()
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(int(sys.argv[1])))
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize(("code", "warned"), [(0, False), (3, True)])
+def test_the_stop_logs_a_container_that_does_not_exit_cleanly_after_sigterm(
+    code: int, warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    from emulators.cloudrun.container import Container
+
+    container = Container.run([sys.executable, "-c", EXITS_ON_TERM, str(code)], "svc")
+    with caplog.at_level("WARNING", logger="emulators.cloudrun.container"):
+        container.stop()
+    assert container.process.returncode == code
+    lines = [r.getMessage() for r in caplog.records if "after SIGTERM" in r.getMessage()]
+    assert lines == (
+        [f"container pid {container.process.pid} exited {code} after SIGTERM"] if warned else []
+    )

@@ -238,14 +238,21 @@ def test_each_long_retry_is_one_attempt_and_the_max_attempts_th_fails_the_job(
     assert job.last_error is not None and job.last_error.code == "dependency_down"
 
 
-def test_without_a_delivery_attempt_the_first_transient_error_defers(
+def test_without_a_delivery_attempt_transient_errors_are_redelivered_not_deferred(
     store: MemoryStore, clock: FakeClock
 ) -> None:
-    # No dead-letter policy: nothing would bound the 503 loop, so the cycle ends at once.
+    # A first deploy's pushes can arrive before the dead-letter IAM applies: no deliveryAttempt.
+    # Unknown is not "quick retries spent": Pub/Sub redelivers, the job keeps its attempt and
+    # due time, and once the field appears the threshold counts as usual.
     store.add("job-1")
-    outcome = processor_for(store, clock, Script(TransientError("503"))).process(
-        delivery(attempt=None)
-    )
+    due_at = store.jobs["job-1"].due_at
+    processor = processor_for(store, clock, Script(*[TransientError("503")] * 6))
+    kinds = [processor.process(delivery(attempt=None)).kind for _ in range(5)]
+    assert kinds == [OutcomeKind.RETRY] * 5
+    job = store.jobs["job-1"]
+    assert (job.attempt, job.due_at) == (1, due_at)
+    assert "retry_later" not in store.calls
+    outcome = processor.process(delivery(attempt=4))
     assert outcome.kind is OutcomeKind.DEFERRED and outcome.acknowledged
     assert store.jobs["job-1"].attempt == 2
 
