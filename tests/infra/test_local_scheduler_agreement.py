@@ -20,6 +20,8 @@ MINIMAL: dict[str, Any] = {
     "mediaBucket": "media",
     "gcp:project": "p",
     "gcp:region": "europe-west1",
+    "alertEmails": [],
+    "apiCallers": [],
 }
 
 
