@@ -123,11 +123,15 @@ class Scanner:
             elif dry_run:
                 stopped = "dry_run"
             else:
-                if housekeeping:
-                    self.reclaimer.reclaim(run_id, claim_timeout, tally)
+                # Expired claims and leases on every run (1 read each when there are none),
+                # so a crashed scan's claim or worker's lease is back within its timeout plus
+                # one scan interval; stale messages and the due_at check wait for housekeeping.
+                self.reclaimer.reclaim(run_id, claim_timeout, tally, quick=not housekeeping)
                 time_budget = TimeBudget(started_at, self._limits.time_budget_s)
                 stopped = self.stager.run(run_id, budget, time_budget, tally)
-            idle = not (housekeeping or control.paused or dry_run or tally.claimed)
+            idle = not (
+                housekeeping or control.paused or dry_run or tally.claimed or tally.reclaimed
+            )
             if idle and stopped == "drained":
                 # Nothing was due and the last housekeeping is recent: no counts, no record.
                 run = finish(self.housekeeping.idle_backlog(control.housekeeping), stopped)
