@@ -339,6 +339,20 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 aligner="ALIGN_SUM",
             ),
         ),
+        "newer-records": (
+            "ERROR",
+            "Job documents written by a newer version of the code were met and left untouched "
+            "(a rollback below the version that wrote them?): redeploy the newer revision. "
+            "Runbook: docs/runbook.md, 'Records from a newer version'.",
+            _threshold(
+                "Records from a newer version",
+                metric_filter(metrics.NEWER_RECORDS.type, 'resource.type="cloud_run_revision"'),
+                above=0,
+                for_s=0,
+                align_s=300,
+                aligner="ALIGN_SUM",
+            ),
+        ),
     }
     return {key: Alert(*alert) for key, alert in conditions.items()}
 

@@ -14,22 +14,29 @@ about is named in `fieldViolations` (google.rpc.BadRequest) and at the start of 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
+from services.jobs import metrics
 from services.jobs.errors import (
     AlreadyTerminal,
+    InvalidRecord,
     InvalidTransition,
     JobNotFound,
     JobsError,
     LostRace,
+    NewerRecord,
     ScheduleConflict,
+    StoreRejected,
     StoreUnavailable,
     ValidationError,
 )
+
+logger = logging.getLogger(__name__)
 
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 
@@ -166,12 +173,44 @@ def from_store(exc: JobsError) -> ApiError:
         return ApiError(HTTPStatus.CONFLICT, "ABORTED", f"{exc}; retry the request")
     if isinstance(exc, StoreUnavailable):
         return unavailable("the job store is unavailable; retry with backoff")
-    return ApiError(HTTPStatus.BAD_REQUEST, "FAILED_PRECONDITION", str(exc))
+    if isinstance(exc, StoreRejected):
+        # A deployment fault (a missing permission, index or database) or another refusal
+        # retrying the same request cannot fix: the operator must act, so an ERROR line with
+        # the detail, and to the caller a generic 503 (the request itself was fine and will
+        # succeed once the deployment is fixed) without internal hints.
+        logger.error(
+            "the job store refused the request: %s",
+            exc,
+            extra={
+                "fields": {
+                    metrics.LOG_EVENT: metrics.EVENT_STORE_REJECTED,
+                    "error_type": type(exc).__name__,
+                }
+            },
+        )
+        return unavailable("the job store is not available; retry later", retry_after_s=30)
+    if isinstance(exc, NewerRecord):
+        # Written by a newer revision of the service (a rollout or rollback in progress).
+        logger.error("job record from a newer version: %s", exc)
+        return unavailable("this job was written by a newer version of the service; retry later")
+    if isinstance(exc, InvalidRecord):
+        logger.error("job record cannot be decoded: %s", exc)
+        return ApiError(
+            HTTPStatus.INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            f"job {exc.job_id!r}: the stored record cannot be read; it is moved aside when "
+            "the scan or worker meets it",
+        )
+    logger.error("unexpected store error: %s: %s", type(exc).__name__, exc)
+    return internal()
 
 
-def unavailable(message: str) -> ApiError:
+def unavailable(message: str, *, retry_after_s: int = 5) -> ApiError:
     return ApiError(
-        HTTPStatus.SERVICE_UNAVAILABLE, "UNAVAILABLE", message, headers={"Retry-After": "5"}
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        "UNAVAILABLE",
+        message,
+        headers={"Retry-After": str(retry_after_s)},
     )
 
 

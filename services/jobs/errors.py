@@ -149,3 +149,10 @@ class InvalidRecord(JobsError):
         self.job_id = job_id
         self.problem = problem
         super().__init__(f"job {job_id!r} is not a valid job record: {problem}")
+
+
+class NewerRecord(InvalidRecord):
+    """A job document written by a newer version of this code: a `schema_version` above
+    this code's, or a state (of the record or of one history entry) it does not know. Left
+    exactly as found (a rollback must not destroy what the newer version wrote), logged with
+    event `job_from_newer_version`, counted and alerted; never quarantined."""

@@ -94,6 +94,8 @@ EVENT_REJECTED = "push_rejected"
 EVENT_JOB_FAILED = "job_failed"
 EVENT_SCAN_RUN = "scan_run"
 EVENT_JOB_QUARANTINED = "job_quarantined"  # an undecodable job document moved aside
+# A job document written by a newer version met (and left untouched) by this one.
+EVENT_JOB_FROM_NEWER_VERSION = "job_from_newer_version"
 EVENT_STORE_REJECTED = "store_rejected"  # Firestore refused a request retrying cannot fix
 
 
@@ -130,6 +132,11 @@ FAILED_JOBS = LogMetric(
     "deferred_jobs_failed", EVENT_JOB_FAILED, "Jobs that ended in the terminal failed state."
 )
 SCAN_RUNS = LogMetric("deferred_jobs_scan_runs", EVENT_SCAN_RUN, "Completed scan runs.")
+NEWER_RECORDS = LogMetric(
+    "deferred_jobs_newer_records",
+    EVENT_JOB_FROM_NEWER_VERSION,
+    "Job documents written by a newer version, left untouched by this one.",
+)
 
 LOG_METRICS: tuple[LogMetric, ...] = (
     WORKER_DUE_TO_DONE,
@@ -137,6 +144,7 @@ LOG_METRICS: tuple[LogMetric, ...] = (
     REJECTED_MESSAGES,
     FAILED_JOBS,
     SCAN_RUNS,
+    NEWER_RECORDS,
 )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from services.jobs.errors import InvalidRecord
+from services.jobs.errors import InvalidRecord, NewerRecord
 from services.jobs.ids import derive_idempotency_key
 from services.jobs.shard import shard_of
 from services.jobs.state import HistoryEntry, State
@@ -374,6 +374,9 @@ def decode_job(job_id: str, data: Mapping[str, Any] | None) -> Job:
     try:
         if not isinstance(data, Mapping):
             raise TypeError("the document is empty")
+        newer = newer_version_problem(data)
+        if newer is not None:
+            raise NewerRecord(job_id, newer)
         job = Job.from_document(job_id, data)
         if isinstance(data.get("attempt"), bool) or not isinstance(
             data.get("attempt", 1), int | float
@@ -393,3 +396,32 @@ def decode_job(job_id: str, data: Mapping[str, Any] | None) -> Job:
 
 def maybe_utc(value: datetime | None, name: str = "a time") -> datetime | None:
     return as_utc(value, name) if value is not None else None
+
+
+_KNOWN_STATES = frozenset(state.value for state in State)
+
+
+def newer_version_problem(data: Mapping[str, Any]) -> str | None:
+    """Why `data` looks written by a newer version, or None: a `schema_version` above
+    SCHEMA_VERSION, or a state this code does not know (a non-empty string, as a newer
+    version would write; any other type is malformed) in the record or in a history entry.
+    Such a record is left untouched, never quarantined: the runbook's rollback (deploy the
+    previous revision) must not destroy what the newer revision wrote."""
+    version = data.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        return f"schema_version {version} is newer than this code's {SCHEMA_VERSION}"
+    if _unknown_state(data.get("state")):
+        return f"state {data.get('state')!r} is unknown to this version"
+    history = data.get("history")
+    if isinstance(history, list):
+        for entry in history:
+            if not isinstance(entry, Mapping):
+                continue
+            for key in ("from", "to"):
+                if _unknown_state(entry.get(key)):
+                    return f"history state {entry.get(key)!r} is unknown to this version"
+    return None
+
+
+def _unknown_state(value: object) -> bool:
+    return isinstance(value, str) and bool(value) and value not in _KNOWN_STATES

@@ -2,14 +2,16 @@
 counts, the scan_runs record and the mark of when it was done), and what an idle run between
 housekeepings reports.
 
-A run that finds nothing due bills 2 reads (the control document and the empty claim query)
-unless `JOBS_SCAN_HOUSEKEEPING_INTERVAL_S` has passed since any instance last did its
-housekeeping. The mark of that (`HousekeepingMark`) lives in the control document, which every
-run reads first anyway, so a cold instance knows it at no extra read, and a run that does its
-housekeeping writes it (1 write). A run that claims something always measures the backlog and
-records itself; only the reclaimer waits for the interval, so a crashed worker's lease or a
-dead scan's claim is taken back at most the interval later than its timeout. 0 keeps
-housekeeping on every run. An idle run reports the backlog measured at the last
+A run that finds nothing due bills 4 reads (the control document, the expired-claim and
+expired-lease queries of the quick reclaim, and the empty claim query) unless
+`JOBS_SCAN_HOUSEKEEPING_INTERVAL_S` has passed since any instance last did its housekeeping.
+The mark of that (`HousekeepingMark`) lives in the control document, which every run reads
+first anyway, so a cold instance knows it at no extra read, and a run that does its
+housekeeping writes it (1 write). Every run takes back expired claims and leases, so a crashed
+scan's claim or a dead worker's lease is back within its timeout plus one scan interval; only
+the stale-enqueued rescue, the due_at type check and the backlog counts wait for the interval.
+A run that claims or reclaims something always measures the backlog and records itself. 0
+keeps housekeeping on every run. An idle run reports the backlog measured at the last
 housekeeping, with nothing due (its claim query just said so).
 """
 

@@ -32,9 +32,12 @@ class Reclaimer:
         self._clock = clock
         self._limits = limits
 
-    def reclaim(self, run_id: str, claim_timeout: timedelta, tally: RunTally) -> None:
+    def reclaim(
+        self, run_id: str, claim_timeout: timedelta, tally: RunTally, *, quick: bool = False
+    ) -> None:
         """The reclaimer's step. Nothing it meets stops the run: the store handles each record on
-        its own and reports what it skipped; claiming follows whatever happened here."""
+        its own and reports what it skipped; claiming follows whatever happened here. `quick`:
+        only the expired claims and leases (a run between housekeepings)."""
         try:
             report = self._store.reclaim_expired(
                 self._clock.now(),
@@ -42,6 +45,7 @@ class Reclaimer:
                 self._limits.reclaim_limit,
                 run_id,
                 enqueued_timeout=timedelta(seconds=self._limits.enqueued_timeout_s),
+                quick=quick,
             )
         except errors.JobsError as exc:
             tally.reclaim_contended = isinstance(exc, errors.LostRace)

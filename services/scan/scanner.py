@@ -160,8 +160,12 @@ class Scanner:
                 # A run that may end when nothing is due looks first (1 read) and takes no
                 # lease when nothing is: an idle run costs what it did before leases.
                 due = self._limits.polls or self._anything_due(started_at, shards)
-                if housekeeping and not due:
-                    self.reclaimer.reclaim(run_id, claim_timeout, tally)
+                if not due:
+                    # Expired claims and leases on every run (1 read each when there are
+                    # none), so a crashed scan's claim or worker's lease is back within its
+                    # timeout plus one scan interval; stale messages and the due_at check wait
+                    # for housekeeping.
+                    self.reclaimer.reclaim(run_id, claim_timeout, tally, quick=not housekeeping)
                     reclaimed_first = True
                     due = tally.reclaimed > 0
                 if not due:
@@ -182,15 +186,19 @@ class Scanner:
                         return run
                     finished = False
                     try:
-                        if housekeeping and not reclaimed_first:
-                            self.reclaimer.reclaim(run_id, claim_timeout, tally)
+                        if not reclaimed_first:
+                            self.reclaimer.reclaim(
+                                run_id, claim_timeout, tally, quick=not housekeeping
+                            )
                         stopped = self._stage(run_id, budget, started_at, tally, pace_per_s, shards)
                         # A run whose publishes all failed answers 503: Cloud Scheduler's
                         # retry of it must run, not be taken for a duplicate.
                         finished = stopped != "unavailable"
                     finally:
                         self._release(lease, finished)
-            idle = not (housekeeping or control.paused or dry_run or tally.claimed)
+            idle = not (
+                housekeeping or control.paused or dry_run or tally.claimed or tally.reclaimed
+            )
             if idle and stopped == "drained":
                 # Nothing was due and the last housekeeping is recent: no counts, no record.
                 run = finish(self.housekeeping.idle_backlog(control.housekeeping), stopped)

@@ -9,6 +9,7 @@ claimed itself (`WrittenRecords`) and a read-and-write transaction for any other
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -117,10 +118,30 @@ class Claims:
         def take(shard: int, share: int) -> list[ClaimedJob]:
             return self._claim_shard(now, run_id, share, page_size, on_quarantine, shard)
 
-        shards = self._subset(only)
-        claimed, errors_seen = spend_over_shards(limit, shards, take, (LostRace,))
-        if not claimed and errors_seen:
-            raise errors_seen[0]
+        # A random first shard within the run's shards: the split's remainder goes to the first
+        # shards listed, so a fixed order would starve the last ones whenever the budget is
+        # below N (8 shards, budget 6: shards 6 and 7 never claimed).
+        chosen = list(self._subset(only))
+        first = random.randrange(len(chosen))  # fairness, not security
+        shards = [*chosen[first:], *chosen[:first]]
+        # One shard's failure must not discard the other shards' committed claims: they are
+        # claimed in Firestore and only a publish moves them on (else they wait for the
+        # claim timeout). Raised only when nothing was claimed.
+        claimed, errors_seen = spend_over_shards(
+            limit, shards, take, (LostRace, StoreUnavailable, StoreRejected)
+        )
+        if errors_seen and not claimed:
+            raise _worst(errors_seen)
+        for exc in errors_seen:
+            logger.warning(
+                "claim_due %s: a shard failed after %d claimed elsewhere: %s",
+                run_id,
+                len(claimed),
+                exc,
+                extra={
+                    "fields": {"reason": "claim_shard_failed", "error_type": type(exc).__name__}
+                },
+            )
         return claimed
 
     def _subset(self, only: Sequence[int] | None) -> Sequence[int]:
@@ -158,10 +179,17 @@ class Claims:
             want = min(page_size, limit - len(claimed))
             try:
                 page, invalid = self._claim_remembering(now, run_id, want, shard)
-            except LostRace:
+            except (LostRace, StoreUnavailable, StoreRejected) as exc:
+                # The pages already committed are claimed: return them to be published.
                 if not claimed:
                     raise
-                logger.warning("claim_due %s stopped by contention after %d", run_id, len(claimed))
+                logger.warning(
+                    "claim_due %s stopped after %d: %s: %s",
+                    run_id,
+                    len(claimed),
+                    type(exc).__name__,
+                    exc,
+                )
                 break
             claimed.extend(page)
             moved = [
@@ -360,3 +388,13 @@ class Claims:
             return self._docs.rules.enqueue_failed(job, generation, error, now)
 
         return self._docs.transition(job_id, change)
+
+
+def _worst(seen: Sequence[Exception]) -> Exception:
+    """The error a claim with nothing claimed raises: an outage or a refusal before contention,
+    so the run reports the fault rather than "another run is claiming"."""
+    for kind in (StoreRejected, StoreUnavailable):
+        for exc in seen:
+            if isinstance(exc, kind):
+                return exc
+    return seen[0]

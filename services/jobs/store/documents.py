@@ -22,7 +22,13 @@ from google.cloud import firestore
 from services.jobs import metrics, schema
 from services.jobs.clock import Clock
 from services.jobs.decoding import decode_fields, update_time
-from services.jobs.errors import InvalidRecord, JobNotFound, JobsError, ValidationError
+from services.jobs.errors import (
+    InvalidRecord,
+    JobNotFound,
+    JobsError,
+    NewerRecord,
+    ValidationError,
+)
 from services.jobs.gateway import Gateway
 from services.jobs.limits import MAX_REASON_BYTES
 from services.jobs.model import Job, decode_job
@@ -99,6 +105,8 @@ class Documents:
             raw = snapshot.to_dict() or {}
             try:
                 decode_job(job_id, raw)
+            except NewerRecord:
+                raise
             except InvalidRecord as exc:
                 problem = exc.problem
             else:
@@ -109,6 +117,22 @@ class Documents:
 
         try:
             problem = self.tx.run(body)
+        except NewerRecord as exc:
+            # Written by a newer version: left exactly as found, counted and alerted.
+            logger.error(
+                "job %s left untouched: written by a newer version (%s)",
+                job_id,
+                exc.problem,
+                extra={
+                    "fields": {
+                        metrics.LOG_EVENT: metrics.EVENT_JOB_FROM_NEWER_VERSION,
+                        "job_id": job_id,
+                        "problem": exc.problem,
+                        "by": f"{role}:{by}",
+                    }
+                },
+            )
+            return False
         except JobsError as exc:
             logger.error("could not quarantine job %s: %s", job_id, exc)
             return False

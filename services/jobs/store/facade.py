@@ -189,9 +189,10 @@ class FirestoreJobStore:
         run_id: str,
         *,
         enqueued_timeout: timedelta | None = None,
+        quick: bool = False,
     ) -> ReclaimReport:
         return self._reclaims.reclaim_expired(
-            now, claim_timeout, limit, run_id, enqueued_timeout=enqueued_timeout
+            now, claim_timeout, limit, run_id, enqueued_timeout=enqueued_timeout, quick=quick
         )
 
     # -- worker: leases.py and shared_keys.py --------------------------------------------------

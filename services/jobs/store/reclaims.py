@@ -63,6 +63,7 @@ class Reclaims:
         run_id: str,
         *,
         enqueued_timeout: timedelta | None = None,
+        quick: bool = False,
     ) -> ReclaimReport:
         """The reclaimer: take back abandoned work, at most `limit` jobs, each audited by
         `reclaimer:<run_id>`, and quarantine records nothing else could move.
@@ -77,6 +78,10 @@ class Reclaims:
           publishes it under generation + 1, which fences the old message.
         - Deferred jobs whose due_at is not a timestamp (no due query can see them) and any
           undecodable document met on the way are quarantined (`quarantined`).
+
+        `quick` keeps only the claim and lease steps (1 read each when nothing is due back):
+        the scan runs them on every run so a crashed claim or worker is back within its
+        timeout plus one scan interval, and the rest with its spaced housekeeping.
 
         Each page is one transaction that queries and changes; a page that fails (a locked
         record, contention, an error) is retried one record at a time, and a record that
@@ -105,7 +110,7 @@ class Reclaims:
                 self._docs.rules.reclaim_lease,
             ),
         ]
-        if enqueued_timeout is not None:
+        if enqueued_timeout is not None and not quick:
             before = now - enqueued_timeout
             steps.append(
                 _ReclaimStep(
@@ -123,7 +128,8 @@ class Reclaims:
         try:
             for step in steps:
                 self._reclaim_step(step, limit, tally)
-            self._quarantine_misfiled_due(run_id, tally)
+            if not quick:
+                self._quarantine_misfiled_due(run_id, tally)
         except StoreUnavailable as exc:
             # Firestore itself is out of reach: nothing more can be done this run. With
             # nothing committed that is the caller's error; otherwise keep what was done.

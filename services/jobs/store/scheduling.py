@@ -14,7 +14,7 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 
 from services.jobs.errors import LostRace, ScheduleConflict, ValidationError
-from services.jobs.model import Job, NewJob, ScheduleResult
+from services.jobs.model import Job, NewJob, ScheduleResult, decode_job
 from services.jobs.state import HistoryEntry, Role, State
 from services.jobs.store.documents import Documents
 from services.jobs.transactions import store_errors
@@ -102,7 +102,7 @@ class Scheduling:
                 snapshot = self._docs.gateway.get(ref)
         if not snapshot.exists:  # deleted (TTL) between our create and read
             raise LostRace(f"job {valid.job_id!r} vanished while scheduling; retry")
-        return same_decision(valid, Job.from_document(valid.job_id, snapshot.to_dict() or {}))
+        return same_decision(valid, decode_job(valid.job_id, snapshot.to_dict()))
 
     def schedule_many(
         self, new_jobs: Sequence[NewJob], *, by: str = "application"
@@ -128,7 +128,7 @@ class Scheduling:
             refs = [self._docs.jobs.document(v.job_id) for v in valid.values()]
             with store_errors():
                 found = {
-                    s.id: Job.from_document(s.id, s.to_dict() or {})
+                    s.id: decode_job(s.id, s.to_dict())
                     for s in self._docs.gateway.get_all(refs)
                     if s.exists
                 }

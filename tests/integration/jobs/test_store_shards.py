@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from google.cloud import firestore
@@ -132,3 +133,46 @@ def test_with_one_shard_a_record_without_the_field_is_still_claimed(
     assert sorted(c.job_id for c in claimed) == ["new-1", "old-1"]
     # N=1 runs today's unsharded due query.
     assert all("shard" not in dict(spec.equals) for spec in query_log.specs)
+
+
+def test_with_a_budget_below_the_shards_no_shard_starves(
+    firestore_client: firestore.Client, clock: FakeClock, shard_indexes: Callable[[int], None]
+) -> None:
+    # Issue 24 finding 4: the remainder always went to the lowest shards, so with 8 shards and
+    # a budget of 6, 20 runs claimed 20 from each of shards 0-5 and none from 6 and 7.
+    shard_indexes(8)
+    store = FirestoreJobStore(firestore_client, clock, shards=8)
+    ids = [f"job-{n:04d}" for n in range(400)]
+    _schedule(store, ids)
+    per_shard: Counter[int] = Counter()
+    for run in range(20):
+        for claim in store.claim_due(clock.now(), f"run-{run}", 6, page_size=6):
+            per_shard[shard_of(claim.job_id, 8)] += 1
+    assert sum(per_shard.values()) == 120
+    assert set(per_shard) == set(range(8))  # each shard claimed from over the runs
+
+
+def test_one_shards_outage_keeps_the_other_shards_committed_claims(
+    sharded: FirestoreJobStore,
+    clock: FakeClock,
+    firestore_client: firestore.Client,
+    firestore_emulator: Any,
+) -> None:
+    # Issue 24 finding 4: one shard's UNAVAILABLE discarded the claims the other shards had
+    # committed (left `claimed`, published by nobody until the claim timeout).
+    ids = [i for i in (f"job-{n:04d}" for n in range(400))]
+    by_shard = Counter(shard_of(i, SHARDS) for i in ids)
+    assert min(by_shard.values()) >= 10
+    _schedule(sharded, ids)
+    firestore_emulator.inject_fault("Commit", "UNAVAILABLE", count=1)
+    try:
+        page = sharded.claim_due(clock.now(), "run-1", 40, page_size=10)
+    finally:
+        firestore_emulator.clear_faults()
+    claimed_in_store = {
+        s.id
+        for s in firestore_client.collection(schema.JOBS).stream()
+        if s.get("state") == "claimed"
+    }
+    assert len(page) == 40  # the failed shard's share went to the other three
+    assert {c.job_id for c in page} == claimed_in_store

@@ -346,12 +346,27 @@ def test_a_housekeeping_run_marks_the_control_document_and_the_next_idle_run_ski
     assert store.control.housekeeping.at == T0
     store.claimed.clear()
     store.due.clear()  # the reclaimed job was claimed again; nothing is due now
+    clock.advance(timedelta(seconds=60))
+    second = scanner.run()
+    # Only the quick reclaim (claims and leases), no counts, no record.
+    assert (second.reclaimed, len(store.backlog_calls)) == (0, 1)
+    assert store.quick_reclaims == [False, True]
+    assert len(sink.reports) == 2
+
+
+def test_between_housekeepings_an_expired_claim_is_reclaimed_and_claimed_again() -> None:
+    # Finding 5: the reclaimer ran only with housekeeping, so a crashed scan's claim waited
+    # up to claim timeout + JOBS_SCAN_HOUSEKEEPING_INTERVAL_S.
+    store = FakeStore()
+    clock = FakeClock(T0)
+    scanner, _, _ = make(store, clock=clock)
+    scanner.run()  # the housekeeping run
     store.expired.append("stuck-later")
     clock.advance(timedelta(seconds=60))
     second = scanner.run()
-    assert (second.reclaimed, len(store.backlog_calls)) == (0, 1)  # no reclaim, no counts
-    assert store.expired == ["stuck-later"]
-    assert len(sink.reports) == 2
+    assert (second.reclaimed, second.claimed, second.published) == (1, 1, 1)
+    assert store.expired == [] and store.quick_reclaims[-1] is True
+    assert len(store.backlog_calls) == 2  # a run that reclaims measures and records itself
 
 
 @pytest.mark.parametrize("control", [Control(paused=True), Control()])
