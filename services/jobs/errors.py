@@ -89,6 +89,12 @@ class LostRace(JobsError):
     so a caller re-reads the record rather than assume it is unchanged."""
 
 
+class OutcomeUnknown(LostRace):
+    """The write's answer was lost (a deadline on the commit itself): it may have applied or
+    not. The caller settles it by reading the record back (a worker: its own lease token in
+    `lease_token` or `ended_lease_token`), never by assuming it is unchanged."""
+
+
 class StaleGeneration(LostRace):
     """The caller's generation is not the job's current one: a newer claim owns the job."""
 

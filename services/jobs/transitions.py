@@ -199,8 +199,11 @@ class Transitions:
         why: str = "",
         progress: Mapping[str, Any] | None = None,
         last_error: ErrorInfo | None = None,
+        ended: Lease | None = None,
     ) -> Job:
         request = job.cancel_requested
+        # Only a lease holder's own transition records its token as ended (see `ended_by`).
+        marks = ended_by(ended) if ended is not None else {}
         return self.apply(
             job,
             State.CANCELLED,
@@ -212,6 +215,7 @@ class Transitions:
             progress=progress_of(job, progress),
             last_error=last_error or job.last_error,
             **NO_LEASE,
+            **marks,
         )
 
     # -- worker ------------------------------------------------------------------------------
@@ -268,7 +272,7 @@ class Transitions:
             raise InvalidTransition(
                 job.job_id, job.state, State.CANCELLED, "no cancel was requested"
             )
-        return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+        return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress, ended=lease)
 
     def release(
         self,
@@ -282,7 +286,9 @@ class Transitions:
     ) -> Job:
         require_lease(job, lease)
         if job.cancel_requested is not None:
-            return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+            return self.cancelled(
+                job, Role.WORKER, lease.owner, now, progress=progress, ended=lease
+            )
         return self.apply(
             job,
             State.ENQUEUED,
@@ -295,6 +301,7 @@ class Transitions:
             message_id=message_id or job.message_id,
             progress=progress_of(job, progress),
             **NO_LEASE,
+            **ended_by(lease),
         )
 
     def complete(self, job: Job, lease: Lease, result: Result, now: datetime) -> Job:
@@ -315,6 +322,7 @@ class Transitions:
             expire_at=self.expiry(now),
             progress=None,
             **NO_LEASE,
+            **ended_by(lease),
         )
 
     def retry_later(
@@ -329,7 +337,9 @@ class Transitions:
     ) -> Job:
         require_lease(job, lease)
         if job.cancel_requested is not None:
-            return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+            return self.cancelled(
+                job, Role.WORKER, lease.owner, now, progress=progress, ended=lease
+            )
         if not attempt_left(job):
             raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
         return self.apply(
@@ -345,13 +355,16 @@ class Transitions:
             last_error=stamped(error, now),
             progress=progress_of(job, progress),
             **NO_LEASE,
+            **ended_by(lease),
         )
 
     def fail(self, job: Job, lease: Lease, error: ErrorInfo, now: datetime) -> Job:
         require_lease(job, lease)
         recorded = stamped(error, now)
         if job.cancel_requested is not None:
-            return self.cancelled(job, Role.WORKER, lease.owner, now, last_error=recorded)
+            return self.cancelled(
+                job, Role.WORKER, lease.owner, now, last_error=recorded, ended=lease
+            )
         return self.apply(
             job,
             State.FAILED,
@@ -362,6 +375,7 @@ class Transitions:
             last_error=recorded,
             expire_at=self.expiry(now),
             **NO_LEASE,
+            **ended_by(lease),
         )
 
     # -- quarantine --------------------------------------------------------------------------
@@ -392,6 +406,13 @@ class Transitions:
             "updated_at": now,
             schema.EXPIRE_AT: self.expiry(now),
         }
+
+
+def ended_by(lease: Lease) -> dict[str, Any]:
+    """The mark a lease holder's transition out of running leaves: its own token, so a
+    delivery that lost its write's answer reads back whether that write applied (the running
+    fields themselves are cleared)."""
+    return {"ended_lease_token": lease.token}
 
 
 def require_lease(job: Job, lease: Lease) -> None:

@@ -25,13 +25,15 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from services.jobs.clock import Clock
 from services.jobs.errors import JobsError, LeaseLost
 from services.jobs.model import Job, Lease
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # The lease is extended every lease / HEARTBEATS_PER_LEASE: two beats can fail before it lapses.
 HEARTBEATS_PER_LEASE = 3
@@ -187,8 +189,17 @@ class Heartbeat:
         self._withdraw = starter.add(self)
         return self
 
+    def write_outcome(self, write: Callable[[], T]) -> T:
+        """Run `write` (the delivery's outcome) with no beat racing it; once it returns the
+        lease is ended, so no beat follows. When it raises, beats go on (the caller retries
+        inside the lease this heartbeat keeps)."""
+        with self._lock:
+            done = write()
+            self._done.set()
+        return done
+
     def stop(self) -> None:
-        """No beat after this returns (the caller is about to write the outcome)."""
+        """No beat after this returns (the outcome is written, or the delivery gives up)."""
         with self._lock:
             self._done.set()
             thread = self._thread
