@@ -308,7 +308,7 @@ class Transitions:
         require_lease(job, lease)
         recorded = Result(
             outcome=bounded_text(result.outcome, MAX_CODE_BYTES),
-            details=bounded_details(result.details),
+            details=bounded_details(result.details, depth=RESULT_DETAILS_DEPTH),
             completed_at=now,
         )
         return self.apply(
@@ -451,6 +451,10 @@ def stamped(error: ErrorInfo, now: datetime) -> ErrorInfo:
         message=bounded_text(error.message, MAX_ERROR_MESSAGE_BYTES),
         at=error.at or now,
     )
+
+
+# result.details sits one map level down (result → details): Firestore's depth limit counts it.
+RESULT_DETAILS_DEPTH = 2
 
 
 def progress_of(job: Job, progress: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from google.cloud import firestore
 
 from services.jobs.errors import JobsError
@@ -125,3 +126,66 @@ def test_a_start_that_applied_although_its_answer_was_lost_does_not_fail_the_job
     assert job.lease_token == stored.lease_token
     outcome = processor(worker, worker.deleter).process(delivery(claimed, "m-2"))
     assert outcome.kind is OutcomeKind.LEASE_HELD  # its own live lease, not a failed job
+
+
+# --- finding 3: a completion is never refused for what it carries ------------------------------
+
+
+def nested(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels - 1):
+        value = {"k": value}
+    return value
+
+
+INVALID_DETAILS: list[dict[str, Any]] = [
+    {"matrix": [[1, 2], [3]]},  # valid JSON, not a Firestore value: an array in an array
+    {"__x__": 1},  # a reserved field name
+    nested(20),  # with result and details above it: 22 map levels, Firestore allows 20
+]
+
+
+@pytest.mark.parametrize("details", INVALID_DETAILS, ids=["nested_array", "reserved_key", "depth"])
+def test_invalid_result_details_are_replaced_by_a_note_and_the_job_completes(
+    direct_worker: WorkerHarness, details: dict[str, Any]
+) -> None:
+    # Today: Firestore refuses every completion (store_rejected, 500), the action re-runs
+    # each attempt and the job ends failed: lease_expired with the cause never recorded.
+    worker = direct_worker
+    worker.schedule("j", worker.upload("src/a.mp4"), max_attempts=1)
+    claimed = worker.claim_one("j")
+    worker.enqueue(claimed)
+
+    def talkative(request: ActionRequest) -> ActionResult:
+        worker.deleter(request)
+        return ActionResult("deleted", details)
+
+    outcome = processor(worker, talkative).process(delivery(claimed))
+    job = worker.job("j")
+    assert (outcome.kind, job.state, worker.deleter.deletions) == (
+        OutcomeKind.COMPLETED,
+        State.COMPLETED,
+        1,
+    )
+    assert job.result is not None and job.result.details["invalid"] is True
+    assert job.result.details["problem_count"] >= 1
+
+
+def test_a_completion_firestore_refuses_fails_the_job_with_that_code(
+    direct_worker: WorkerHarness, firestore_emulator: Any
+) -> None:
+    # Today: store_rejected (500) with the job left running until its lease lapses.
+    worker = direct_worker
+    worker.schedule("j", worker.upload("src/a.mp4"))
+    claimed = worker.claim_one("j")
+    worker.enqueue(claimed)
+    refuse_next_commit = then(
+        worker.deleter, lambda: firestore_emulator.inject_fault("Commit", "INVALID_ARGUMENT")
+    )
+    try:
+        outcome = processor(worker, refuse_next_commit).process(delivery(claimed))
+    finally:
+        firestore_emulator.clear_faults()
+    job = worker.job("j")
+    assert (outcome.kind, job.state) == (OutcomeKind.FAILED, State.FAILED)
+    assert job.last_error is not None and job.last_error.code == "store_rejected"
