@@ -12,6 +12,10 @@ The order of checks is the whole safety argument:
    another delivery or job: complete with its result, never act twice.
 4. Run the action; complete (result + idempotency document in one transaction).
 
+Every outcome (the transition out of running) is written while the lease is still held:
+retried on a transient error inside the lease, each failed attempt settled by reading back
+whether the record shows this lease's token as `ended_lease_token` (see `_durably`).
+
 Failures: `PermanentError` fails the job at once. `TransientError` releases the lease and asks
 for a redelivery (`retry`); the job's `attempt` is unchanged, because quick redeliveries within
 one retry cycle are counted by Pub/Sub's deliveryAttempt. When that delivery attempt reaches
