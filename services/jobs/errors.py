@@ -84,9 +84,14 @@ class LostRace(JobsError):
     """Another writer changed the job first, or a transaction waited on a lock past its call
     timeout; retry later.
 
-    Usually nothing was written. Not always: when the wait ended in a deadline on the commit
-    itself (`TransactionRunner.run`), the outcome is ambiguous and the commit may have applied,
-    so a caller re-reads the record rather than assume it is unchanged."""
+    Nothing was written, except in the subclass `OutcomeUnknown`: a wait that ended in a
+    deadline on the commit itself (`TransactionRunner.run`) may have applied."""
+
+
+class OutcomeUnknown(LostRace):
+    """The write's answer was lost (a deadline on the commit itself): it may have applied or
+    not. The caller settles it by reading the record back (a worker: its own lease token in
+    `lease_token` or `ended_lease_token`), never by assuming it is unchanged."""
 
 
 class StaleGeneration(LostRace):

@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # a type only: the record's modules import this one
     from services.jobs.model import ErrorInfo, Job
 
+from services.jobs.values import value_problems
+
 MAX_REASON_BYTES = 1024  # a history reason; a cancel or reschedule reason
 MAX_ERROR_MESSAGE_BYTES = 2048  # last_error.message
 MAX_CODE_BYTES = 128  # last_error.code, result.outcome
 MAX_DETAILS_BYTES = 160 * 1024  # result.details and progress, as compact JSON
 TRUNCATED_MARK = "…[truncated]"
+MAX_PROBLEM_BYTES = 256  # one problem quoted in the note that replaces invalid details
 
 
 def bounded_text(value: str, limit: int) -> str:
@@ -39,13 +42,21 @@ def json_bytes(value: object) -> int:
     return len(json.dumps(value, separators=(",", ":"), sort_keys=True, default=str).encode())
 
 
-def bounded_details(details: Mapping[str, Any], limit: int = MAX_DETAILS_BYTES) -> dict[str, Any]:
-    """`details` when it fits in `limit` bytes of JSON; otherwise a small note saying so, so a
-    talkative action can never make its own completion fail."""
+def bounded_details(
+    details: Mapping[str, Any], limit: int = MAX_DETAILS_BYTES, *, depth: int = 1
+) -> dict[str, Any]:
+    """`details` when it is a valid Firestore map (`values.value_problems`, at nesting level
+    `depth` of its document) that fits in `limit` bytes of JSON; otherwise a small note saying
+    why, so a talkative or careless action can never make its own completion fail."""
+    keys = sorted(map(str, details))[:50] if isinstance(details, Mapping) else []
+    problems = value_problems(details, "details", depth)
+    if problems:
+        shown = [bounded_text(problem, MAX_PROBLEM_BYTES) for problem in problems[:5]]
+        return {"invalid": True, "problems": shown, "problem_count": len(problems), "keys": keys}
     size = json_bytes(dict(details))
     if size <= limit:
         return dict(details)
-    return {"truncated": True, "original_bytes": size, "keys": sorted(map(str, details))[:50]}
+    return {"truncated": True, "original_bytes": size, "keys": keys}
 
 
 def stamped(error: ErrorInfo, now: datetime) -> ErrorInfo:

@@ -14,7 +14,6 @@ from typing import Any
 from services.jobs.errors import ValidationError
 from services.jobs.ids import (
     MAX_ID_BYTES,
-    RESERVED_NAME,
     derive_idempotency_key,
     derive_job_id,
     document_id_problems,
@@ -46,6 +45,7 @@ from services.jobs.results import (
     ScheduleResult,
     Stats,
 )
+from services.jobs.values import MAX_MAP_DEPTH, value_problems
 
 __all__ = [
     "DEFAULT_ACTIONS",
@@ -83,48 +83,12 @@ __all__ = [
 
 MAX_SUBJECT_BYTES = 1024
 MAX_PARAMS_BYTES = 16 * 1024  # JSON-encoded, compact, UTF-8
-MAX_MAP_DEPTH = 20  # Firestore's nesting limit for maps in a document; params is level 1
 MAX_ATTEMPTS_LIMIT = 100
 DEFAULT_ACTIONS: frozenset[str] = frozenset({MEDIA_DELETE_SOURCE})
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 def _params_problems(params: object) -> list[str]:
-    if not isinstance(params, Mapping):
-        return ["params must be a map of string keys to JSON values"]
-    problems: list[str] = []
-
-    def walk(value: object, path: str, depth: int) -> None:
-        if isinstance(value, Mapping):
-            if depth > MAX_MAP_DEPTH:
-                problems.append(
-                    f"params{path} is nested deeper than Firestore's {MAX_MAP_DEPTH} map levels"
-                )
-                return
-            for key, item in value.items():
-                if not isinstance(key, str) or not key:
-                    problems.append(f"params{path} key {key!r} is not a non-empty string")
-                elif RESERVED_NAME.match(key):
-                    problems.append(f"params{path} key {key!r} matches __.*__ (reserved)")
-                else:
-                    walk(item, f"{path}.{key}", depth + 1)
-        elif isinstance(value, list | tuple):
-            for index, item in enumerate(value):
-                if isinstance(item, list | tuple):
-                    problems.append(f"params{path}[{index}]: Firestore forbids nested arrays")
-                walk(item, f"{path}[{index}]", depth)
-        elif isinstance(value, bool) or value is None or isinstance(value, str):
-            return
-        elif isinstance(value, int):
-            if not _INT64[0] <= value <= _INT64[1]:
-                problems.append(f"params{path} = {value} does not fit a 64-bit integer")
-        elif isinstance(value, float):
-            if value != value or value in (float("inf"), float("-inf")):
-                problems.append(f"params{path} is {value}, which JSON cannot encode")
-        else:
-            problems.append(f"params{path} is a {type(value).__name__}, not a JSON value")
-
-    walk(params, "", 1)
+    problems = value_problems(params, "params")
     if problems:
         return problems
     size = len(json.dumps(params, separators=(",", ":"), sort_keys=True).encode("utf-8"))

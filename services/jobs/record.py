@@ -125,6 +125,10 @@ class Job:
     history: tuple[HistoryEntry, ...] = ()
     expire_at: datetime | None = None
     lease_token: str | None = None
+    # The token of the last lease a worker's own transition out of running ended (complete,
+    # fail, release, retry_later, cancel_running): how a delivery whose write's answer was
+    # lost tells "my outcome applied" from "someone else moved the job".
+    ended_lease_token: str | None = None
     # What an interrupted action finished (media: the objects already handled), so the next
     # delivery resumes with what is left; cleared on completion.
     progress: Mapping[str, Any] | None = None
@@ -231,6 +235,7 @@ class Job:
             "lease_until": self.lease_until,
             "lease_owner": self.lease_owner,
             "lease_token": self.lease_token,
+            "ended_lease_token": self.ended_lease_token,
             "progress": dict(self.progress) if self.progress is not None else None,
             "cancel_requested": (
                 {
@@ -306,6 +311,7 @@ class Job:
             lease_until=maybe_utc(_opt(data, "lease_until"), "lease_until"),
             lease_owner=_opt_str(data, "lease_owner"),
             lease_token=_opt_str(data, "lease_token"),
+            ended_lease_token=_opt_str(data, "ended_lease_token"),
             progress=_opt_map(data, "progress"),
             shard=_shard(_opt(data, "shard")),
             cancel_requested=(

@@ -223,6 +223,7 @@ DOCUMENT_FIELDS: dict[str, tuple[str, ...]] = {
         "lease_until",
         "lease_owner",
         "lease_token",
+        "ended_lease_token",
         "progress",
         "cancel_requested",
         "result",

@@ -33,6 +33,7 @@ from services.jobs.decoding import update_time
 from services.jobs.errors import (
     JobsError,
     LostRace,
+    OutcomeUnknown,
     StoreMisconfigured,
     StoreRejected,
     StoreUnavailable,
@@ -190,9 +191,10 @@ class TransactionRunner:
             except StoreUnavailable as exc:
                 if transaction.began and is_deadline(exc.__cause__):
                     # Each such wait already cost a whole call timeout: give up at once.
-                    raise LostRace(
+                    raise OutcomeUnknown(
                         "waited longer than the call timeout on a document another "
-                        "transaction holds; retry later"
+                        "transaction holds, or on the commit itself: it may have applied; "
+                        "read the record back"
                     ) from exc
                 raise
         raise LostRace("gave up after repeated transaction contention; retry later")

@@ -200,8 +200,11 @@ class Transitions:
         why: str = "",
         progress: Mapping[str, Any] | None = None,
         last_error: ErrorInfo | None = None,
+        ended: Lease | None = None,
     ) -> Job:
         request = job.cancel_requested
+        # Only a lease holder's own transition records its token as ended (see `ended_by`).
+        marks = ended_by(ended) if ended is not None else {}
         return self.apply(
             job,
             State.CANCELLED,
@@ -213,6 +216,7 @@ class Transitions:
             progress=progress_of(job, progress),
             last_error=last_error or job.last_error,
             **NO_LEASE,
+            **marks,
         )
 
     # -- worker ------------------------------------------------------------------------------
@@ -269,7 +273,7 @@ class Transitions:
             raise InvalidTransition(
                 job.job_id, job.state, State.CANCELLED, "no cancel was requested"
             )
-        return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+        return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress, ended=lease)
 
     def release(
         self,
@@ -283,7 +287,9 @@ class Transitions:
     ) -> Job:
         require_lease(job, lease)
         if job.cancel_requested is not None:
-            return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+            return self.cancelled(
+                job, Role.WORKER, lease.owner, now, progress=progress, ended=lease
+            )
         return self.apply(
             job,
             State.ENQUEUED,
@@ -296,13 +302,14 @@ class Transitions:
             message_id=message_id or job.message_id,
             progress=progress_of(job, progress),
             **NO_LEASE,
+            **ended_by(lease),
         )
 
     def complete(self, job: Job, lease: Lease, result: Result, now: datetime) -> Job:
         require_lease(job, lease)
         recorded = Result(
             outcome=bounded_text(result.outcome, MAX_CODE_BYTES),
-            details=bounded_details(result.details),
+            details=bounded_details(result.details, depth=RESULT_DETAILS_DEPTH),
             completed_at=now,
         )
         return self.apply(
@@ -316,6 +323,7 @@ class Transitions:
             expire_at=self.expiry(now),
             progress=None,
             **NO_LEASE,
+            **ended_by(lease),
         )
 
     def retry_later(
@@ -330,7 +338,9 @@ class Transitions:
     ) -> Job:
         require_lease(job, lease)
         if job.cancel_requested is not None:
-            return self.cancelled(job, Role.WORKER, lease.owner, now, progress=progress)
+            return self.cancelled(
+                job, Role.WORKER, lease.owner, now, progress=progress, ended=lease
+            )
         if not attempt_left(job):
             raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
         return self.apply(
@@ -346,13 +356,16 @@ class Transitions:
             last_error=stamped(error, now),
             progress=progress_of(job, progress),
             **NO_LEASE,
+            **ended_by(lease),
         )
 
     def fail(self, job: Job, lease: Lease, error: ErrorInfo, now: datetime) -> Job:
         require_lease(job, lease)
         recorded = stamped(error, now)
         if job.cancel_requested is not None:
-            return self.cancelled(job, Role.WORKER, lease.owner, now, last_error=recorded)
+            return self.cancelled(
+                job, Role.WORKER, lease.owner, now, last_error=recorded, ended=lease
+            )
         return self.apply(
             job,
             State.FAILED,
@@ -363,6 +376,7 @@ class Transitions:
             last_error=recorded,
             expire_at=self.expiry(now),
             **NO_LEASE,
+            **ended_by(lease),
         )
 
     # -- quarantine --------------------------------------------------------------------------
@@ -395,9 +409,20 @@ class Transitions:
         }
 
 
+def ended_by(lease: Lease) -> dict[str, Any]:
+    """The mark a lease holder's transition out of running leaves: its own token, so a
+    delivery that lost its write's answer reads back whether that write applied (the running
+    fields themselves are cleared)."""
+    return {"ended_lease_token": lease.token}
+
+
 def attempt_left(job: Job) -> bool:
     """Whether another retry cycle may follow the current one."""
     return job.attempt < job.max_attempts
+
+
+# result.details sits one map level down (result → details): Firestore's depth limit counts it.
+RESULT_DETAILS_DEPTH = 2
 
 
 def claimant(job: Job) -> str:

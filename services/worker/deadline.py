@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from services.jobs.clock import Clock
 from services.jobs.errors import JobsError, LeaseLost
@@ -33,8 +33,13 @@ from services.jobs.model import Job, Lease
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # The lease is extended every lease / HEARTBEATS_PER_LEASE: two beats can fail before it lapses.
 HEARTBEATS_PER_LEASE = 3
+
+# A failed beat is retried after this, doubling with each failure in a row (up to a beat interval).
+FIRST_RETRY = timedelta(seconds=1)
 
 STOP_DEADLINE = "deadline"
 STOP_CANCEL = "cancel_requested"
@@ -120,6 +125,7 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._withdraw: Callable[[], None] | None = None
         self.beats = 0
+        self._failures = 0  # failed beats in a row
         self.deadline = Deadline(clock, self._stop_at(current.until), beat=self.beat_if_due)
         if job.cancel_requested is not None:
             self.deadline.stop(STOP_CANCEL)
@@ -154,10 +160,16 @@ class Heartbeat:
             self._done.set()
             return
         except JobsError as exc:
-            # The deadline does not move, so the action stops before the lease lapses.
-            logger.warning("heartbeat failed, will retry: %s", exc)
-            self._next_beat = self._clock.now() + min(self._every, timedelta(seconds=1))
+            # The deadline does not move, so the action stops before the lease lapses. Retried
+            # after 1 s, 2 s, 4 s ... (never more than a beat interval apart): an outage gets
+            # a quick retry, while a refusal that persists (a shared key another job holds:
+            # LeaseHeld) is not asked again every second for the rest of the lease.
+            self._failures += 1
+            wait = min(self._every, FIRST_RETRY * 2 ** (self._failures - 1))
+            logger.warning("heartbeat failed, will retry in %s: %s", wait, exc)
+            self._next_beat = self._clock.now() + wait
             return
+        self._failures = 0
         self.beats += 1
         if job.lease is not None:
             self._lease = job.lease
@@ -187,8 +199,17 @@ class Heartbeat:
         self._withdraw = starter.add(self)
         return self
 
+    def write_outcome(self, write: Callable[[], T]) -> T:
+        """Run `write` (the delivery's outcome) with no beat racing it; once it returns the
+        lease is ended, so no beat follows. When it raises, beats go on (the caller retries
+        inside the lease this heartbeat keeps)."""
+        with self._lock:
+            done = write()
+            self._done.set()
+        return done
+
     def stop(self) -> None:
-        """No beat after this returns (the caller is about to write the outcome)."""
+        """No beat after this returns (the outcome is written, or the delivery gives up)."""
         with self._lock:
             self._done.set()
             thread = self._thread

@@ -12,6 +12,10 @@ The order of checks is the whole safety argument:
    another delivery or job: complete with its result, never act twice.
 4. Run the action; complete (result + idempotency document in one transaction).
 
+Every outcome (the transition out of running) is written while the lease is still held:
+retried on a transient error inside the lease, each failed attempt settled by reading back
+whether the record shows this lease's token as `ended_lease_token` (see `_durably`).
+
 Failures: `PermanentError` fails the job at once. `TransientError` releases the lease and asks
 for a redelivery (`retry`); the job's `attempt` is unchanged, because quick redeliveries within
 one retry cycle are counted by Pub/Sub's deliveryAttempt. When that delivery attempt reaches
@@ -27,8 +31,9 @@ metrics extract (`services.jobs.metrics`).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -160,6 +165,11 @@ DEFAULT_DEADLINE_MARGIN = timedelta(seconds=5)
 # below Cloud Run's request timeout (infra: 240 s), which answers the caller but leaves the
 # thread running (https://cloud.google.com/run/docs/configuring/request-timeout).
 DEFAULT_MAX_DELIVERY = timedelta(seconds=180)
+# An outcome write's retries: 0.2, 0.4, ... up to 5 s apart, 8 attempts (about 20 s) at most,
+# and never past the lease's end minus the margin.
+OUTCOME_RETRY_ATTEMPTS = 8
+OUTCOME_RETRY_INITIAL_S = 0.2
+OUTCOME_RETRY_MAX_S = 5.0
 
 
 class Processor:
@@ -182,6 +192,8 @@ class Processor:
         deadline_margin: timedelta = DEFAULT_DEADLINE_MARGIN,
         max_delivery: timedelta = DEFAULT_MAX_DELIVERY,
         heartbeat_poll_s: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        outcome_retry_attempts: int = OUTCOME_RETRY_ATTEMPTS,
     ) -> None:
         if lease <= timedelta(0):
             raise ValueError("lease must be positive")
@@ -200,6 +212,12 @@ class Processor:
         self._poll_s = heartbeat_poll_s or lease.total_seconds() / (2 * HEARTBEATS_PER_LEASE)
         # Starts an action's heartbeat thread once it has run that long (no thread until then).
         self._heartbeats = HeartbeatStarter(self._poll_s)
+        # Retrying an outcome write: real seconds between attempts, and at most this many
+        # attempts (the lease's end bounds them too; a FakeClock's does not move on its own).
+        self._sleep = sleep
+        self._retry_attempts = outcome_retry_attempts
+        self._retry_initial_s = OUTCOME_RETRY_INITIAL_S
+        self._retry_max_s = OUTCOME_RETRY_MAX_S
 
     def process(self, delivery: Delivery) -> Outcome:
         """Process one delivery; never raises for a store or action failure."""
@@ -263,7 +281,7 @@ class Processor:
         lease = _lease_of(job)
         try:
             if job.cancel_requested is not None:
-                job = self._store.cancel_running(lease)
+                job = self._durably(lease, lambda: self._store.cancel_running(lease))
                 reason = job.cancel_requested.reason if job.cancel_requested else ""
                 return Outcome(OutcomeKind.CANCELLED, job.job_id, reason), job
             if job.explicit_key:
@@ -305,27 +323,37 @@ class Processor:
             deadline=heartbeat.deadline,
         )
         heartbeat.start_later(self._heartbeats)
+        # The heartbeat keeps the lease until the outcome is durable (or the delivery gives
+        # up): a retried terminal write must not outlive the lease it presents.
         try:
-            try:
-                result = action.run(request)
-            finally:
-                # No beat after the action ends, whatever ends it (a crash included): the
-                # outcome is written next, and a leaked heartbeat would outlive the request.
-                heartbeat.stop()
+            return self._outcome_of(delivery, job, action, request, heartbeat)
+        finally:
+            heartbeat.stop()
+
+    def _outcome_of(
+        self,
+        delivery: Delivery,
+        job: Job,
+        action: Action,
+        request: ActionRequest,
+        heartbeat: Heartbeat,
+    ) -> tuple[Outcome, Job]:
+        try:
+            result = action.run(request)
         except Interrupted as exc:
             return self._interrupted(delivery, job, heartbeat, exc)
         except PermanentError as exc:
-            return self._fail(job, heartbeat.lease, ErrorInfo("permanent", str(exc)))
+            return self._fail(job, heartbeat.lease, ErrorInfo("permanent", str(exc)), heartbeat)
         except TransientError as exc:
-            return self._transient(delivery, job, heartbeat.lease, action, exc)
+            return self._transient(delivery, job, heartbeat.lease, action, exc, heartbeat)
         except Exception as exc:
             # An action bug: keep the traceback, and treat it as transient so a fix deployed
             # within the retry window still gets the job done.
             logger.exception("action %s raised unexpectedly", job.action)
             return self._transient(
-                delivery, job, heartbeat.lease, action, TransientError(repr(exc))
+                delivery, job, heartbeat.lease, action, TransientError(repr(exc)), heartbeat
             )
-        return self._complete(heartbeat.job, heartbeat.lease, _as_result(result), "")
+        return self._complete(heartbeat.job, heartbeat.lease, _as_result(result), "", heartbeat)
 
     def _interrupted(
         self, delivery: Delivery, job: Job, heartbeat: Heartbeat, exc: Interrupted
@@ -333,38 +361,57 @@ class Processor:
         """The action stopped at its deadline: why decides what becomes of the job."""
         why = heartbeat.deadline.why
         lease = heartbeat.lease
+        progress = exc.progress
         if why == STOP_LEASE_LOST:
             return Outcome(OutcomeKind.STALE, job.job_id, "the lease was lost mid-action"), job
         if why == STOP_CANCEL:
-            job = self._store.cancel_running(lease, progress=exc.progress)
+            job = self._durably(
+                lease, lambda: self._store.cancel_running(lease, progress=progress), heartbeat
+            )
             return Outcome(OutcomeKind.CANCELLED, job.job_id, str(exc)), job
         # The delivery's time is up: hand what is left to the next delivery (same attempt).
         error = ErrorInfo("interrupted", str(exc))
-        job = self._store.release(
-            lease, error, progress=exc.progress, message_id=delivery.message_id
+        job = self._durably(
+            lease,
+            lambda: self._store.release(
+                lease, error, progress=progress, message_id=delivery.message_id
+            ),
+            heartbeat,
         )
         if job.state is State.CANCELLED:
             return Outcome(OutcomeKind.CANCELLED, job.job_id, str(exc)), job
         return Outcome(OutcomeKind.RETRY, job.job_id, str(exc)), job
 
     def _transient(
-        self, delivery: Delivery, job: Job, lease: Lease, action: Action, exc: TransientError
+        self,
+        delivery: Delivery,
+        job: Job,
+        lease: Lease,
+        action: Action,
+        exc: TransientError,
+        heartbeat: Heartbeat | None = None,
     ) -> tuple[Outcome, Job]:
         code = "dependency_down" if isinstance(exc, DependencyDown) else "transient"
         error = ErrorInfo(code, str(exc))
         if not (isinstance(exc, DependencyDown) or _quick_retries_spent(delivery, action)):
-            job = self._store.release(lease, error, message_id=delivery.message_id)
+            job = self._durably(
+                lease,
+                lambda: self._store.release(lease, error, message_id=delivery.message_id),
+                heartbeat,
+            )
             return self._moved(job, OutcomeKind.RETRY, str(exc)), job
         # This retry cycle is over: wait the long delay, in the next attempt, if one is left.
         # The store refuses past the job's max_attempts; an action may cap it lower.
         cap = action.policy.max_attempts
         if cap is not None and job.attempt >= cap:
-            return self._fail(job, lease, error)
+            return self._fail(job, lease, error, heartbeat)
         due_at = self._clock.now() + action.policy.long_retry_delay
         try:
-            job = self._store.retry_later(lease, due_at, error)
+            job = self._durably(
+                lease, lambda: self._store.retry_later(lease, due_at, error), heartbeat
+            )
         except AttemptsExhausted:
-            return self._fail(job, lease, error)
+            return self._fail(job, lease, error, heartbeat)
         return self._moved(job, OutcomeKind.DEFERRED, f"due again {due_at}"), job
 
     def _moved(self, job: Job, kind: OutcomeKind, detail: str) -> Outcome:
@@ -374,18 +421,96 @@ class Processor:
             return Outcome(OutcomeKind.CANCELLED, job.job_id, reason)
         return Outcome(kind, job.job_id, detail)
 
-    def _complete(self, job: Job, lease: Lease, result: Result, detail: str) -> tuple[Outcome, Job]:
+    def _complete(
+        self,
+        job: Job,
+        lease: Lease,
+        result: Result,
+        detail: str,
+        heartbeat: Heartbeat | None = None,
+    ) -> tuple[Outcome, Job]:
         # `job` is the record as this delivery last wrote it: the store completes it with one
         # conditional write when nothing changed since, without reading it again.
-        job = self._store.complete(lease, result, basis=job)
+        basis = job
+        try:
+            job = self._durably(
+                lease, lambda: self._store.complete(lease, result, basis=basis), heartbeat
+            )
+        except StoreRejected as exc:
+            # Firestore refuses the completion itself (e.g. a record grown past its limit):
+            # retrying cannot fix it, and leaving the lease to lapse would hide the cause.
+            _log_store_rejected_job(job.job_id, exc)
+            return self._fail(job, lease, ErrorInfo("store_rejected", str(exc)), heartbeat)
+        if job.state is not State.COMPLETED:
+            # The read-back found our own other transition (a cancel turned it): say so.
+            return self._moved(job, OutcomeKind.COMPLETED, detail), job
         return Outcome(OutcomeKind.COMPLETED, job.job_id, detail, job.result or result), job
 
-    def _fail(self, job: Job, lease: Lease, error: ErrorInfo) -> tuple[Outcome, Job]:
-        job = self._store.fail(lease, error)
+    def _fail(
+        self, job: Job, lease: Lease, error: ErrorInfo, heartbeat: Heartbeat | None = None
+    ) -> tuple[Outcome, Job]:
+        job = self._durably(lease, lambda: self._store.fail(lease, error), heartbeat)
         if job.state is State.CANCELLED:
             return self._moved(job, OutcomeKind.CANCELLED, ""), job
         _log_failed(job, error)
         return Outcome(OutcomeKind.FAILED, job.job_id, f"{error.code}: {error.message}"), job
+
+    def _durably(
+        self, lease: Lease, write: Callable[[], Job], heartbeat: Heartbeat | None = None
+    ) -> Job:
+        """Write this delivery's outcome (a transition out of running) while its lease is
+        still held: transient errors (StoreUnavailable, a LostRace other than a stale
+        generation) are retried with a bounded backoff until the lease's end minus the
+        margin, and every failed attempt is settled by reading the record back. The record
+        carries the token of the lease whose own transition last ended it
+        (`ended_lease_token`), so an attempt that applied although its answer was lost is a
+        success, not LeaseLost. Raises the last error when the lease is no longer this
+        delivery's or its time is up: the next delivery (or the reclaimer) decides then.
+        """
+        delay = self._retry_initial_s
+        tries = 0
+        while True:
+            try:
+                if heartbeat is not None:
+                    return heartbeat.write_outcome(write)
+                return write()
+            except StaleGeneration:
+                raise  # a newer claim owns the job: no write of ours can have applied
+            except (StoreUnavailable, LostRace) as exc:
+                tries += 1
+                current = heartbeat.lease if heartbeat is not None else lease
+                try:
+                    found = self._store.get(lease.job_id)
+                except StoreUnavailable:
+                    # Unknown yet: retry the write, which settles it again.
+                    if isinstance(exc, LeaseLost):
+                        raise exc from None
+                else:
+                    if found is not None and found.ended_lease_token == lease.token:
+                        return found  # an earlier attempt applied: its answer was lost
+                    mine = (
+                        found is not None
+                        and found.state is State.RUNNING
+                        and found.lease_token == lease.token
+                    )
+                    if not mine:
+                        raise exc from None
+                # Give up while the lease still holds, so the next delivery finds it lapsed.
+                if (
+                    tries >= self._retry_attempts
+                    or self._clock.now() + timedelta(seconds=delay) >= current.until - self._margin
+                ):
+                    raise
+                logger.warning(
+                    "job %s: outcome write failed (%s), retrying in %.1f s",
+                    lease.job_id,
+                    type(exc).__name__,
+                    delay,
+                )
+                self._sleep(delay)
+                if heartbeat is not None:
+                    heartbeat.beat_if_due()
+                delay = min(delay * 2, self._retry_max_s)
 
     def _log(self, delivery: Delivery, outcome: Outcome, job: Job | None) -> None:
         fields: dict[str, Any] = {
@@ -443,14 +568,18 @@ def _log_failed(job: Job, error: ErrorInfo) -> None:
 def _log_store_rejected(delivery: Delivery, exc: StoreRejected) -> None:
     """Firestore refused for a reason retrying cannot fix: a configuration error (or a
     record that cannot be written), never reported as an outage."""
+    _log_store_rejected_job(delivery.job_id, exc)
+
+
+def _log_store_rejected_job(job_id: str, exc: StoreRejected) -> None:
     logger.error(
         "job %s: Firestore refused the request: %s",
-        delivery.job_id,
+        job_id,
         exc,
         extra={
             "fields": {
                 metrics.LOG_EVENT: metrics.EVENT_STORE_REJECTED,
-                "job_id": delivery.job_id,
+                "job_id": job_id,
                 "error_type": type(exc).__name__,
             }
         },

@@ -258,8 +258,9 @@ def cancel(session: Session, args: argparse.Namespace) -> Report:
         return Report(data=data, text=f"already cancelled (unchanged): {args.job_id}")
     if job.state is State.RUNNING:
         text = (
-            f"cancel requested: {job.job_id} is running; its worker stops at its next check "
-            "between units of work and the job ends cancelled (work already done stays done); "
+            f"cancel requested: {job.job_id} is running; its worker sees the request at its "
+            "next heartbeat (up to a third of the lease from now) and stops after the unit of "
+            "work in progress; the job then ends cancelled (work already done stays done); "
             "if the action finishes first, the job ends completed"
         )
     else:

@@ -15,7 +15,13 @@ from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 
-from services.jobs.errors import InvalidRecord, StoreMisconfigured, ValidationError
+from services.jobs.errors import (
+    InvalidRecord,
+    OutcomeUnknown,
+    StoreMisconfigured,
+    StoreUnavailable,
+    ValidationError,
+)
 from services.jobs.model import ErrorInfo, IdempotencyRecord, Job, Lease, Result
 from services.jobs.state import Role, State
 from services.jobs.store.documents import (
@@ -30,6 +36,14 @@ from services.jobs.store.documents import (
 )
 from services.jobs.store.shared_keys import hold_key, require_key
 from services.jobs.transactions import Transaction, store_errors
+
+# A start whose answer was lost is tried once more with the same token (see `start`).
+START_ATTEMPTS = 2
+
+
+def _started_by(job: Job, token: str) -> bool:
+    """Whether `job` is running under the lease `token` names (a start of ours applied)."""
+    return job.state is State.RUNNING and job.lease_token == token
 
 
 class Leases:
@@ -54,9 +68,26 @@ class Leases:
         require_text(worker_id=worker_id)
         if lease <= timedelta(0):
             raise ValidationError("lease must be positive")
+        # One token for every attempt: a write whose answer was lost (it may have applied)
+        # is settled by the next attempt's read finding this token running, not refused as
+        # a live lease held by "someone else", which would cost a max_attempts=1 job its run.
+        token = uuid.uuid4().hex
+        for attempt in range(START_ATTEMPTS):
+            try:
+                return self._start_once(job_id, generation, lease, worker_id, token)
+            except (StoreUnavailable, OutcomeUnknown):
+                if attempt + 1 >= START_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(
+        self, job_id: str, generation: int, lease: timedelta, worker_id: str, token: str
+    ) -> Job:
         ref = self._docs.jobs.document(job_id)
         try:
-            started = self._start_by_compare_and_set(ref, job_id, generation, lease, worker_id)
+            started = self._start_by_compare_and_set(
+                ref, job_id, generation, lease, worker_id, token
+            )
         except InvalidRecord:
             self._docs.quarantine(job_id, Role.WORKER, worker_id)
             raise
@@ -65,8 +96,9 @@ class Leases:
 
         def body(transaction: Transaction) -> Job:
             job = self._docs.load(transaction, ref, job_id)
+            if _started_by(job, token):
+                return job
             now = self._docs.clock.now()
-            token = uuid.uuid4().hex
             new = self._docs.rules.start(job, generation, now, lease, worker_id, token)
             if new.state is State.RUNNING and job.explicit_key:
                 hold_key(self._docs, transaction, job, token, now + lease, now)
@@ -80,7 +112,7 @@ class Leases:
             raise
 
     def _start_by_compare_and_set(
-        self, ref: Any, job_id: str, generation: int, lease: timedelta, worker_id: str
+        self, ref: Any, job_id: str, generation: int, lease: timedelta, worker_id: str, token: str
     ) -> Job | None:
         """`start` as one read and one write conditioned on the read's update_time: the same
         compare-and-set a transaction would make for one document, in 2 RPCs instead of 3
@@ -95,6 +127,8 @@ class Leases:
         if snapshot is None:
             return None
         job = decoded(snapshot)
+        if _started_by(job, token):
+            return job  # an earlier attempt's write applied; its answer was lost
         # Appending to the stored history is only the same as rewriting it when the stored
         # array is exactly the decoded one (an entry an older version wrote may not be). Only
         # that field is copied out of the snapshot (to_dict copies the whole document).
@@ -104,14 +138,21 @@ class Leases:
             as_read = None
         exact = as_read == job.to_document()[HISTORY]
         if job.explicit_key:
-            return self._start_holding_key(ref, job, generation, lease, worker_id, exact)
+            return self._start_holding_key(ref, job, generation, lease, worker_id, exact, token)
         now = self._docs.clock.now()
-        new = self._docs.rules.start(job, generation, now, lease, worker_id, uuid.uuid4().hex)
+        new = self._docs.rules.start(job, generation, now, lease, worker_id, token)
         stamp = self._docs.update_if_unchanged(ref, job, new, append_history=exact)
         return None if stamp is None else new.replaced(update_time=stamp)
 
     def _start_holding_key(
-        self, ref: Any, job: Job, generation: int, lease: timedelta, worker_id: str, exact: bool
+        self,
+        ref: Any,
+        job: Job,
+        generation: int,
+        lease: timedelta,
+        worker_id: str,
+        exact: bool,
+        token: str,
     ) -> Job | None:
         """`start` for a job with a shared key, on the record already read: a transaction that
         reads (and locks) only the key's document and writes the job on condition that it is
@@ -121,7 +162,6 @@ class Leases:
 
         def body(transaction: Transaction) -> Job:
             now = self._docs.clock.now()
-            token = uuid.uuid4().hex
             new = self._docs.rules.start(job, generation, now, lease, worker_id, token)
             if new.state is State.RUNNING:
                 hold_key(self._docs, transaction, job, token, now + lease, now)

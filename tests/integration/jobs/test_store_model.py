@@ -15,7 +15,11 @@ key. After every step it checks:
   (creation entry first, each entry starting where the last ended, the last ending in the
   record's state);
 - a stale delivery (its token no longer the job's) never changes a job: every call it makes
-  is refused with LeaseLost and the document's update time stays the same.
+  is refused with LeaseLost and the document's update time stays the same;
+- a terminal write that meets a transient error (refused by an injected UNAVAILABLE, or
+  applied with its answer lost) is settled by the worker's rule (`Processor._durably`: read
+  back `ended_lease_token`, retry while the lease is still this delivery's): the outcome is
+  durable exactly once and the job is never left running under that lease (issue 24).
 
 Bounded (`MAX_EXAMPLES` x `STEPS`) so the default run stays fast; raise them locally to
 explore more.
@@ -47,10 +51,12 @@ from hypothesis.stateful import (
 from emulators.firestore.server import Emulator
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.errors import JobsError, LeaseLost
+from services.jobs.errors import AttemptsExhausted, JobsError, LeaseLost, StoreUnavailable
 from services.jobs.model import ErrorInfo, Job, Lease, NewJob, Result, decode_job
 from services.jobs.state import TERMINAL, TRANSITIONS, State
 from services.jobs.store import FirestoreJobStore
+from services.worker.actions import ActionRegistry
+from services.worker.processor import Processor
 
 MAX_EXAMPLES = 40
 STEPS = 30
@@ -83,6 +89,16 @@ class StoreModel(RuleBasedStateMachine):
         self.client = firestore.Client(project=self.project)
         self.clock = FakeClock(T0)
         self.store = FirestoreJobStore(self.client, self.clock)
+        # Only its outcome-write rule is used here (no action runs); no real sleep between tries.
+        self.processor = Processor(
+            self.store,
+            ActionRegistry(),
+            self.clock,
+            lease=LEASE,
+            worker_id="worker",
+            deadline_margin=MARGIN,
+            sleep=lambda _: None,
+        )
         self.effects: Counter[str] = Counter()  # side effects done, per idempotency key
         self.recorded: Counter[str] = Counter()  # fresh (not reused) results recorded, per key
         self.runs = 0
@@ -234,6 +250,61 @@ class StoreModel(RuleBasedStateMachine):
             self._exit(delivery, then)
         job = self._job(lease.job_id)
         assert job is not None and job.state is State.CANCELLED, f"{then} did not cancel"
+
+    @rule(
+        delivery=deliveries,
+        what=st.sampled_from(["complete", "release", "retry_later", "fail"]),
+        fault=st.sampled_from(["refused", "answer_lost"]),
+    )
+    def transient_terminal_write(self, delivery: Delivery, what: str, fault: str) -> None:
+        """The delivery's outcome meets one transient error: Firestore refuses the commit
+        (UNAVAILABLE, nothing applied) or applies it and the answer is lost. The worker's rule
+        must leave the outcome durable, applied once, and never report a write of its own
+        that applied as lost."""
+        if not self._current(delivery) or self.clock.now() >= delivery.lease.until - MARGIN:
+            return
+        lease = delivery.lease
+        job = self._job(lease.job_id)
+        assert job is not None
+        key = job.idempotency_key
+        reused = job.explicit_key and self.store.get_idempotency(key) is not None
+        writes = {
+            "complete": lambda: self.store.complete(lease, Result("deleted")),
+            "release": lambda: self.store.release(lease, DOWN, message_id="m-again"),
+            "retry_later": lambda: self.store.retry_later(lease, self.clock.now() + LEASE, DOWN),
+            "fail": lambda: self.store.fail(lease, ErrorInfo("permanent", "gone")),
+        }
+        real = writes[what]
+        if what == "complete" and not reused:
+            assert self.recorded[key] == 0, f"acting again on {key} after its result was recorded"
+            self.effects[key] += 1
+        tries: list[str] = []
+
+        def write() -> Job:
+            tries.append(what)
+            if len(tries) > 1:
+                return real()
+            if fault == "refused":
+                EMULATOR.inject_fault("Commit", "UNAVAILABLE")
+                try:
+                    return real()
+                finally:
+                    EMULATOR.clear_faults()
+            real()
+            raise StoreUnavailable("the commit applied; its answer was lost")
+
+        try:
+            ended = self.processor._durably(lease, write)
+        except AttemptsExhausted:
+            assert what == "retry_later" and len(tries) == 1  # nothing applied: the caller fails
+            return
+        assert ended.state is not State.RUNNING and ended.ended_lease_token == lease.token
+        assert len(tries) == (2 if fault == "refused" else 1), tries
+        stored = self._job(lease.job_id)
+        assert stored is not None and stored.ended_lease_token == lease.token
+        assert stored.state is ended.state and stored.lease_token is None
+        if what == "complete" and not reused:
+            self.recorded[key] += 1
 
     def _act_and_complete(self, delivery: Delivery) -> None:
         """The worker's action: only while its deadline has not passed, as the real one."""

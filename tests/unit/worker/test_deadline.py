@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from services.jobs.clock import FakeClock
-from services.jobs.errors import LeaseLost, StoreUnavailable
+from services.jobs.errors import LeaseHeld, LeaseLost, StoreUnavailable
 from services.jobs.model import CancelRequest, Job, Lease, NewJob
 from services.jobs.state import State
 from services.worker.deadline import (
@@ -172,3 +172,27 @@ def test_the_starter_serves_heartbeats_added_after_it_went_idle() -> None:
             assert time.monotonic() < deadline, "the heartbeat thread never beat"
             time.sleep(0.01)
         beat.stop()
+
+
+def test_a_beat_that_keeps_failing_backs_off_exponentially() -> None:
+    # Issue 24 finding 9: a shared key held by another job (LeaseHeld) was asked again every
+    # second for the rest of the lease: 20 beats in 20 s. Now 1, 2, 4, 8 s apart.
+    clock = FakeClock(T0)
+    store = LeaseStore(clock, running_job(clock))
+    store.fail_with = LeaseHeld("j", "other-job", clock.now() + LEASE)
+    beat = heartbeat(clock, store)
+    clock.advance(LEASE / 3)
+    for _ in range(20):  # a deadline check every second for 19 s after the first beat
+        beat.deadline.reached()
+        clock.advance(timedelta(seconds=1))
+    assert len(store.calls) == 5  # at 0, +1, +3, +7, +15 s
+    store.fail_with = None
+    clock.advance(timedelta(seconds=16))
+    beat.deadline.reached()
+    assert beat.beats == 1  # a success resets the backoff
+    store.fail_with = StoreUnavailable("down")
+    clock.advance(LEASE / 3)
+    beat.deadline.reached()
+    clock.advance(timedelta(seconds=1))
+    beat.deadline.reached()
+    assert len(store.calls) == 8  # retried a second after the first failure again
