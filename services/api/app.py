@@ -126,7 +126,7 @@ class ApiHandler:
         started = time.monotonic()
         seen = _Seen()
         with log.bind_request(
-            request.headers.get(log.TRACE_HEADER), self._project, request_id=request_id
+            log.request_trace(request.headers), self._project, request_id=request_id
         ):
             response = self._respond(request, seen)
             response.headers[REQUEST_ID_HEADER] = request_id
