@@ -249,7 +249,9 @@ def test_common_settings_read_the_behind_iam_key() -> None:
     from services.jobs.settings import CommonSettings, EnvReader
 
     assert CommonSettings.read(EnvReader({"JOBS_PROJECT": "p"})).behind_cloud_run_iam is False
-    on = CommonSettings.read(EnvReader({"JOBS_PROJECT": "p", BEHIND_CLOUD_RUN_IAM: "true"}))
+    on = CommonSettings.read(
+        EnvReader({"JOBS_PROJECT": "p", BEHIND_CLOUD_RUN_IAM: "true", "K_SERVICE": "s"})
+    )
     assert on.behind_cloud_run_iam is True
 
 

@@ -43,7 +43,11 @@ class Upstream(BackgroundHTTPServer):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with seen.lock:
                     seen.requests.append(
-                        {"path": self.requestline.split()[1], "headers": dict(self.headers.items()), "body": body}
+                        {
+                            "path": self.requestline.split()[1],
+                            "headers": dict(self.headers.items()),
+                            "body": body,
+                        }
                     )
                     seen.in_flight += 1
                     seen.max_in_flight = max(seen.max_in_flight, seen.in_flight)

@@ -105,4 +105,5 @@ def test_settings_carry_behind_cloud_run_iam_from_the_environment() -> None:
         API_ALLOWED_CALLERS: CALLER,
     }
     assert ApiSettings.from_env(env).behind_cloud_run_iam is False
-    assert ApiSettings.from_env({**env, BEHIND_CLOUD_RUN_IAM: "true"}).behind_cloud_run_iam
+    on_cloud_run = {**env, BEHIND_CLOUD_RUN_IAM: "true", "K_SERVICE": "deferred-jobs-api"}
+    assert ApiSettings.from_env(on_cloud_run).behind_cloud_run_iam

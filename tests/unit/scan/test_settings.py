@@ -54,7 +54,7 @@ def test_every_key_is_read() -> None:
         "JOBS_SHARDS": "4",
     }
     assert set(env) == set(ALL_KEYS)
-    s = ScanSettings.from_env(env)
+    s = ScanSettings.from_env({**env, "K_SERVICE": "deferred-jobs-scan"})  # the flag needs it
     assert s.shards == 4
     assert (s.time_budget_s, s.max_per_run, s.page_size, s.interval_s) == (120, 5000, 500, 300)
     assert (s.publish_timeout_s, s.claim_timeout_s, s.reclaim_limit) == (10, 900, 100)
