@@ -43,6 +43,7 @@ from services.jobs.auth import (
     allowed_emails,
 )
 from services.jobs.clock import Clock, SystemClock
+from services.jobs.error_model import target_problem
 from services.jobs.errors import AlreadyTerminal, JobsError
 from services.jobs.metrics import LOG_EVENT
 from services.jobs.model import Job, NewJob, ScheduleResult, job_id_problems
@@ -150,6 +151,11 @@ class ApiHandler:
 
     def _respond(self, request: flask.Request, seen: _Seen) -> flask.Response:
         try:
+            # Before anything else, as under functions-framework (services/jobs/startup.py):
+            # a path read with U+FFFD for its bad bytes would name another job.
+            problem = target_problem(request.environ)
+            if problem is not None:
+                raise errors.invalid("path", problem)
             caller = self._authenticate(request)
             seen.caller = caller.email
             found = routes.match(request.method, request.path)

@@ -117,6 +117,28 @@ def as_error_body(code: int, body: object) -> dict[str, Any]:
     return error_body(code, message, [error_info(reason, fields)] if fields else ())
 
 
+def target_problem(environ: Mapping[str, Any]) -> str | None:
+    """Why a WSGI request's target cannot be read, or None: its path and query, percent-decoded,
+    must be UTF-8. Read from the target as sent (`RAW_URI`, gunicorn's, or `REQUEST_URI`,
+    werkzeug's), since a server may already have replaced bad bytes in PATH_INFO; else from
+    PATH_INFO and QUERY_STRING."""
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if isinstance(raw, str) and raw:
+        path, _, query = raw.partition("?")
+        return _percent_problem(path, "request path") or _percent_problem(query, "query string")
+    return path_problem(str(environ.get("PATH_INFO", ""))) or query_problem(
+        str(environ.get("QUERY_STRING", ""))
+    )
+
+
+def _percent_problem(text: str, what: str) -> str | None:
+    try:
+        urllib.parse.unquote_to_bytes(text.encode("latin-1")).decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return f"the {what} is not UTF-8 once percent-decoded"
+    return None
+
+
 def path_problem(raw_path: str) -> str | None:
     """Why a WSGI `PATH_INFO` (the request path's bytes, decoded as latin-1 as PEP 3333 says)
     cannot be read, or None: its bytes must be UTF-8."""

@@ -40,8 +40,7 @@ from services.jobs.error_model import (
     error_body,
     error_bytes,
     error_info,
-    path_problem,
-    query_problem,
+    target_problem,
 )
 from services.jobs.metrics import LOG_EVENT
 from services.jobs.settings import SettingsError
@@ -226,9 +225,7 @@ def serve_every_path(app: flask.Flask) -> None:
                 if not routed.is_set():
                     _route_everything_to_run(app)
                     routed.set()
-        problem = path_problem(environ.get("PATH_INFO", "")) or query_problem(
-            environ.get("QUERY_STRING", "")
-        )
+        problem = target_problem(environ)
         if problem is None:
             return inner(environ, start_response)
         data = error_bytes(HTTPStatus.BAD_REQUEST, problem)

@@ -46,6 +46,7 @@ from services.jobs.errors import (
     StoreUnavailable,
     ValidationError,
 )
+from services.jobs.horizon import due_at_problem
 from services.jobs.limits import (
     MAX_REASON_BYTES,
 )
@@ -222,6 +223,7 @@ class FirestoreJobStore:
         nothing. Costs 1 write when new (no read), 1 read when it exists.
         """
         valid = new_job.validated(self._known_actions)
+        _require_due_in_horizon(valid.due_at, self._clock.now())
         job = self._new_record(valid, by)
         ref = self._jobs.document(valid.job_id)
         with store_errors():
@@ -253,7 +255,9 @@ class FirestoreJobStore:
         for index, new_job in enumerate(new_jobs):
             try:
                 valid[index] = new_job.validated(self._known_actions)
+                _require_due_in_horizon(valid[index].due_at, self._clock.now())
             except ValidationError as exc:
+                valid.pop(index, None)
                 outcomes[index] = exc
         if not self._create_batch(valid, {}, outcomes, by):
             refs = [self._jobs.document(v.job_id) for v in valid.values()]
@@ -333,6 +337,7 @@ class FirestoreJobStore:
         _require_text(reason=reason, by=by)
         _require_short(reason=reason, by=by)
         new_due = _require_aware(due_at, "due_at")
+        _require_due_in_horizon(new_due, self._clock.now())
 
         def change(job: Job, now: datetime) -> Job:
             return self._rules.reschedule(job, new_due, reason, by, now)
@@ -1677,3 +1682,10 @@ def _require_text(**values: str) -> None:
     empty = [name for name, value in values.items() if not isinstance(value, str) or not value]
     if empty:
         raise ValidationError([f"{name} must be a non-empty string" for name in empty])
+
+
+def _require_due_in_horizon(due_at: datetime, now: datetime) -> None:
+    """horizon.py's one rule on due times, as a ValidationError."""
+    problem = due_at_problem(due_at, now)
+    if problem is not None:
+        raise ValidationError([problem])

@@ -232,7 +232,9 @@ def test_both_services_run_behind_cloud_run_iam_and_are_told_so(
 ) -> None:
     environment = _envs(stack, key)
     assert environment[BEHIND_CLOUD_RUN_IAM] == "true"
-    read({k: v for k, v in environment.items() if k.startswith("JOBS_")})
+    # As on Cloud Run, which sets K_SERVICE in every container (the flag requires it).
+    on_cloud_run = {k: v for k, v in environment.items() if k.startswith("JOBS_")}
+    read({**on_cloud_run, "K_SERVICE": f"deferred-jobs-{key}"})
     # The claim holds only while the invoker check stays on: exactly one run.invoker binding
     # on the service, and no service disables the check.
     service = stack.one("cloudrunv2/service:Service", f"{key}-service").state

@@ -101,7 +101,8 @@ def served(rig: Rig) -> Iterator[Served]:
             try:
                 requests.get(server.url, timeout=1)
                 break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.ReadTimeout):
+                # Not listening yet, or building the app on this first request under load.
                 if process.poll() is not None or time.monotonic() > deadline:
                     output = server.stop()
                     raise AssertionError(f"functions-framework did not start: {output}") from None
