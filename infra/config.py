@@ -143,6 +143,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("alertEmails", "list", (), doc="email notification channels"),
     Setting("apiCallers", "list", (), doc="service accounts that may call the api (none: no api)"),
+    Setting(
+        "apiTrustedCallers",
+        "list",
+        (),
+        doc="apiCallers that may act on every job, not only those they scheduled",
+    ),
     Setting("apiMaxInstances", "int", 10, 1, 1000, "api maximum instances"),
     Setting("apiConcurrency", "int", 80, 1, 1000, "api requests per instance"),
     Setting("slackChannel", "str", "", doc="Slack channel; needs the secret slackAuthToken"),
@@ -227,6 +233,7 @@ class StackConfig:
     slack_channel: str
     slack_auth_token: pulumi.Output[str] | None = None
     api_callers: tuple[str, ...] = ()
+    api_trusted_callers: tuple[str, ...] = ()
     api_scaling: Scaling = Scaling(0, 10, 80)
     shards: int = 1
 
@@ -314,6 +321,7 @@ def parse_config(
         slack_channel=values["slackChannel"],
         slack_auth_token=slack_auth_token,
         api_callers=tuple(values["apiCallers"]),
+        api_trusted_callers=tuple(values["apiTrustedCallers"]),
         api_scaling=Scaling(0, values["apiMaxInstances"], values["apiConcurrency"]),
         shards=values["shards"],
     )
@@ -455,6 +463,9 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
     for email in values["apiCallers"]:
         if not _SERVICE_ACCOUNT.match(email):
             errors.append(f"apiCallers: {email!r} is not a service account email")
+    for email in values["apiTrustedCallers"]:
+        if email not in values["apiCallers"]:
+            errors.append(f"apiTrustedCallers: {email!r} is not one of apiCallers")
     return _check_schedule(values["schedule"], errors)
 
 

@@ -303,6 +303,9 @@ class Job:
     # Which slice of the due index holds this job (`shard_of`); records written before the
     # field existed read as shard 0.
     shard: int = 0
+    # Who scheduled it through the API (the caller's email); None when scheduled otherwise
+    # (jobsctl, a Python producer). Set once, never changed; the API's ownership rule reads it.
+    producer: str | None = None
     # The document's update_time when it was read or last written (not a stored field).
     update_time: datetime | None = field(default=None, compare=False)
 
@@ -403,6 +406,7 @@ class Job:
             "lease_until": self.lease_until,
             "lease_owner": self.lease_owner,
             "lease_token": self.lease_token,
+            "producer": self.producer,
             "progress": dict(self.progress) if self.progress is not None else None,
             "cancel_requested": (
                 {
@@ -478,6 +482,7 @@ class Job:
             lease_until=_maybe_utc(_opt(data, "lease_until"), "lease_until"),
             lease_owner=_opt_str(data, "lease_owner"),
             lease_token=_opt_str(data, "lease_token"),
+            producer=_opt_str(data, "producer"),
             progress=_opt_map(data, "progress"),
             shard=_shard(_opt(data, "shard")),
             cancel_requested=(

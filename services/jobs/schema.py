@@ -223,6 +223,7 @@ DOCUMENT_FIELDS: dict[str, tuple[str, ...]] = {
         "lease_until",
         "lease_owner",
         "lease_token",
+        "producer",
         "progress",
         "cancel_requested",
         "result",

@@ -212,7 +212,9 @@ class FirestoreJobStore:
 
     # -- application -----------------------------------------------------------------------
 
-    def schedule(self, new_job: NewJob, *, by: str = "application") -> ScheduleResult:
+    def schedule(
+        self, new_job: NewJob, *, by: str = "application", producer: str | None = None
+    ) -> ScheduleResult:
         """Create a deferred job, idempotent by the decision's identity.
 
         The same decision again (job ID, action, subject, params, max_attempts, idempotency
@@ -224,7 +226,7 @@ class FirestoreJobStore:
         """
         valid = new_job.validated(self._known_actions)
         _require_due_in_horizon(valid.due_at, self._clock.now())
-        job = self._new_record(valid, by)
+        job = self._new_record(valid, by).replaced(producer=producer)
         ref = self._jobs.document(valid.job_id)
         with store_errors():
             try:
