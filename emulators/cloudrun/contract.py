@@ -107,15 +107,6 @@ def bad_request_page() -> bytes:
     return error_page(400, "Bad Request", "Your client has issued a malformed or illegal request.")
 
 
-def not_implemented_page() -> bytes:
-    """501: a transfer coding the front end does not implement (RFC 9112 section 6.1)."""
-    return error_page(
-        501,
-        "Not Implemented",
-        "The server cannot process the request because it uses an unsupported transfer coding.",
-    )
-
-
 def request_timeout_page() -> bytes:
     """408: the client stopped sending its request."""
     return error_page(408, "Request Timeout", "Your client did not send the whole request.")

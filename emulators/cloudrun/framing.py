@@ -5,7 +5,8 @@ requests (request smuggling), so every rule here refuses rather than repairs:
 
 - `Transfer-Encoding` is accepted only as exactly `chunked` (RFC 9112 §6.1: chunked must be the
   final coding; a final coding other than chunked in a request is 400, §6.3 item 4). A coding
-  before `chunked` (`gzip, chunked`) is one this front end does not implement: 501 (§6.1).
+  before `chunked` (`gzip, chunked`) is one this front end does not implement: 400 (§6.1
+  suggests 501; see `read_body`).
   `xchunked`, `chunked, identity` and an empty value are not `chunked`: 400.
 - `Transfer-Encoding` together with `Content-Length` is 400: such a message "ought to be
   handled as an error" and is a smuggling attempt (§6.1, §6.3 item 3).
@@ -69,10 +70,10 @@ def read_body(
         if not codings or codings[-1].lower() != "chunked":
             raise Malformed(f"the final transfer coding is not chunked: {codings!r}"[:200])
         if len(codings) > 1:
-            raise Malformed(
-                f"transfer codings {codings[:-1]!r} not implemented"[:200],
-                HTTPStatus.NOT_IMPLEMENTED,
-            )
+            # RFC 9112 §6.1 suggests 501 for a coding not understood (SHOULD); the front end
+            # answers 400, a client error that a retry cannot fix, so no refused framing is
+            # ever a 5xx that a caller's retry policy would repeat.
+            raise Malformed(f"transfer codings {codings[:-1]!r} not implemented"[:200])
         return _read_chunked(stream, limit, trailer_budget)
     if not content_lengths:
         return b""

@@ -55,7 +55,6 @@ from emulators.cloudrun.contract import (
     bad_request_page,
     error_page,
     forbidden_page,
-    not_implemented_page,
     request_timeout_page,
     too_large_page,
     unauthorized_page,
@@ -240,11 +239,18 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         if not parsed:
             return False
-        problem = self._target_problem() or self._field_problem()
+        problem = self._method_problem() or self._target_problem() or self._field_problem()
         if problem is not None:
             self._refuse(HTTPStatus.BAD_REQUEST, problem)
             return False
         return True
+
+    def __getattr__(self, name: str) -> Any:
+        # Any method that is a token reaches the container, which answers what it does not
+        # serve (405 from the services); Python's server would answer 501 itself.
+        if name.startswith("do_") and _FIELD_NAME.fullmatch(name[3:]):
+            return self.do_GET
+        raise AttributeError(name)
 
     def _target_problem(self) -> str | None:
         """Why the request target cannot be forwarded, or None; sets `self.path` to it as sent
@@ -262,6 +268,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.path = target
         return None
 
+    def _method_problem(self) -> str | None:
+        if self.request_version == "HTTP/0.9":
+            return "HTTP/0.9 request line"
+        if not _FIELD_NAME.fullmatch(self.command or ""):
+            return "the method is not a token (RFC 9110 §9.1)"
+        return None
+
     def _field_problem(self) -> str | None:
         if self.headers.defects:
             return "malformed header section"
@@ -273,8 +286,15 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Python's own refusals (a bad request line, too many fields), as Google's page."""
+        """Python's own refusals (a bad request line, too many fields), as Google's page. A
+        request line of another HTTP version (505 in Python) is a request this HTTP/1.1 front
+        end cannot read: 400, as for any other malformed request line."""
         status = HTTPStatus(code)
+        if status >= HTTPStatus.INTERNAL_SERVER_ERROR:
+            status = HTTPStatus.BAD_REQUEST
+        if status == HTTPStatus.REQUEST_URI_TOO_LONG:
+            # A request line over 64 KiB: over Cloud Run's request line + headers limit.
+            status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
         self._refuse(status, message or status.phrase)
 
     def setup(self) -> None:
@@ -443,7 +463,6 @@ class _Handler(BaseHTTPRequestHandler):
         (what follows on it cannot be trusted to start a request)."""
         pages = {
             HTTPStatus.BAD_REQUEST: bad_request_page,
-            HTTPStatus.NOT_IMPLEMENTED: not_implemented_page,
             HTTPStatus.REQUEST_TIMEOUT: request_timeout_page,
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE: too_large_page,
         }
@@ -470,6 +489,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._answered = True
         if not hasattr(self, "command") or self.command is None:
             self.command = "GET"  # refused before the request line was read
+        if getattr(self, "request_version", "HTTP/1.1") == "HTTP/0.9":
+            # Google's front end does not speak HTTP/0.9: its refusal is an HTTP/1.1 answer.
+            self.request_version = "HTTP/1.1"
         self.send_response_only(status)
         self.send_header("Content-Type", "text/html; charset=UTF-8" if html else "text/plain")
         self.send_header("Content-Length", str(len(body)))

@@ -28,24 +28,27 @@ INVOKER = "invoker@test-project.iam.gserviceaccount.com"
 TARGETS = ("api", "scan", "worker")
 
 
-def target_environment(target: str, project: str, url: str, certs_url: str) -> dict[str, str]:
-    """The JOBS_* a stack gives `target` at service URL `url`, the invoker its one caller."""
+def target_environment(
+    target: str, project: str, url: str, certs_url: str, invokers: tuple[str, ...] = (INVOKER,)
+) -> dict[str, str]:
+    """The JOBS_* a stack gives `target` at service URL `url`, `invokers` its callers."""
+    callers = ",".join(invokers)
     base = {
         common.PROJECT: project,
         common.OIDC_CERTS_URL: certs_url,
         common.BEHIND_CLOUD_RUN_IAM: "true",
     }
     own = {
-        "api": {api_keys.API_AUDIENCE: url, api_keys.API_ALLOWED_CALLERS: INVOKER},
+        "api": {api_keys.API_AUDIENCE: url, api_keys.API_ALLOWED_CALLERS: callers},
         "scan": {
             scan_keys.TOPIC: "deferred-jobs",
             scan_keys.SCAN_AUDIENCE: url,
-            scan_keys.SCAN_ALLOWED_INVOKERS: INVOKER,
+            scan_keys.SCAN_ALLOWED_INVOKERS: callers,
             scan_keys.METRICS: "log",
         },
         "worker": {
             worker_keys.WORKER_AUDIENCE: url,
-            worker_keys.WORKER_ALLOWED_INVOKERS: INVOKER,
+            worker_keys.WORKER_ALLOWED_INVOKERS: callers,
         },
     }[target]
     return {**base, **own}
@@ -74,11 +77,12 @@ def deploy(
     *,
     concurrency: int = 80,
     extra_env: Mapping[str, str] | None = None,
+    invokers: tuple[str, ...] = (INVOKER,),
 ) -> Deployed:
     port = free_port("127.0.0.1")
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBS_", "K_"))}
-    env.update(target_environment(target, project, url, certs_url))
+    env.update(target_environment(target, project, url, certs_url, invokers))
     env.update({"PYTHONUNBUFFERED": "1", "THREADS": str(concurrency), **(extra_env or {})})
     process = subprocess.Popen(
         [
@@ -88,7 +92,7 @@ def deploy(
             f"--service=deferred-jobs-{target}",
             f"--port={port}",
             f"--certs-url={certs_url}",
-            f"--invoker={INVOKER}",
+            *(f"--invoker={email}" for email in invokers),
             f"--concurrency={concurrency}",
             "--",
             sys.executable,
