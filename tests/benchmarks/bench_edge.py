@@ -365,7 +365,7 @@ def fuzz(
                 return
             target, request = requests_[index]
             try:
-                status, headers, body = send(targets[target].url, request, timeout_s=30)
+                status, headers, body = send(targets[target].url, request, timeout_s=120)
             except OSError as exc:
                 with lock:
                     unanswered[type(exc).__name__] += 1

@@ -8,10 +8,12 @@ only Cloud Run could (for the "directly" half of a test). Stopped by its own PID
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,4 +116,10 @@ def deploy(
     if not line.startswith(READY_LINE) or match is None:
         process.kill()
         raise AssertionError(f"{target} did not start: {line!r}")
+    # The container's log lines come through this pipe: read them for as long as it runs, or
+    # once the pipe's buffer fills every request thread blocks on its log line.
+    output = process.stdout
+    threading.Thread(
+        target=lambda: collections.deque(output, maxlen=200), name=f"{target}-log", daemon=True
+    ).start()
     return Deployed(target, url, f"http://127.0.0.1:{match.group(1)}", process)
