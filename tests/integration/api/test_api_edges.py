@@ -72,8 +72,9 @@ def test_a_path_that_is_not_utf_8_is_refused_not_read_as_another_job(rig: ApiRig
         refused = rig.call(method, path, {} if method == "POST" else None)
         assert refused.status_code == 400, (path, refused.text)
         assert refused.json()["error"]["status"] == "INVALID_ARGUMENT"
+    # The valid encoding is another ID, read as such (not the caller's: 403, AIP-211).
     read = rig.call("GET", "/v1/jobs/%EF%BF%BD%EF%BF%BD")
-    assert read.status_code == 404
+    assert read.json()["error"]["status"] == "PERMISSION_DENIED"
 
 
 def test_an_empty_segment_is_404(rig: ApiRig) -> None:
