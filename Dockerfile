@@ -44,8 +44,9 @@ EXPOSE 8080
 # Shell form so the variables expand at start. First the settings check of the target
 # (services/<target>/main.py, the FUNCTION_SOURCE): a bad JOBS_* value exits 2 naming every
 # bad key, before anything listens, so the revision fails its startup probe. Then exec, so
-# functions-framework gets SIGTERM. Its THREADS, CLOUD_RUN_TIMEOUT_SECONDS and
-# THREADED_TIMEOUT_ENABLED (false: keep-alive, docs/deploy.md "Request timeout") come from the
-# service's environment (infra/env.py).
+# the server gets SIGTERM: functions-framework's app and gunicorn server with Cloud Run's header
+# limits and Google's error model on gunicorn's own refusals (services/jobs/server.py). Its
+# THREADS, CLOUD_RUN_TIMEOUT_SECONDS and THREADED_TIMEOUT_ENABLED (false: keep-alive,
+# docs/deploy.md "Request timeout") come from the service's environment (infra/env.py).
 CMD python -m services.${FUNCTION_TARGET}.main \
-    && exec functions-framework --target=${FUNCTION_TARGET} --source=${FUNCTION_SOURCE} --port=${PORT}
+    && exec python -m services.jobs.server --target=${FUNCTION_TARGET} --source=${FUNCTION_SOURCE} --port=${PORT}

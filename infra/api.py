@@ -42,6 +42,7 @@ API_VARIABLES: tuple[str, ...] = (
     api_keys.PROJECT,
     api_keys.API_AUDIENCE,
     api_keys.API_ALLOWED_CALLERS,
+    api_keys.API_TRUSTED_CALLERS,
     common.TERMINAL_RETENTION_S,
     common.BEHIND_CLOUD_RUN_IAM,
     common.SHARDS,
@@ -92,6 +93,8 @@ def api_environment(config: StackConfig, url: pulumi.Input[str]) -> Mapping[str,
         api_keys.PROJECT: config.project,
         api_keys.API_AUDIENCE: url,
         api_keys.API_ALLOWED_CALLERS: ",".join(config.api_callers),
+        # Callers that may act on every job; the others only on the jobs they scheduled.
+        api_keys.API_TRUSTED_CALLERS: ",".join(config.api_trusted_callers),
         # A cancel makes a job terminal, so the API sets expire_at like the other services.
         common.TERMINAL_RETENTION_S: str(config.terminal_retention_s),
         # Behind Cloud Run's invoker check (one run.invoker binding per caller, never

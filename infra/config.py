@@ -202,6 +202,12 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         doc="service accounts that may call the api; [] for no api service",
     ),
+    Setting(
+        "apiTrustedCallers",
+        "list",
+        (),
+        doc="apiCallers that may act on every job, not only those they scheduled",
+    ),
     Setting("apiMaxInstances", "int", 10, 1, 1000, "api maximum instances"),
     Setting("apiConcurrency", "int", 80, 1, 1000, "api requests per instance"),
     Setting("slackChannel", "str", "", doc="Slack channel; needs the secret slackAuthToken"),
@@ -295,6 +301,7 @@ class StackConfig:
     slack_channel: str
     slack_auth_token: pulumi.Output[str] | None = None
     api_callers: tuple[str, ...] = ()
+    api_trusted_callers: tuple[str, ...] = ()
     api_scaling: Scaling = Scaling(0, 10, 80)
     shards: int = 1
     scan_mode: str = "paced"
@@ -386,6 +393,7 @@ def parse_config(
         slack_channel=values["slackChannel"],
         slack_auth_token=slack_auth_token,
         api_callers=tuple(values["apiCallers"]),
+        api_trusted_callers=tuple(values["apiTrustedCallers"]),
         api_scaling=Scaling(0, values["apiMaxInstances"], values["apiConcurrency"]),
         shards=values["shards"],
         scan_mode=values["scanMode"],
@@ -535,6 +543,9 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
             errors.append(f"apiCallers: {email!r} is not a service account email")
         elif is_placeholder_email(email):
             errors.append(f"apiCallers: {email!r} is a placeholder; set your own accounts")
+    for email in values["apiTrustedCallers"]:
+        if email not in (values["apiCallers"] or ()):
+            errors.append(f"apiTrustedCallers: {email!r} is not one of apiCallers")
     errors.extend(cpu_problems(values))
     interval = _check_schedule(values["schedule"], errors)
     _check_scan_pacing(values, interval, errors)

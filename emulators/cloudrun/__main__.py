@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 
 from emulators.cloudrun.container import Container, StartupFailed
 from emulators.cloudrun.contract import (
@@ -25,6 +26,7 @@ from emulators.cloudrun.contract import (
     MAX_CONCURRENCY,
     MAX_TIMEOUT_S,
     STARTUP_TIMEOUT_S,
+    pending_wait_s,
 )
 from emulators.cloudrun.invoker import InvokerCheck, InvokerPolicy, UrlCerts, invoker_set
 from emulators.cloudrun.proxy import FrontEnd, ServiceConfig, start
@@ -78,7 +80,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def serve(args: argparse.Namespace, container: Container | None) -> FrontEnd:
+def serve(
+    args: argparse.Namespace, container: Container | None, startup_s: float = 0.0
+) -> FrontEnd:
+    """The front end before `container` (or `--upstream`); `startup_s`, how long the container
+    took to listen, sets how long a request may wait for a free slot (contract.pending_wait_s)."""
     upstream = container.url if container is not None else args.upstream
 
     def config(url: str) -> ServiceConfig:
@@ -86,7 +92,13 @@ def serve(args: argparse.Namespace, container: Container | None) -> FrontEnd:
         if not args.invoker_iam_disabled:
             policy = InvokerPolicy(url, invoker_set(args.invoker), tuple(args.audience))
             check = InvokerCheck(policy, UrlCerts(args.certs_url))
-        return ServiceConfig(args.service, check, args.timeout, args.concurrency)
+        return ServiceConfig(
+            args.service,
+            check,
+            args.timeout,
+            args.concurrency,
+            max_pending_s=pending_wait_s(startup_s),
+        )
 
     return start(config, upstream, args.host, args.port)
 
@@ -98,11 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     container: Container | None = None
     front: FrontEnd | None = None
     try:
+        started = time.monotonic()
         if args.command:
             container = Container.run(
                 args.command, args.service, startup_timeout_s=args.startup_timeout
             )
-        front = serve(args, container)
+        front = serve(args, container, time.monotonic() - started if container else 0.0)
         target = f"pid {container.process.pid} on port {container.port}" if container else ""
         print(
             f"{READY_LINE}: {args.service} at {front.url} → {target or args.upstream}", flush=True

@@ -20,6 +20,8 @@ SERVERLESS_AUTHORIZATION = "X-Serverless-Authorization"
 # Added by Cloud Run to every request: TRACE_ID/SPAN_ID;o=OPTIONS
 # (https://cloud.google.com/run/docs/trace).
 TRACE_HEADER = "X-Cloud-Trace-Context"
+# Its W3C form, added alongside (https://cloud.google.com/trace/docs/trace-context).
+TRACEPARENT_HEADER = "traceparent"
 # The ID tokens Cloud Run accepts are Google's.
 GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
 
@@ -38,6 +40,15 @@ MAX_TIMEOUT_S = 3600.0
 # (https://cloud.google.com/run/docs/about-concurrency). Requests above it wait.
 DEFAULT_CONCURRENCY = 80
 MAX_CONCURRENCY = 1000
+# A request that finds no free slot is queued, "for up to 3.5 times average startup time of
+# container instances of this service, or 10 seconds, whichever is greater", then fails with 429
+# (https://cloud.google.com/run/docs/about-instance-autoscaling, "Exceeding maximum instances").
+PENDING_WAIT_FLOOR_S = 10.0
+PENDING_WAIT_STARTUP_FACTOR = 3.5
+# Connections waiting to be accepted. Google's front end takes any burst; the local one holds
+# this many in the kernel's queue (capped by net.core.somaxconn) rather than Python's 5, which
+# turned a burst of connects into resets and 1 s SYN retries.
+ACCEPT_BACKLOG = 4096
 # A container must listen on PORT within 4 minutes (https://cloud.google.com/run/quotas).
 STARTUP_TIMEOUT_S = 240.0
 # HTTP/1 request limits (https://cloud.google.com/run/quotas): the request (body included) at
@@ -89,6 +100,21 @@ def too_large_page() -> bytes:
     return error_page(
         413, "Request Entity Too Large", "Your client issued a request that was too large."
     )
+
+
+def bad_request_page() -> bytes:
+    """400: a request the front end cannot read as HTTP/1.1 (Google's front end page)."""
+    return error_page(400, "Bad Request", "Your client has issued a malformed or illegal request.")
+
+
+def request_timeout_page() -> bytes:
+    """408: the client stopped sending its request."""
+    return error_page(408, "Request Timeout", "Your client did not send the whole request.")
+
+
+def pending_wait_s(average_startup_s: float = 0.0) -> float:
+    """How long a request may wait for a free slot before Cloud Run answers 429."""
+    return max(PENDING_WAIT_FLOOR_S, PENDING_WAIT_STARTUP_FACTOR * average_startup_s)
 
 
 def unavailable_page() -> bytes:

@@ -1,12 +1,27 @@
 """The local Cloud Run front end: one service URL in front of one container.
 
 For each request, in Cloud Run's order: the request line and headers within 64 KiB and the
-body within 32 MiB (else 413); the IAM invoker check (`invoker.py`; skipped when the service is
-deployed with `invoker_iam_disabled`); a free slot of the container concurrency (requests above
-it wait); then the request goes to the container with the checked token's signature replaced by
-`SIGNATURE_REMOVED_BY_GOOGLE` and `X-Cloud-Trace-Context` added when absent. A container slower
-than the request timeout leaves the caller with 504 while its own thread runs on, as on Cloud
-Run (https://cloud.google.com/run/docs/configuring/request-timeout).
+body within 32 MiB (else 413), framed strictly by RFC 9112 (`framing.py`: anything ambiguous is
+400 and reaches nothing); the IAM invoker check (`invoker.py`; skipped when the service is
+deployed with `invoker_iam_disabled`); a free slot of the container concurrency, waited for at
+most Cloud Run's pending time (10 s, or 3.5 times the container's start-up time if longer;
+then 429: https://cloud.google.com/run/docs/about-instance-autoscaling); then the request goes
+to the container with the checked token's signature replaced by `SIGNATURE_REMOVED_BY_GOOGLE`,
+both trace headers (`traceparent`, `X-Cloud-Trace-Context`: `tracecontext.py`), and without
+the hop-by-hop fields, including every field its `Connection` header names (RFC 9110 §7.6.1;
+the same is done to the container's answer). A container slower than the request timeout
+leaves the caller with 504 while its own thread runs on, as on Cloud Run
+(https://cloud.google.com/run/docs/configuring/request-timeout).
+
+Connections queue in a listen backlog of `ACCEPT_BACKLOG` (Python's default of 5 reset bursts
+that Google's front end takes), and each gets its own thread, so a burst waits for a slot in
+the concurrency queue above, where Cloud Run's rule applies, not in the kernel.
+
+The request target must be origin-form (`/path?query`, RFC 9112 §3.2.1) of visible ASCII with
+well-formed percent-encodings; absolute-form (`http://host/path`) is accepted and forwarded as
+its path (§3.2.2); asterisk-form (`*`) and anything else is 400. The path is forwarded exactly
+as sent (Python's server would fold a leading `//` into `/`; Google's front end does not).
+Refusals of the front end itself are Google's HTML error pages.
 
 One simplification: each connection carries one request (`Connection: close`), where Google's
 front end keeps connections alive; callers reconnect, and what a service sees is the same.
@@ -17,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
-import secrets
+import re
 import socket
 import threading
 import time
@@ -29,19 +44,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO
 
 from emulators.cloudrun.contract import (
+    ACCEPT_BACKLOG,
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT_S,
     MAX_HEADER_BYTES,
     MAX_REQUEST_BYTES,
     NO_INSTANCE_BODY,
+    PENDING_WAIT_FLOOR_S,
     TIMEOUT_BODY,
-    TRACE_HEADER,
+    bad_request_page,
+    error_page,
     forbidden_page,
+    request_timeout_page,
     too_large_page,
     unauthorized_page,
     unavailable_page,
 )
+from emulators.cloudrun.framing import Malformed, TooLarge, read_body
 from emulators.cloudrun.invoker import InvokerCheck, Refused, strip_signature
+from emulators.cloudrun.tracecontext import completed as trace_headers
 from emulators.http_server import BackgroundHTTPServer
 
 logger = logging.getLogger(__name__)
@@ -60,8 +81,14 @@ _HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-_CHUNK_LINE_MAX = 1024
 _CLIENT_READ_TIMEOUT_S = 30.0
+# RFC 9110 §5.1: a field name is a token; §5.5: a value has no CR, LF or NUL (nor other
+# controls but HTAB, which obs-text aside is what field-vchar allows).
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# origin-form: absolute-path [ "?" query ] of pchars, "/" and "?" (RFC 9112 §3.2.1, RFC 3986).
+_ORIGIN_FORM = re.compile(r"/[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*")
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 @dataclass(frozen=True)
@@ -74,6 +101,8 @@ class ServiceConfig:
     concurrency: int = DEFAULT_CONCURRENCY
     max_header_bytes: int = MAX_HEADER_BYTES
     max_request_bytes: int = MAX_REQUEST_BYTES
+    # How long a request waits for a free concurrency slot before 429 (contract.pending_wait_s).
+    max_pending_s: float = PENDING_WAIT_FLOOR_S
 
 
 @dataclass
@@ -148,13 +177,17 @@ def start(
         def front_end(self) -> FrontEnd:
             return holder[0]
 
-    httpd = ThreadingHTTPServer((host, port), Handler)
+    httpd = _Server((host, port), Handler)
     httpd.daemon_threads = True
     if callable(config):
         config = config(f"http://{host}:{httpd.server_address[1]}")
     front = FrontEnd(httpd, config, upstream)
     holder.append(front)
     return front.start()
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = ACCEPT_BACKLOG
 
 
 class _HeaderBudget:
@@ -177,10 +210,6 @@ class _HeaderBudget:
         return line
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class _Handler(BaseHTTPRequestHandler):
     server_version = "Google Frontend"
     sys_version = ""
@@ -199,6 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile,  # type: ignore[arg-type]
             self.front_end().config.max_header_bytes - len(line),
         )
+        self._header_budget = budget
         stream, self.rfile = self.rfile, budget  # type: ignore[assignment]
         try:
             parsed = super().parse_request()
@@ -207,7 +237,65 @@ class _Handler(BaseHTTPRequestHandler):
         if parsed and budget.exceeded:
             self._refuse_too_large("request line and headers over the limit")
             return False
-        return parsed
+        if not parsed:
+            return False
+        problem = self._method_problem() or self._target_problem() or self._field_problem()
+        if problem is not None:
+            self._refuse(HTTPStatus.BAD_REQUEST, problem)
+            return False
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        # Any method that is a token reaches the container, which answers what it does not
+        # serve (405 from the services); Python's server would answer 501 itself.
+        if name.startswith("do_") and _FIELD_NAME.fullmatch(name[3:]):
+            return self.do_GET
+        raise AttributeError(name)
+
+    def _target_problem(self) -> str | None:
+        """Why the request target cannot be forwarded, or None; sets `self.path` to it as sent
+        (origin-form), undoing Python's folding of a leading `//`."""
+        words = self.requestline.split()
+        target = words[1] if len(words) >= 2 else ""
+        if re.match(r"(?i)https?://", target):
+            # absolute-form: the path (and query) is what the container sees.
+            parts = urllib.parse.urlsplit(target)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if not target.startswith("/"):
+            return f"request target {target[:60]!r} is not origin-form"
+        if not _ORIGIN_FORM.fullmatch(target) or _BAD_PERCENT.search(target):
+            return "request target has characters outside RFC 3986 or a bad %-encoding"
+        self.path = target
+        return None
+
+    def _method_problem(self) -> str | None:
+        if self.request_version == "HTTP/0.9":
+            return "HTTP/0.9 request line"
+        if not _FIELD_NAME.fullmatch(self.command or ""):
+            return "the method is not a token (RFC 9110 §9.1)"
+        return None
+
+    def _field_problem(self) -> str | None:
+        if self.headers.defects:
+            return "malformed header section"
+        for name, value in self.headers.items():
+            if not _FIELD_NAME.fullmatch(name):
+                return f"header field name {name[:40]!r} is not a token"
+            if _FIELD_VALUE_BAD.search(value):
+                return f"header field {name[:40]!r} has a control character"
+        return None
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Python's own refusals (a bad request line, too many fields), as Google's page. A
+        request line of another HTTP version (505 in Python) is a request this HTTP/1.1 front
+        end cannot read: 400, as for any other malformed request line."""
+        status = HTTPStatus(code)
+        if status >= HTTPStatus.INTERNAL_SERVER_ERROR:
+            status = HTTPStatus.BAD_REQUEST
+        if status == HTTPStatus.REQUEST_URI_TOO_LONG:
+            # A request line over 64 KiB: over Cloud Run's request line + headers limit.
+            status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+        self._refuse(status, message or status.phrase)
 
     def setup(self) -> None:
         super().setup()
@@ -247,13 +335,21 @@ class _Handler(BaseHTTPRequestHandler):
         front = self.front_end()
         started = time.monotonic()
         try:
-            body = self._read_body(front.config.max_request_bytes)
-        except _TooLarge as exc:
+            body = read_body(
+                self.rfile,  # type: ignore[arg-type]
+                self.headers.get_all("Transfer-Encoding") or [],
+                self.headers.get_all("Content-Length") or [],
+                front.config.max_request_bytes,
+                max(0, self._header_budget.remaining),
+            )
+        except TooLarge as exc:
             self._refuse_too_large(str(exc))
             return
-        except ValueError as exc:
-            self.close_connection = True
-            self._answer(HTTPStatus.BAD_REQUEST, b"Bad Request", f"malformed body: {exc}")
+        except Malformed as exc:
+            self._refuse(exc.status, f"malformed body: {exc}")
+            return
+        except TimeoutError:
+            self._refuse(HTTPStatus.REQUEST_TIMEOUT, "the client stopped sending its body")
             return
         headers = self._forwarded_headers(front)
         if headers is None:
@@ -261,7 +357,9 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = started + front.config.timeout_s
         if not front.slots.acquire(blocking=False):
             front.counters.count("waited")
-            if not front.slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            wait = min(front.config.max_pending_s, deadline - time.monotonic())
+            if not front.slots.acquire(timeout=max(0.0, wait)):
+                front.counters.count("refused", HTTPStatus.TOO_MANY_REQUESTS)
                 self._answer(
                     HTTPStatus.TOO_MANY_REQUESTS,
                     NO_INSTANCE_BODY,
@@ -272,35 +370,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._forward(front, headers, body, deadline)
         finally:
             front.slots.release()
-
-    def _read_body(self, limit: int) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            return self._read_chunked(limit)
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            return b""
-        if not raw.strip().isdigit():
-            raise ValueError("Content-Length is not a number")
-        length = int(raw)
-        if length > limit:
-            raise _TooLarge(f"body of {length} bytes over the {limit}-byte limit")
-        return self.rfile.read(length)
-
-    def _read_chunked(self, limit: int) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            line = self.rfile.readline(_CHUNK_LINE_MAX)
-            length = int(line.split(b";", 1)[0].strip() or b"x", 16)
-            if length == 0:
-                while self.rfile.readline(_CHUNK_LINE_MAX) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers are dropped, as hop-by-hop
-                return b"".join(chunks)
-            size += length
-            if size > limit:
-                raise _TooLarge(f"chunked body over the {limit}-byte limit")
-            chunks.append(self.rfile.read(length))
-            self.rfile.readline(_CHUNK_LINE_MAX)
 
     def _forwarded_headers(self, front: FrontEnd) -> list[tuple[str, str]] | None:
         """What the container receives, or None once the invoker check has answered."""
@@ -317,17 +386,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._answer(refused.status, page, refused.reason, html=True)
                 return None
             logger.debug("%s invoked %s", email, front.config.name)
+        dropped = _connection_fields(self.headers.get_all("Connection") or [])
         headers: list[tuple[str, str]] = []
         for name, value in self.headers.items():
             lowered = name.lower()
-            if lowered in _HOP_BY_HOP or lowered == "content-length":
+            if lowered in dropped or lowered == "content-length":
                 continue
             if stripped is not None and lowered == stripped.lower():
                 value = strip_signature(value)
             headers.append((name, value))
-        if self.headers.get(TRACE_HEADER) is None:
-            headers.append((TRACE_HEADER, _new_trace_context()))
-        return headers
+        traces = trace_headers(dict(headers))
+        replaced = {name.lower() for name in traces}
+        return [(n, v) for n, v in headers if n.lower() not in replaced] + list(traces.items())
 
     def _forward(
         self, front: FrontEnd, headers: list[tuple[str, str]], body: bytes, deadline: float
@@ -367,8 +437,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         self._answered = True
         self.send_response_only(response.status, response.reason)
+        dropped = _connection_fields(response.headers.get_all("Connection") or [])
         for name, value in response.getheaders():
-            if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
+            if name.lower() not in dropped and name.lower() != "content-length":
                 self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Connection", "close")
@@ -387,6 +458,20 @@ class _Handler(BaseHTTPRequestHandler):
             f"timeout ({front.config.timeout_s:g} s).",
         )
 
+    def _refuse(self, status: HTTPStatus, why: str) -> None:
+        """A request the front end cannot read as HTTP/1.1: Google's page, connection closed
+        (what follows on it cannot be trusted to start a request)."""
+        pages = {
+            HTTPStatus.BAD_REQUEST: bad_request_page,
+            HTTPStatus.REQUEST_TIMEOUT: request_timeout_page,
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE: too_large_page,
+        }
+        page = pages.get(status)
+        body = page() if page else error_page(status, status.phrase, status.description)
+        self.front_end().counters.count("refused", status)
+        self.close_connection = True
+        self._answer(status, body, why, html=True)
+
     def _refuse_too_large(self, why: str) -> None:
         self.front_end().counters.count("refused", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
         self.close_connection = True
@@ -394,9 +479,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, status: int, body: bytes, why: str, *, html: bool = False) -> None:
         logger.warning(
-            "%s %s %s → %d: %s", self.front_end().config.name, self.command, self.path, status, why
+            "%s %s %s → %d: %s",
+            self.front_end().config.name,
+            self.command,
+            getattr(self, "path", ""),
+            status,
+            why,
         )
         self._answered = True
+        if not hasattr(self, "command") or self.command is None:
+            self.command = "GET"  # refused before the request line was read
+        if getattr(self, "request_version", "HTTP/1.1") == "HTTP/0.9":
+            # Google's front end does not speak HTTP/0.9: its refusal is an HTTP/1.1 answer.
+            self.request_version = "HTTP/1.1"
         self.send_response_only(status)
         self.send_header("Content-Type", "text/html; charset=UTF-8" if html else "text/plain")
         self.send_header("Content-Length", str(len(body)))
@@ -411,9 +506,11 @@ class _Handler(BaseHTTPRequestHandler):
         logger.debug("%s %s", self.address_string(), format % args)
 
 
-def _new_trace_context() -> str:
-    """A fresh `TRACE_ID/SPAN_ID;o=1`, the shape Cloud Run adds."""
-    return f"{secrets.token_hex(16)}/{secrets.randbits(63)};o=1"
+def _connection_fields(connection: list[str]) -> frozenset[str]:
+    """The fields a message's sender meant for this hop only: the fixed hop-by-hop set and
+    every field its `Connection` header names (RFC 9110 §7.6.1), lowercased."""
+    named = {token.strip().lower() for value in connection for token in value.split(",")}
+    return _HOP_BY_HOP | {name for name in named if name}
 
 
 def wait_until_listening(

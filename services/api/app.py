@@ -29,6 +29,7 @@ import flask
 
 from services.api import document, errors, payload, routes
 from services.api.errors import ApiError
+from services.api.ownership import Ownership, denied
 from services.api.representation import job_resource
 from services.api.settings import ApiSettings
 from services.jobs import log
@@ -43,6 +44,7 @@ from services.jobs.auth import (
     allowed_emails,
 )
 from services.jobs.clock import Clock, SystemClock
+from services.jobs.error_model import target_problem
 from services.jobs.errors import AlreadyTerminal, JobsError
 from services.jobs.metrics import LOG_EVENT
 from services.jobs.model import Job, NewJob, ScheduleResult, job_id_problems
@@ -70,7 +72,9 @@ class Verifier(Protocol):
 class ApiStore(Protocol):
     """What the API needs of FirestoreJobStore."""
 
-    def schedule(self, new_job: NewJob, *, by: str = ...) -> ScheduleResult: ...
+    def schedule(
+        self, new_job: NewJob, *, by: str = ..., producer: str | None = ...
+    ) -> ScheduleResult: ...
     def get(self, job_id: str) -> Job | None: ...
     def cancel(self, job_id: str, reason: str, by: str) -> Job: ...
     def reschedule(self, job_id: str, due_at: Any, reason: str, by: str) -> Job: ...
@@ -107,8 +111,10 @@ class ApiHandler:
         *,
         max_body_bytes: int,
         project: str | None = None,
+        ownership: Ownership | None = None,
     ) -> None:
         self._store = store
+        self._ownership = ownership or Ownership()
         self._verifier = verifier
         self._clock = clock
         self._max_body_bytes = max_body_bytes
@@ -126,7 +132,7 @@ class ApiHandler:
         started = time.monotonic()
         seen = _Seen()
         with log.bind_request(
-            request.headers.get(log.TRACE_HEADER), self._project, request_id=request_id
+            log.request_trace(request.headers), self._project, request_id=request_id
         ):
             response = self._respond(request, seen)
             response.headers[REQUEST_ID_HEADER] = request_id
@@ -150,6 +156,11 @@ class ApiHandler:
 
     def _respond(self, request: flask.Request, seen: _Seen) -> flask.Response:
         try:
+            # Before anything else, as under functions-framework (services/jobs/startup.py):
+            # a path read with U+FFFD for its bad bytes would name another job.
+            problem = target_problem(request.environ)
+            if problem is not None:
+                raise errors.invalid("path", problem)
             caller = self._authenticate(request)
             seen.caller = caller.email
             found = routes.match(request.method, request.path)
@@ -197,7 +208,12 @@ class ApiHandler:
 
     def _schedule(self, request: flask.Request, caller: Caller, _: str | None) -> _Answer:
         new_job = payload.parse_schedule(self._body(request), self._clock.now())
-        result = self._call(lambda: self._store.schedule(new_job, by=_by(caller)))
+        result = self._call(
+            lambda: self._store.schedule(new_job, by=_by(caller), producer=caller.email)
+        )
+        if not result.created and not self._ownership.may_act(caller.email, result.job):
+            # The same decision, scheduled first by another producer (services/api/ownership.py).
+            raise denied(result.job.job_id)
         status = HTTPStatus.CREATED if result.created else HTTPStatus.OK
         # Percent-encoded: a header is Latin-1, and a job ID may be any Unicode.
         headers = {"Location": f"{routes.COLLECTION}/{quote(result.job.job_id, safe='')}"}
@@ -205,13 +221,22 @@ class ApiHandler:
 
     def _get(self, request: flask.Request, caller: Caller, job_id: str | None) -> _Answer:
         valid_id = _path_id(job_id)
-        job = self._call(lambda: self._store.get(valid_id))
+        job = self._readable(caller, valid_id)
         if job is None:
             raise errors.not_found(f"job {valid_id!r} not found")
         return _Answer(HTTPStatus.OK, job_resource(job))
 
+    def _readable(self, caller: Caller, job_id: str) -> Job | None:
+        """The job when `caller` may act on it (None: it does not exist and the caller is
+        trusted); else 403 whether or not it exists (AIP-211, services/api/ownership.py)."""
+        job: Job | None = self._call(lambda: self._store.get(job_id))
+        if not self._ownership.may_act(caller.email, job):
+            raise denied(job_id)
+        return job
+
     def _cancel(self, request: flask.Request, caller: Caller, job_id: str | None) -> _Answer:
         valid_id = _path_id(job_id)
+        self._readable(caller, valid_id)  # ownership first; the producer never changes
         body = payload.parse_cancel(self._body(request, empty_ok=True))
         reason = body.reason or DEFAULT_CANCEL_REASON
         try:
@@ -227,6 +252,7 @@ class ApiHandler:
 
     def _reschedule(self, request: flask.Request, caller: Caller, job_id: str | None) -> _Answer:
         valid_id = _path_id(job_id)
+        self._readable(caller, valid_id)  # ownership first; the producer never changes
         body = payload.parse_reschedule(self._body(request), self._clock.now())
         reason = body.reason or DEFAULT_RESCHEDULE_REASON
         job = self._call(lambda: self._store.reschedule(valid_id, body.due_at, reason, _by(caller)))
@@ -328,7 +354,12 @@ def create_app(
             )
         )
     handler = ApiHandler(
-        store, verifier, clock, max_body_bytes=settings.max_body_bytes, project=settings.project
+        store,
+        verifier,
+        clock,
+        max_body_bytes=settings.max_body_bytes,
+        project=settings.project,
+        ownership=Ownership(frozenset(settings.trusted_callers)),
     )
     app = flask.Flask("deferred_jobs_api")
     app.extensions[EXTENSION] = handler

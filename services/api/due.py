@@ -13,8 +13,11 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
-# Beyond ten years a job is more likely a unit mistake (ms for s) than a decision.
-MAX_DELAY = timedelta(days=3650)
+from services.jobs.horizon import MAX_AHEAD, MAX_AHEAD_TEXT
+
+# The horizon's bound (services/jobs/horizon.py): a delay and the due time it leads to obey one
+# rule, which the payload then checks against the clock.
+MAX_DELAY = MAX_AHEAD
 
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
@@ -57,7 +60,7 @@ def parse_delay(text: str) -> timedelta:
         raise DueError('must be a duration in seconds with the suffix "s", e.g. "2592000s"')
     seconds, fraction = match.groups()
     if int(seconds) > MAX_DELAY.total_seconds():
-        raise DueError(f"must be at most {int(MAX_DELAY.total_seconds())}s (10 years)")
+        raise DueError(f"must be at most {int(MAX_DELAY.total_seconds())}s ({MAX_AHEAD_TEXT})")
     return timedelta(seconds=int(seconds), microseconds=int((fraction or "0").ljust(6, "0")[:6]))
 
 

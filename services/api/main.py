@@ -1,7 +1,7 @@
 """The functions-framework entry point of the API (`--target=api`).
 
     python -m services.api.main         # the start-up check: exit 2 naming every bad key
-    functions-framework --target=api --source=services/api/main.py
+    python -m services.jobs.server --target=api --source=services/api/main.py
 
 The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
 its startup probe (services/jobs/startup.py). Nothing happens at import but registering the

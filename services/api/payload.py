@@ -17,6 +17,7 @@ from typing import Any
 
 from services.api.due import DueError, parse_delay, parse_timestamp
 from services.api.errors import FieldViolation, invalid, invalid_fields
+from services.jobs.horizon import due_at_problem
 from services.jobs.model import MAX_MAP_DEPTH, MAX_SUBJECT_BYTES, NewJob, derive_job_id
 
 SCHEDULE_FIELDS = (
@@ -183,10 +184,16 @@ def _due(f: _Fields, now: datetime) -> datetime | None:
     if text is None:
         return None
     try:
-        return parse_timestamp(text) if has_due else now + parse_delay(text)
+        due_at = parse_timestamp(text) if has_due else now + parse_delay(text)
     except DueError as exc:
         f.bad(name, str(exc))
         return None
+    # One window for both forms (services/jobs/horizon.py); the store applies it too.
+    problem = due_at_problem(due_at, now)
+    if problem is not None:
+        f.bad(name, problem.replace("due_at", "the due time", 1) if has_delay else problem)
+        return None
+    return due_at
 
 
 class _DuplicateKey(ValueError):

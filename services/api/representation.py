@@ -30,6 +30,7 @@ def job_resource(job: Job) -> dict[str, Any]:
         "created_at": format_timestamp(job.created_at),
         "updated_at": format_timestamp(job.updated_at),
         "cancel_requested": job.cancel_requested is not None,
+        "producer": job.producer,
         "result": (
             {
                 "outcome": job.result.outcome,

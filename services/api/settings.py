@@ -28,8 +28,16 @@ __all__ = ["ALL_KEYS", "PROJECT", "TERMINAL_RETENTION_S", "ApiSettings", "Settin
 API_AUDIENCE = "JOBS_API_AUDIENCE"
 API_ALLOWED_CALLERS = "JOBS_API_ALLOWED_CALLERS"
 API_MAX_BODY_BYTES = "JOBS_API_MAX_BODY_BYTES"
+# Callers that may act on every job, not only those they scheduled (services/api/ownership.py).
+API_TRUSTED_CALLERS = "JOBS_API_TRUSTED_CALLERS"
 
-ALL_KEYS = (*COMMON_KEYS, API_AUDIENCE, API_ALLOWED_CALLERS, API_MAX_BODY_BYTES)
+ALL_KEYS = (
+    *COMMON_KEYS,
+    API_AUDIENCE,
+    API_ALLOWED_CALLERS,
+    API_MAX_BODY_BYTES,
+    API_TRUSTED_CALLERS,
+)
 
 # A schedule request is at most a 1,500-byte ID, a 1 KiB subject and 16 KiB of params (see
 # services/jobs/model.py); 64 KiB leaves room for JSON escaping without inviting megabytes.
@@ -55,6 +63,8 @@ class ApiSettings:
     behind_cloud_run_iam: bool = False
     # JOBS_SHARDS: the due index\'s shard count (services/jobs/shard.py).
     shards: int = 1
+    # JOBS_API_TRUSTED_CALLERS: may act on every job (a subset of allowed_callers).
+    trusted_callers: frozenset[str] = frozenset()
 
     @property
     def terminal_retention(self) -> datetime.timedelta:
@@ -69,6 +79,14 @@ class ApiSettings:
         bad = sorted(e for e in callers if "@" not in e or " " in e)
         if bad:
             env.problem(API_ALLOWED_CALLERS, f"not email addresses: {', '.join(bad)}")
+        trusted = env.csv(API_TRUSTED_CALLERS, default=())
+        stranger = sorted(set(trusted) - set(callers))
+        if stranger:
+            env.problem(
+                API_TRUSTED_CALLERS,
+                f"not in {API_ALLOWED_CALLERS}: {', '.join(stranger)} (a trusted caller must "
+                "be an allowed one)",
+            )
         settings = cls(
             **common.as_fields(),
             audience=env.url(API_AUDIENCE),
@@ -79,6 +97,7 @@ class ApiSettings:
                 min=MIN_MAX_BODY_BYTES,
                 max=MAX_MAX_BODY_BYTES,
             ),
+            trusted_callers=frozenset(trusted),
         )
         env.finish()
         return settings

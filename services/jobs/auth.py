@@ -7,7 +7,7 @@ memory so a busy worker does not fetch Google's certs document on every push. Pu
 Cloud Scheduler send the same token for many requests, so a token google-auth verified is
 remembered by its exact text, with the certs document that verified it (`_VerifiedTokens`):
 a request carrying it again skips the signature and audience checks, which that text, that
-document and the verifier's one audience decide, and runs the others again (the times against
+document and the verifier's audiences decide, and runs the others again (the times against
 the clock of this request, the issuer, the allowlisted and verified email). A refreshed certs
 document (a rotated or withdrawn key) makes every remembered token be verified afresh.
 
@@ -23,6 +23,12 @@ Cloud Run checks `X-Serverless-Authorization` instead of `Authorization` when a 
 it, and passes `Authorization` through untouched
 (https://cloud.google.com/run/docs/authenticating/service-to-service); `verify_request` reads a
 request's headers the same way.
+
+The audience is matched as Cloud Run's invoker check matches it, in this one place for the
+three services: the service URL with or without a trailing slash, or one of the service's
+custom audiences (https://cloud.google.com/run/docs/configuring/custom-audiences;
+https://cloud.google.com/run/docs/authenticating/service-to-service, whose samples use the URL
+with a slash). A token that passed Cloud Run's check then passes the service's too.
 
 No HTTP here: failures are domain errors. The HTTP layer maps `Unauthenticated` to 401,
 `Forbidden` to 403 and `CertsUnavailable` to 503 (so Pub/Sub and Scheduler retry later).
@@ -94,9 +100,18 @@ class Caller:
     expires_at: int
 
 
+def accepted_audiences(service_url: str, custom_audiences: Iterable[str] = ()) -> tuple[str, ...]:
+    """The `aud` values Cloud Run accepts for a service: its URL without and with a trailing
+    slash, then its custom audiences (as declared, exactly)."""
+    base = service_url.rstrip("/")
+    extra = tuple(a for a in custom_audiences if a and a not in (base, base + "/"))
+    return (base, base + "/", *dict.fromkeys(extra))
+
+
 @dataclass(frozen=True)
 class AuthPolicy:
-    """What a service accepts: one audience, a fixed set of caller emails.
+    """What a service accepts: its audience (the service URL; `accepted_audiences` says which
+    `aud` values match it), any custom audiences, a fixed set of caller emails.
 
     `behind_cloud_run_iam`: the service runs behind Cloud Run's IAM invoker check, so tokens
     arrive with their signature removed by Google; only then is such a token accepted.
@@ -107,6 +122,11 @@ class AuthPolicy:
     certs_url: str = GOOGLE_CERTS_URL
     clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
     behind_cloud_run_iam: bool = False
+    custom_audiences: tuple[str, ...] = ()
+
+    @property
+    def audiences(self) -> tuple[str, ...]:
+        return accepted_audiences(self.audience, self.custom_audiences)
 
 
 def bearer_token(authorization: str | None) -> str:
@@ -342,7 +362,7 @@ class TokenVerifier:
             claims = id_token.verify_token(
                 token,
                 request,
-                audience=self.policy.audience,
+                audience=list(self.policy.audiences),
                 certs_url=self._certs.certs_url,
                 clock_skew_in_seconds=self.policy.clock_skew_s,
             )
@@ -392,7 +412,8 @@ class TokenVerifier:
         kid = header.get("kid")
         if not isinstance(kid, str) or not kid:
             raise Unauthenticated("token header has no key id")
-        if claims.get("aud") != self.policy.audience:
+        audience = claims.get("aud")
+        if not isinstance(audience, str) or audience not in self.policy.audiences:
             raise Unauthenticated("wrong audience")
         _check_times(claims, self.policy.clock_skew_s)
         return self._authorize(claims)

@@ -7,8 +7,12 @@ log-based metrics (see `metrics.py`) extract fields such as `outcome` or `due_to
 Usage:
     logger.info("job done", extra={"fields": {"job_id": job_id, "outcome": "completed"}})
 
-    with bind_request(request.headers.get(TRACE_HEADER), project, run_id=run_id):
+    with bind_request(request_trace(request.headers), project, run_id=run_id):
         ...  # every line logged in this block, on this thread or task, carries trace + run_id
+
+A request's trace is read from W3C `traceparent` first and Google's older
+`X-Cloud-Trace-Context` second: Cloud Run sends both, and Google's guidance is to prefer
+`traceparent` and fall back to the other (https://cloud.google.com/trace/docs/trace-context).
 
 `configure_logging` installs the formatter on the root logger; the service factories call it,
 never an import.
@@ -26,9 +30,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 TRACE_HEADER = "X-Cloud-Trace-Context"
+TRACEPARENT_HEADER = "traceparent"
 TRACE_KEY = "logging.googleapis.com/trace"
 SPAN_KEY = "logging.googleapis.com/spanId"
 SAMPLED_KEY = "logging.googleapis.com/trace_sampled"
@@ -42,6 +47,8 @@ _RESERVED = frozenset({"severity", "message", "time", "logger", SOURCE_KEY})
 
 # TRACE_ID/SPAN_ID;o=OPTIONS — the span and the options are optional.
 _TRACE_HEADER_RE = re.compile(r"^([0-9a-fA-F]{32})(?:/([0-9]+))?(?:;o=([01]))?$")
+# 00-TRACE_ID-SPAN_ID-FLAGS (https://www.w3.org/TR/trace-context/#traceparent-header).
+_TRACEPARENT_RE = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
 _bound: ContextVar[Mapping[str, object]] = ContextVar(
     "deferred_jobs_log_fields", default=MappingProxyType({})
@@ -86,6 +93,29 @@ def parse_trace_header(value: str | None) -> TraceContext | None:
     return TraceContext(trace_id.lower(), span_id, sampled)
 
 
+def parse_traceparent(value: str | None) -> TraceContext | None:
+    """The trace context in a `traceparent` value, or None when absent, malformed or all-zero.
+    Its span ID is kept in hexadecimal, the form Cloud Logging's `spanId` takes."""
+    match = _TRACEPARENT_RE.match((value or "").strip())
+    if match is None:
+        return None
+    trace_id, span_id, flags = match.groups()
+    if set(trace_id) == {"0"} or set(span_id) == {"0"}:
+        return None
+    return TraceContext(trace_id, span_id, bool(int(flags, 16) & 1))
+
+
+class Headers(Protocol):
+    def get(self, key: str, /) -> str | None: ...
+
+
+def request_trace(headers: Headers) -> TraceContext | None:
+    """A request's trace: its `traceparent` when well formed, else its X-Cloud-Trace-Context."""
+    return parse_traceparent(headers.get(TRACEPARENT_HEADER)) or parse_trace_header(
+        headers.get(TRACE_HEADER)
+    )
+
+
 @contextmanager
 def bound(**fields: object) -> Iterator[None]:
     """Add `fields` to every line logged inside the block (nests; inner values win)."""
@@ -97,9 +127,14 @@ def bound(**fields: object) -> Iterator[None]:
 
 
 @contextmanager
-def bind_request(trace_header: str | None, project: str | None, **fields: object) -> Iterator[None]:
-    """Bind a request's trace (when its header is well formed) and `fields` for the block."""
-    trace = parse_trace_header(trace_header)
+def bind_request(
+    trace_header: str | TraceContext | None, project: str | None, **fields: object
+) -> Iterator[None]:
+    """Bind a request's trace (`request_trace`, or an X-Cloud-Trace-Context value when well
+    formed) and `fields` for the block."""
+    trace = trace_header if isinstance(trace_header, TraceContext) else None
+    if isinstance(trace_header, str):
+        trace = parse_trace_header(trace_header)
     trace_fields = trace.fields(project) if trace else {}
     with bound(**trace_fields, **fields):
         yield

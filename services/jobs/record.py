@@ -129,6 +129,9 @@ class Job:
     # fail, release, retry_later, cancel_running): how a delivery whose write's answer was
     # lost tells "my outcome applied" from "someone else moved the job".
     ended_lease_token: str | None = None
+    # Who scheduled it through the API (the caller's email); None when scheduled otherwise
+    # (jobsctl, a Python producer). Set once, never changed; the API's ownership rule reads it.
+    producer: str | None = None
     # What an interrupted action finished (media: the objects already handled), so the next
     # delivery resumes with what is left; cleared on completion.
     progress: Mapping[str, Any] | None = None
@@ -236,6 +239,7 @@ class Job:
             "lease_owner": self.lease_owner,
             "lease_token": self.lease_token,
             "ended_lease_token": self.ended_lease_token,
+            "producer": self.producer,
             "progress": dict(self.progress) if self.progress is not None else None,
             "cancel_requested": (
                 {
@@ -312,6 +316,7 @@ class Job:
             lease_owner=_opt_str(data, "lease_owner"),
             lease_token=_opt_str(data, "lease_token"),
             ended_lease_token=_opt_str(data, "ended_lease_token"),
+            producer=_opt_str(data, "producer"),
             progress=_opt_map(data, "progress"),
             shard=_shard(_opt(data, "shard")),
             cancel_requested=(

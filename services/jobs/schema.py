@@ -224,6 +224,7 @@ DOCUMENT_FIELDS: dict[str, tuple[str, ...]] = {
         "lease_owner",
         "lease_token",
         "ended_lease_token",
+        "producer",
         "progress",
         "cancel_requested",
         "result",

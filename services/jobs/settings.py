@@ -280,6 +280,31 @@ def _range(low: object, high: object) -> builtins.str:
     return f"at least {low}" if low is not None else f"at most {high}"
 
 
+# Set by Cloud Run in every container (https://cloud.google.com/run/docs/container-contract#env-vars),
+# and by the local front end in the one it runs (emulators/cloudrun/container.py).
+CLOUD_RUN_SERVICE = "K_SERVICE"
+
+
+def _behind_cloud_run_iam(env: EnvReader) -> builtins.bool:
+    """JOBS_AUTH_BEHIND_CLOUD_RUN_IAM, refused unless the process runs on Cloud Run.
+
+    With the flag a token without a signature is trusted (Cloud Run verified it before the
+    container saw it: docs/api.md, "Trust boundary"). A process not on Cloud Run has no such
+    front end, so there the flag would let anyone in with an unsigned token: the start-up check
+    names both keys instead.
+    """
+    behind = env.bool(BEHIND_CLOUD_RUN_IAM, default=False)
+    if behind and not env.str(CLOUD_RUN_SERVICE, default=""):
+        env.problem(
+            BEHIND_CLOUD_RUN_IAM,
+            f"true, but {CLOUD_RUN_SERVICE} is not set: the process is not on Cloud Run, so no "
+            "invoker check verified the unsigned tokens this flag accepts; set it only on Cloud "
+            "Run (or behind the local front end, emulators/cloudrun, which sets "
+            f"{CLOUD_RUN_SERVICE})",
+        )
+    return behind
+
+
 @dataclass(frozen=True)
 class CommonSettings:
     """Keys every service reads: project, log level, OIDC verification (and whether Cloud Run's
@@ -320,7 +345,7 @@ class CommonSettings:
             ),
             # True only where Cloud Run's IAM invoker check (or the local front end,
             # emulators/cloudrun) verified each token before the service sees it.
-            behind_cloud_run_iam=env.bool(BEHIND_CLOUD_RUN_IAM, default=False),
+            behind_cloud_run_iam=_behind_cloud_run_iam(env),
             shards=env.int(SHARDS, default=1, min=1, max=MAX_SHARDS),
         )
 

@@ -7,11 +7,17 @@ is bad it writes one CRITICAL JSON line naming every bad key (event `settings_in
 the process exits 2, so the port never opens, Cloud Run's startup probe fails and the revision
 never takes traffic (infra/cloudrun.py). A bad value fails the deploy, not the first request.
 
-At the HTTP edge. functions-framework answers an exception that escapes the function, and a
-path it reserves (/robots.txt, /favicon.ico), with text or HTML. `install_json_errors`
-registers one handler on functions-framework's app (its documented `errorhandler` hook) that
-answers JSON instead; `settings_failure` is the answer when the settings cannot be read on a
-request after all (a process started without the check).
+At the HTTP edge, every error answer is in Google's error model (services/jobs/error_model.py,
+https://cloud.google.com/apis/design/errors). functions-framework answers an exception that
+escapes the function, and the paths it keeps for itself (/robots.txt, /favicon.ico) or cannot
+route (a path with a newline), with HTML. `install_json_errors` registers one handler on
+functions-framework's app (its documented `errorhandler` hook) that answers Google's error body
+instead, and on that app (the hook's owner) routes every path to the target function, so the
+service's own checks (the API's authentication first) answer them, and refuses a path or query
+that is not UTF-8 once percent-decoded before any routing. `answer` gives the scan's and
+worker's own refusals the same shape (their fields kept in a google.rpc.ErrorInfo detail);
+`settings_failure` is the answer when the settings cannot be read on a request after all (a
+process started without the check).
 """
 
 from __future__ import annotations
@@ -25,9 +31,17 @@ from http import HTTPStatus
 from typing import IO, Any, Generic, Protocol, TypeVar
 
 import flask
+import werkzeug.routing
 from werkzeug.exceptions import HTTPException
 
 from services.jobs import log
+from services.jobs.error_model import (
+    as_error_body,
+    error_body,
+    error_bytes,
+    error_info,
+    target_problem,
+)
 from services.jobs.metrics import LOG_EVENT
 from services.jobs.settings import SettingsError
 
@@ -111,8 +125,14 @@ def settings_failure(service: str, error: SettingsError) -> flask.Response:
             }
         },
     )
+    keys = bad_keys(error)
     return json_response(
-        HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "invalid settings", "keys": bad_keys(error)}
+        HTTPStatus.INTERNAL_SERVER_ERROR,
+        error_body(
+            HTTPStatus.INTERNAL_SERVER_ERROR,
+            f"invalid settings: {', '.join(keys)}",
+            [error_info("INVALID_SETTINGS", {"keys": keys})],
+        ),
     )
 
 
@@ -126,27 +146,113 @@ def answer(service: str, shared: Callable[[], Handler], request: flask.Request) 
         handler = shared()
     except SettingsError as exc:
         return settings_failure(service, exc)
-    return handler.handle(request)
+    return google_errors(handler.handle(request))
+
+
+def google_errors(response: flask.Response) -> flask.Response:
+    """`response` with an error answer's body in Google's error model (see `as_error_body`);
+    successes and bodies already in that shape pass unchanged."""
+    if response.status_code < HTTPStatus.BAD_REQUEST:
+        return response
+    try:
+        body: object = json.loads(response.get_data())
+    except ValueError:
+        body = {"detail": response.get_data(as_text=True)[:500]}
+    converted = as_error_body(response.status_code, body)
+    if converted is body and response.mimetype == "application/json":
+        return response
+    response.set_data(json.dumps(converted) + "\n")
+    response.mimetype = "application/json"
+    return response
 
 
 def json_error(exc: Exception) -> flask.Response:
-    """Flask error handler: an HTTP error keeps its status, anything else is a logged 500."""
+    """Flask error handler: an HTTP error keeps its status, anything else is a logged 500;
+    both in Google's error model."""
     if isinstance(exc, HTTPException):
         status = exc.code or HTTPStatus.INTERNAL_SERVER_ERROR
-        return json_response(status, {"error": HTTPStatus(status).phrase.lower()})
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:  # a status http.HTTPStatus does not name
+            phrase = ""
+        return json_response(status, error_body(status, phrase.lower() or "error"))
     logger.error(
         "unhandled %s",
         type(exc).__name__,
         exc_info=exc,
         extra={"fields": {LOG_EVENT: EVENT_UNHANDLED, "error_type": type(exc).__name__}},
     )
-    return json_response(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"})
+    return json_response(
+        HTTPStatus.INTERNAL_SERVER_ERROR,
+        error_body(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error"),
+    )
 
 
 def install_json_errors(register: Callable[[type[Exception]], Any]) -> None:
     """Register `json_error` for every exception with `register` (functions_framework's
-    `errorhandler`, which outside functions-framework is a no-op)."""
+    `errorhandler`, which outside functions-framework is a no-op); when `register` belongs to
+    a Flask app (functions-framework's, building this target), route every path of it to the
+    target and refuse paths that are not UTF-8 (`serve_every_path`)."""
     register(Exception)(json_error)
+    app = getattr(register, "__self__", None)
+    if isinstance(app, flask.Flask):
+        serve_every_path(app)
+
+
+class _AnyPath(werkzeug.routing.BaseConverter):
+    """Any path at all, newlines included (werkzeug's `path` stops at one)."""
+
+    regex = r"(?s:.+)"
+    part_isolating = False
+
+
+def serve_every_path(app: flask.Flask) -> None:
+    """Send every path of functions-framework's `app` to its target function.
+
+    functions-framework answers /robots.txt and /favicon.ico itself (404) and cannot route a
+    path containing a newline (`%0A`): those answers came before the service's own code, its
+    authentication included. Here the target answers them like any other path. Every request
+    whose path or query is not UTF-8 once percent-decoded is refused first (400,
+    error_model.path_problem).
+
+    Called while functions-framework imports the target's module, before it adds its routes;
+    so the routes are replaced on the first request, by the WSGI wrapper installed now.
+    """
+    inner = app.wsgi_app
+    routed = threading.Event()
+    lock = threading.Lock()
+
+    def every_path_utf8_only(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if not routed.is_set():
+            with lock:
+                if not routed.is_set():
+                    _route_everything_to_run(app)
+                    routed.set()
+        problem = target_problem(environ)
+        if problem is None:
+            return inner(environ, start_response)
+        data = error_bytes(HTTPStatus.BAD_REQUEST, problem)
+        start_response(
+            "400 Bad Request",
+            [("Content-Type", "application/json"), ("Content-Length", str(len(data)))],
+        )
+        return [data]
+
+    app.wsgi_app = every_path_utf8_only  # type: ignore[method-assign]
+
+
+def _route_everything_to_run(app: flask.Flask) -> None:
+    if "run" not in app.view_functions:
+        return  # not an HTTP-signature target: nothing of ours to route
+    app.url_map = werkzeug.routing.Map(
+        [
+            werkzeug.routing.Rule("/", defaults={"path": ""}, endpoint="run"),
+            werkzeug.routing.Rule("/<anypath:path>", endpoint="run"),
+        ],
+        converters={"anypath": _AnyPath},
+        merge_slashes=False,
+        strict_slashes=False,
+    )
 
 
 H = TypeVar("H")

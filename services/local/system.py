@@ -356,7 +356,7 @@ class LocalSystem:
         argv = [
             sys.executable,
             "-m",
-            "functions_framework",
+            "services.jobs.server",
             f"--target={target}",
             f"--source={ROOT / 'services' / target / 'main.py'}",
             f"--host={HOST}",

@@ -106,7 +106,7 @@ class ScanHandler:
 
     def handle(self, request: flask.Request) -> flask.Response:
         run_id = Scanner.new_run_id(self._clock.now())
-        with log.bind_request(request.headers.get(log.TRACE_HEADER), self._project, run_id=run_id):
+        with log.bind_request(log.request_trace(request.headers), self._project, run_id=run_id):
             try:
                 return self._handle(request, run_id)
             except Exception as exc:

@@ -84,7 +84,7 @@ class PushHandler:
 
     def handle(self, request: flask.Request) -> flask.Response:
         seen = _Seen()
-        with log.bind_request(request.headers.get(log.TRACE_HEADER), self._project):
+        with log.bind_request(log.request_trace(request.headers), self._project):
             try:
                 if request.method != "POST":
                     return json_response(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "POST only"})

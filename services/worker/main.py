@@ -1,7 +1,7 @@
 """The functions-framework entry point of the worker (`--target=worker`).
 
     python -m services.worker.main      # the start-up check: exit 2 naming every bad key
-    functions-framework --target=worker --source=services/worker/main.py
+    python -m services.jobs.server --target=worker --source=services/worker/main.py
 
 The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
 its startup probe (services/jobs/startup.py). Nothing happens at import but registering the

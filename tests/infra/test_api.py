@@ -32,6 +32,10 @@ def stack(request: pytest.FixtureRequest) -> Iterator[tuple[str, StackRun]]:
     yield request.param, run_with_api(request.param)
 
 
+# Cloud Run sets K_SERVICE in every container; the behind-IAM flag requires it.
+ON_CLOUD_RUN = {"K_SERVICE": "deferred-jobs-api"}
+
+
 def callers_of(name: str) -> list[str]:
     callers: list[str] = DEPLOYER_CONFIG[name]["deferred-jobs:apiCallers"]
     return callers
@@ -101,7 +105,7 @@ def test_the_environment_is_one_api_settings_accepts_with_the_url_as_audience(
     jobs = {k: v for k, v in variables.items() if k.startswith(PREFIX)}
     assert set(jobs) == set(infra_api.API_VARIABLES)
     assert set(jobs) <= set(api_keys.ALL_KEYS)
-    settings = ApiSettings.from_env(jobs)
+    settings = ApiSettings.from_env({**jobs, **ON_CLOUD_RUN})
     assert settings.audience == run.outputs["api_url"]
     assert run.outputs["api_url"] == run.outputs["scan_url"].replace("-scan-", "-api-")
     assert settings.allowed_callers == frozenset(callers_of(name))
@@ -116,7 +120,8 @@ def test_the_api_runs_behind_cloud_run_iam_and_is_told_so(stack: tuple[str, Stac
     _, run = stack
     variables = envs(run)
     assert variables[BEHIND_CLOUD_RUN_IAM] == "true"
-    settings = ApiSettings.from_env({k: v for k, v in variables.items() if k.startswith(PREFIX)})
+    jobs = {k: v for k, v in variables.items() if k.startswith(PREFIX)}
+    settings = ApiSettings.from_env({**jobs, **ON_CLOUD_RUN})
     assert settings.behind_cloud_run_iam is True
     # The claim holds only while the invoker check stays on: never invoker_iam_disabled, and
     # every IAM binding on the service is run.invoker (none grants allUsers a way round it).

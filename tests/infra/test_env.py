@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from infra import env
+from services.jobs.settings import CLOUD_RUN_SERVICE
 from services.scan import settings as scan_keys
 from services.scan.settings import ScanSettings
 from services.worker import settings as worker_keys
@@ -62,7 +63,10 @@ def _envs(run: StackRun, key: str) -> dict[str, str]:
 
 
 def _jobs_envs(run: StackRun, key: str) -> dict[str, str]:
-    return {name: value for name, value in _envs(run, key).items() if name.startswith("JOBS_")}
+    """The JOBS_* of `key`, plus the K_SERVICE Cloud Run sets in every container (the
+    behind-IAM flag requires it)."""
+    jobs = {name: value for name, value in _envs(run, key).items() if name.startswith("JOBS_")}
+    return {**jobs, CLOUD_RUN_SERVICE: f"deferred-jobs-{key}"}
 
 
 @pytest.mark.parametrize("service", sorted(SERVICES))
@@ -84,7 +88,7 @@ def test_each_service_settings_read_every_variable_the_stack_sets(
     from_env(environ)
     assert set(environ) <= environ.looked_up
     # ALL_KEYS is the services' published list; it must name everything they look up.
-    assert environ.looked_up <= set(all_keys)
+    assert environ.looked_up - {CLOUD_RUN_SERVICE} <= set(all_keys)
 
 
 def test_scan_settings_built_from_the_stack_carry_its_values(stack: StackRun) -> None:

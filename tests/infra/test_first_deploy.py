@@ -249,7 +249,9 @@ def test_both_services_run_behind_cloud_run_iam_and_are_told_so(
 ) -> None:
     environment = _envs(stack, key)
     assert environment[BEHIND_CLOUD_RUN_IAM] == "true"
-    read({k: v for k, v in environment.items() if k.startswith("JOBS_")})
+    # As on Cloud Run, which sets K_SERVICE in every container (the flag requires it).
+    on_cloud_run = {k: v for k, v in environment.items() if k.startswith("JOBS_")}
+    read({**on_cloud_run, "K_SERVICE": f"deferred-jobs-{key}"})
     # The claim holds only while the invoker check stays on: exactly one run.invoker binding
     # on the service, and no service disables the check.
     service = stack.one("cloudrunv2/service:Service", f"{key}-service").state
@@ -266,7 +268,9 @@ def test_common_settings_read_the_behind_iam_key() -> None:
     from services.jobs.settings import CommonSettings, EnvReader
 
     assert CommonSettings.read(EnvReader({"JOBS_PROJECT": "p"})).behind_cloud_run_iam is False
-    on = CommonSettings.read(EnvReader({"JOBS_PROJECT": "p", BEHIND_CLOUD_RUN_IAM: "true"}))
+    on = CommonSettings.read(
+        EnvReader({"JOBS_PROJECT": "p", BEHIND_CLOUD_RUN_IAM: "true", "K_SERVICE": "s"})
+    )
     assert on.behind_cloud_run_iam is True
 
 

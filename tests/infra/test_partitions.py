@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from services.jobs.settings import CLOUD_RUN_SERVICE
 from services.scan.partitions import PartitionError, partition_shards, shards_of
 from services.scan.settings import SCAN_PARTITIONS, ScanSettings
 from tests.infra.conftest import run_stack
@@ -43,7 +44,8 @@ def test_k_partitions_make_k_jobs_each_naming_its_partition() -> None:
         assert target["oidcToken"]["audience"] == target["uri"]
         assert job.state["schedule"] == "* * * * *"
     assert len({j.state["name"] for j in jobs}) == 4
-    settings = ScanSettings.from_env(_scan_envs(run))
+    # K_SERVICE: Cloud Run sets it in every container (the behind-IAM flag requires it).
+    settings = ScanSettings.from_env({**_scan_envs(run), CLOUD_RUN_SERVICE: "deferred-jobs-scan"})
     assert (settings.partitions, settings.shards) == (4, 8)
 
 

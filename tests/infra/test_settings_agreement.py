@@ -98,9 +98,13 @@ def test_every_accepted_stack_config_gives_environments_the_services_accept(
 ) -> None:
     config = parse_config(values)
     # WIRING holds plain strings, so every value here is a str.
-    ScanSettings.from_env({k: str(v) for k, v in env.scan_environment(config, WIRING).items()})
+    # Cloud Run sets K_SERVICE in every container; the behind-IAM flag requires it.
+    on_cloud_run = {"K_SERVICE": "deferred-jobs"}
+    ScanSettings.from_env(
+        {**{k: str(v) for k, v in env.scan_environment(config, WIRING).items()}, **on_cloud_run}
+    )
     worker = WorkerSettings.from_env(
-        {k: str(v) for k, v in env.worker_environment(config, WIRING).items()}
+        {**{k: str(v) for k, v in env.worker_environment(config, WIRING).items()}, **on_cloud_run}
     )
     # What the worker reads keeps its deadlines inside Cloud Run's and the lease's.
     assert 1 <= worker.max_delivery_s < config.worker_request_timeout_s
@@ -110,6 +114,8 @@ def test_every_accepted_stack_config_gives_environments_the_services_accept(
         values["workerDeadlineMarginS"] or worker.deadline_margin_s,
     )
     if config.api_callers:  # no callers: no api service (infra/api.py)
-        api = ApiSettings.from_env({k: str(v) for k, v in api_environment(config, API_URL).items()})
+        api = ApiSettings.from_env(
+            {**{k: str(v) for k, v in api_environment(config, API_URL).items()}, **on_cloud_run}
+        )
         assert api.allowed_callers == frozenset(config.api_callers)
         assert api.behind_cloud_run_iam

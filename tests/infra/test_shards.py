@@ -25,7 +25,8 @@ READERS = {
 
 def _jobs_envs(run: StackRun, name: str) -> dict[str, str]:
     container = run.one(SERVICE, name).state["template"]["containers"][0]
-    return {e["name"]: e["value"] for e in container["envs"] if e["name"].startswith("JOBS_")}
+    jobs = {e["name"]: e["value"] for e in container["envs"] if e["name"].startswith("JOBS_")}
+    return {**jobs, "K_SERVICE": name}  # as Cloud Run sets it (the behind-IAM flag needs it)
 
 
 @pytest.mark.parametrize("shards", [None, 4])

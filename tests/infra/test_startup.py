@@ -31,8 +31,13 @@ def _jobs_envs(run: StackRun, key: str) -> dict[str, str]:
     return {i["name"]: i["value"] for i in container["envs"] if i["name"].startswith("JOBS_")}
 
 
-def _check(target: str, jobs: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBS_")}
+def _check(
+    target: str, jobs: dict[str, str], *, on_cloud_run: bool = True
+) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("JOBS_", "K_"))}
+    if on_cloud_run:
+        # Cloud Run gives every container K_SERVICE (the behind-IAM flag requires it).
+        environ["K_SERVICE"] = f"deferred-jobs-{target}"
     return subprocess.run(
         [sys.executable, "-m", f"services.{target}.main"],
         cwd=ROOT,
@@ -79,12 +84,25 @@ def test_a_bad_setting_exits_2_naming_every_bad_key(dev_with_api: StackRun, targ
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("target", SERVICES)
+def test_the_behind_iam_flag_off_cloud_run_exits_2_naming_it_and_k_service(
+    dev_with_api: StackRun, target: str
+) -> None:
+    jobs = _jobs_envs(dev_with_api, target)
+    assert jobs["JOBS_AUTH_BEHIND_CLOUD_RUN_IAM"] == "true"
+    done = _check(target, jobs, on_cloud_run=False)
+    assert done.returncode == 2
+    (line,) = [json.loads(x) for x in done.stderr.splitlines() if x.startswith("{")]
+    assert line["keys"] == ["JOBS_AUTH_BEHIND_CLOUD_RUN_IAM"]
+    assert "K_SERVICE is not set" in line["message"]
+
+
 def test_the_image_runs_the_check_before_functions_framework() -> None:
     text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
     (cmd,) = [line for line in text.splitlines() if line.startswith("CMD ")]
     check, _, serve = cmd.removeprefix("CMD ").partition("&&")
     assert check.split() == ["python", "-m", "services.${FUNCTION_TARGET}.main"]
-    assert serve.split()[:2] == ["exec", "functions-framework"]
+    assert serve.split()[:4] == ["exec", "python", "-m", "services.jobs.server"]
 
 
 @pytest.fixture
@@ -102,15 +120,18 @@ def test_functions_framework_answers_json_to_errors(target: str, no_jobs_environ
     # The app functions-framework builds for the target (as `functions-framework --target`).
     app = functions_framework.create_app(target, str(ROOT / env.FUNCTION_SOURCES[target]))
     client = app.test_client()
-    reserved = client.get("/favicon.ico")  # a path functions-framework keeps for itself
-    assert (reserved.status_code, reserved.mimetype) == (404, "application/json")
-    assert reserved.get_json() == {"error": "not found"}
-    # No settings (a process started without the check): a JSON 500 naming the keys.
-    missing = client.post("/", data=b"{}")
-    assert (missing.status_code, missing.mimetype) == (500, "application/json")
-    body = missing.get_json()
-    assert body["error"] == "invalid settings"
-    assert "JOBS_PROJECT" in body["keys"]
+    # No settings (a process started without the check): Google's error body, a 500 naming
+    # the keys, on every path: those functions-framework kept for itself (/robots.txt,
+    # /favicon.ico) and could not route (a newline) reach the target too.
+    for path in ("/", "/favicon.ico", "/robots.txt", "/a%0Ab"):
+        missing = client.post(path, data=b"{}")
+        assert (missing.status_code, missing.mimetype) == (500, "application/json"), path
+        error = missing.get_json()["error"]
+        assert (error["code"], error["status"]) == (500, "INTERNAL")
+        assert error["message"].startswith("invalid settings: ")
+        assert "JOBS_PROJECT" in error["message"]
+        [info] = error["details"]
+        assert "JOBS_PROJECT" in json.loads(info["metadata"]["keys"])
 
 
 def test_an_exception_escaping_the_function_is_a_json_500() -> None:
@@ -125,7 +146,9 @@ def test_an_exception_escaping_the_function_is_a_json_500() -> None:
 
     answer = app.test_client().get("/")
     assert (answer.status_code, answer.mimetype) == (500, "application/json")
-    assert answer.get_json() == {"error": "internal error"}
+    assert answer.get_json() == {
+        "error": {"code": 500, "message": "internal error", "status": "INTERNAL"}
+    }
     assert b"Traceback" not in answer.data and b"a bug" not in answer.data
 
 
@@ -144,6 +167,7 @@ def _run_cmd(target: str, jobs: dict[str, str], port: int) -> subprocess.Popen[s
         FUNCTION_TARGET=target,
         FUNCTION_SOURCE=env.FUNCTION_SOURCES[target],
         PORT=str(port),
+        K_SERVICE=f"deferred-jobs-{target}",  # as Cloud Run sets it
         HOST="127.0.0.1",  # functions-framework's --host default comes from HOST
         **jobs,
     )

@@ -30,6 +30,7 @@ from services.jobs.errors import (
     ValidationError,
 )
 from services.jobs.gateway import Gateway
+from services.jobs.horizon import due_at_problem
 from services.jobs.limits import MAX_REASON_BYTES
 from services.jobs.model import Job, decode_job
 from services.jobs.queries import QuerySpec
@@ -314,3 +315,10 @@ def require_text(**values: str) -> None:
     empty = [name for name, value in values.items() if not isinstance(value, str) or not value]
     if empty:
         raise ValidationError([f"{name} must be a non-empty string" for name in empty])
+
+
+def require_due_in_horizon(due_at: datetime, now: datetime) -> None:
+    """horizon.py's one rule on due times, as a ValidationError."""
+    problem = due_at_problem(due_at, now)
+    if problem is not None:
+        raise ValidationError([problem])

@@ -95,8 +95,10 @@ class FirestoreJobStore:
 
     # -- application: scheduling.py ------------------------------------------------------------
 
-    def schedule(self, new_job: NewJob, *, by: str = "application") -> ScheduleResult:
-        return self._scheduling.schedule(new_job, by=by)
+    def schedule(
+        self, new_job: NewJob, *, by: str = "application", producer: str | None = None
+    ) -> ScheduleResult:
+        return self._scheduling.schedule(new_job, by=by, producer=producer)
 
     def schedule_many(
         self, new_jobs: Sequence[NewJob], *, by: str = "application"

@@ -29,6 +29,7 @@ from services.jobs.store.documents import (
     Documents,
     decoded,
     require_aware,
+    require_due_in_horizon,
     require_short,
     require_text,
 )
@@ -63,6 +64,7 @@ class Reads:
         require_text(reason=reason, by=by)
         require_short(reason=reason, by=by)
         new_due = require_aware(due_at, "due_at")
+        require_due_in_horizon(new_due, self._docs.clock.now())
 
         def change(job: Job, now: datetime) -> Job:
             return self._docs.rules.reschedule(job, new_due, reason, by, now)

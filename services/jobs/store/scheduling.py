@@ -16,7 +16,7 @@ from google.api_core import exceptions as api_exceptions
 from services.jobs.errors import LostRace, ScheduleConflict, ValidationError
 from services.jobs.model import Job, NewJob, ScheduleResult, decode_job
 from services.jobs.state import HistoryEntry, Role, State
-from services.jobs.store.documents import Documents
+from services.jobs.store.documents import Documents, require_due_in_horizon
 from services.jobs.transactions import store_errors
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,9 @@ class Scheduling:
         self._docs = docs
         self._known_actions = frozenset(known_actions)
 
-    def schedule(self, new_job: NewJob, *, by: str = "application") -> ScheduleResult:
+    def schedule(
+        self, new_job: NewJob, *, by: str = "application", producer: str | None = None
+    ) -> ScheduleResult:
         """Create a deferred job, idempotent by the decision's identity.
 
         The same decision again (job ID, action, subject, params, max_attempts, idempotency
@@ -89,7 +91,8 @@ class Scheduling:
         nothing. Costs 1 write when new (no read), 1 read when it exists.
         """
         valid = new_job.validated(self._known_actions)
-        job = self._new_record(valid, by)
+        require_due_in_horizon(valid.due_at, self._docs.clock.now())
+        job = self._new_record(valid, by).replaced(producer=producer)
         ref = self._docs.jobs.document(valid.job_id)
         with store_errors():
             try:
@@ -122,7 +125,9 @@ class Scheduling:
         for index, new_job in enumerate(new_jobs):
             try:
                 valid[index] = new_job.validated(self._known_actions)
+                require_due_in_horizon(valid[index].due_at, self._docs.clock.now())
             except ValidationError as exc:
+                valid.pop(index, None)
                 outcomes[index] = exc
         if not self._create_batch(valid, {}, outcomes, by):
             refs = [self._docs.jobs.document(v.job_id) for v in valid.values()]

@@ -85,8 +85,15 @@ def fronted_api_rig(
 
 
 def _rig(
-    firestore_client: firestore.Client, project: str, oidc_server: Any, *, cloud_run: bool
+    firestore_client: firestore.Client,
+    project: str,
+    oidc_server: Any,
+    *,
+    cloud_run: bool,
+    callers: tuple[str, ...] = (CALLER,),
+    trusted: tuple[str, ...] = (),
 ) -> Iterator[ApiRig]:
+    """The API (behind a front end when `cloud_run`) for `callers`, `trusted` among them."""
     # Served first (a front end needs its upstream), the app plugged in once built.
     apps: list[Any] = []
     server = make_server("127.0.0.1", 0, lambda env, start: apps[0](env, start), threaded=True)
@@ -98,7 +105,7 @@ def _rig(
         front = front_end(
             container_url,
             oidc_server.certs_url,
-            invokers=[CALLER],
+            invokers=list(callers),
             service=API_SERVICE,
             timeout_s=API_TIMEOUT_S,
             concurrency=API_CONCURRENCY,
@@ -107,9 +114,10 @@ def _rig(
     settings = ApiSettings(
         project=project,
         audience=audience,
-        allowed_callers=frozenset({CALLER}),
+        allowed_callers=frozenset(callers),
         certs_url=oidc_server.certs_url,
         behind_cloud_run_iam=cloud_run,
+        trusted_callers=frozenset(trusted),
     )
     clock = FakeClock(T0)
     apps.append(create_app(settings, clock=clock, firestore_client=firestore_client))

@@ -107,13 +107,15 @@ def test_a_finished_job_is_neither_cancelled_nor_rescheduled(api_rig: ApiRig) ->
     assert api_rig.document("job-1") == stored
 
 
-def test_unknown_jobs_are_404(api_rig: ApiRig) -> None:
+def test_unknown_jobs_are_403_to_a_caller_that_may_see_only_its_own(api_rig: ApiRig) -> None:
+    # AIP-211: permission before existence (services/api/ownership.py); the rig's caller is
+    # not trusted, so a job it did not make is PERMISSION_DENIED whether or not it exists.
     for method, path in [("GET", "/v1/jobs/nosuch"), ("POST", "/v1/jobs/nosuch:cancel")]:
         response = api_rig.call(method, path)
-        assert response.status_code == 404, response.text
-        assert response.json()["error"]["status"] == "NOT_FOUND"
+        assert response.status_code == 403, response.text
+        assert response.json()["error"]["status"] == "PERMISSION_DENIED"
     response = api_rig.call("POST", "/v1/jobs/nosuch:reschedule", {"delay": "1s"})
-    assert response.status_code == 404
+    assert response.status_code == 403
 
 
 @pytest.mark.parametrize(

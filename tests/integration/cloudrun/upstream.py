@@ -2,6 +2,7 @@
 
 `POST /slow?s=N` sleeps N seconds before answering (and counts the completion afterwards), and
 `/hold` blocks until `release()`: both let tests see the timeout and the concurrency limit.
+`/hop` answers with a field its own `Connection` header names.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class Seen:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # a container behind the front end takes its bursts too
+
+
 class Upstream(BackgroundHTTPServer):
     def __init__(self) -> None:
         seen = Seen()
@@ -38,12 +43,16 @@ class Upstream(BackgroundHTTPServer):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with seen.lock:
                     seen.requests.append(
-                        {"path": self.path, "headers": dict(self.headers.items()), "body": body}
+                        {
+                            "path": self.requestline.split()[1],
+                            "headers": dict(self.headers.items()),
+                            "body": body,
+                        }
                     )
                     seen.in_flight += 1
                     seen.max_in_flight = max(seen.max_in_flight, seen.in_flight)
                 try:
-                    self._work()
+                    extra = self._work()
                 finally:
                     with seen.lock:
                         seen.in_flight -= 1
@@ -53,6 +62,8 @@ class Upstream(BackgroundHTTPServer):
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    for name, value in extra:
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
                 except OSError:
@@ -60,17 +71,21 @@ class Upstream(BackgroundHTTPServer):
 
             do_GET = do_POST
 
-            def _work(self) -> None:
+            def _work(self) -> list[tuple[str, str]]:
+                """Extra response headers (`/hop`: one its `Connection` names)."""
                 parts = urllib.parse.urlsplit(self.path)
                 if parts.path == "/slow":
                     time.sleep(float(urllib.parse.parse_qs(parts.query)["s"][0]))
                 elif parts.path == "/hold":
                     seen.held.wait(30)
+                elif parts.path == "/hop":
+                    return [("Connection", "X-Internal"), ("X-Internal", "1"), ("X-Kept", "1")]
+                return []
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        httpd = _Server(("127.0.0.1", 0), Handler)
         httpd.daemon_threads = True
         super().__init__(httpd, "upstream")
         self.seen = seen

@@ -147,9 +147,10 @@ def test_with_invoker_iam_disabled_the_services_verify_every_signature_themselve
         proc.terminate()
         proc.communicate(timeout=30)
     assert no_token.status_code == 401
-    assert no_token.json()["error"] == "unauthenticated"
+    # The scan's own answer, in Google's error model (services/jobs/error_model.py).
+    assert no_token.json()["error"]["status"] == "UNAUTHENTICATED"
     assert stripped.status_code == 401
-    assert "not configured as behind Cloud Run IAM" in stripped.json()["detail"]
-    # The api too answers for itself, in its own error format.
+    assert "not configured as behind Cloud Run IAM" in stripped.json()["error"]["message"]
+    # The api too answers for itself, in the same format.
     assert api_no_token.status_code == 401
     assert api_no_token.json()["error"]["status"] == "UNAUTHENTICATED"

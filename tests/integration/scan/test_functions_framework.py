@@ -1,5 +1,6 @@
-"""`functions-framework --target=scan --source=services/scan/main.py` serves the scan: settings
-from JOBS_* variables, real clients on the emulators, a real token from the local issuer."""
+"""`python -m services.jobs.server --target=scan --source=services/scan/main.py`
+(functions-framework's app and server) serves the scan: settings from JOBS_* variables, real
+clients on the emulators, a real token from the local issuer."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import requests
 from tests.integration.scan.conftest import AUDIENCE, INVOKER, TOPIC, Rig
 
 ROOT = Path(__file__).resolve().parents[3]
-FUNCTIONS_FRAMEWORK = Path(sys.executable).with_name("functions-framework")
 
 
 def free_port() -> int:
@@ -80,7 +80,9 @@ def served(rig: Rig) -> Iterator[Served]:
     assert env["FIRESTORE_EMULATOR_HOST"] and env["PUBSUB_EMULATOR_HOST"]
     process = subprocess.Popen(
         [
-            str(FUNCTIONS_FRAMEWORK),
+            sys.executable,
+            "-m",
+            "services.jobs.server",
             "--target=scan",
             "--source=services/scan/main.py",
             "--host=127.0.0.1",
@@ -99,7 +101,8 @@ def served(rig: Rig) -> Iterator[Served]:
             try:
                 requests.get(server.url, timeout=1)
                 break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.ReadTimeout):
+                # Not listening yet, or building the app on this first request under load.
                 if process.poll() is not None or time.monotonic() > deadline:
                     output = server.stop()
                     raise AssertionError(f"functions-framework did not start: {output}") from None

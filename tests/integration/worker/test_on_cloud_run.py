@@ -58,7 +58,7 @@ def service_url(firestore_project: str, oidc_server: Any) -> Iterator[str]:
             "--",
             sys.executable,
             "-m",
-            "functions_framework",
+            "services.jobs.server",
             "--target=worker",
             "--source=services/worker/main.py",
             "--host=127.0.0.1",

@@ -48,10 +48,12 @@ class FakeStore:
         self.jobs: dict[str, Job] = {}
         self.calls: list[str] = []
 
-    def schedule(self, new_job: NewJob, *, by: str = "application") -> ScheduleResult:
+    def schedule(
+        self, new_job: NewJob, *, by: str = "application", producer: str | None = None
+    ) -> ScheduleResult:
         self.calls.append("schedule")
         valid = new_job.validated()
-        job = Job.create(valid, self.clock.now())
+        job = Job.create(valid, self.clock.now()).replaced(producer=producer)
         existing = self.jobs.get(valid.job_id)
         if existing is None:
             self.jobs[valid.job_id] = job

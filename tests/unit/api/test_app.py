@@ -187,8 +187,9 @@ def test_a_job_id_with_colons_is_addressed_by_its_last_colon(api: Api) -> None:
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [
-        ("GET", "/v1/jobs/nosuch", 404),
-        ("POST", "/v1/jobs/nosuch:cancel", 404),
+        # Not the caller's (it does not exist): 403, as for another producer's job (AIP-211).
+        ("GET", "/v1/jobs/nosuch", 403),
+        ("POST", "/v1/jobs/nosuch:cancel", 403),
         ("POST", "/v1/jobs/job-1:frobnicate", 404),
         ("POST", "/v1/jobs/job-1", 405),
         ("DELETE", "/v1/jobs/job-1", 405),
@@ -206,7 +207,7 @@ def test_unknown_paths_methods_and_jobs_answer_in_the_error_format(
     api: Api, method: str, path: str, status: int
 ) -> None:
     error = error_of(api.request(method, path), status)
-    assert error["status"] in {"NOT_FOUND", "INVALID_ARGUMENT"}
+    assert error["status"] in {"NOT_FOUND", "INVALID_ARGUMENT", "PERMISSION_DENIED"}
 
 
 def test_the_request_id_is_echoed_and_a_bad_one_replaced(api: Api) -> None:
@@ -224,5 +225,5 @@ def test_every_answer_is_logged_once_with_its_request_id(
     lines = [r for r in caplog.records if r.name == "services.api.app"]
     assert len(lines) == 1
     fields = lines[0].fields  # type: ignore[attr-defined]
-    assert (fields["status"], fields["operation"], fields["job_id"]) == (404, "get", "nosuch")
+    assert (fields["status"], fields["operation"], fields["job_id"]) == (403, "get", "nosuch")
     assert fields["caller"] == CALLER

@@ -37,8 +37,13 @@ def stripped(token: str) -> str:
 def app_for(*, behind_iam: bool) -> Any:
     # Nothing listens on port 9 here: a certs fetch would be a quick CertsUnavailable (503),
     # which no test here expects.
+    # CALLER trusted, so a request past authentication meets the store (404 for no such job)
+    # rather than the ownership rule's 403.
     settings = dataclasses.replace(
-        SETTINGS, certs_url="http://127.0.0.1:9/certs", behind_cloud_run_iam=behind_iam
+        SETTINGS,
+        certs_url="http://127.0.0.1:9/certs",
+        behind_cloud_run_iam=behind_iam,
+        trusted_callers=frozenset({CALLER}),
     )
     clock = FakeClock(T0)
     return create_app(settings, clock=clock, store=FakeStore(clock)).test_client()
@@ -105,4 +110,5 @@ def test_settings_carry_behind_cloud_run_iam_from_the_environment() -> None:
         API_ALLOWED_CALLERS: CALLER,
     }
     assert ApiSettings.from_env(env).behind_cloud_run_iam is False
-    assert ApiSettings.from_env({**env, BEHIND_CLOUD_RUN_IAM: "true"}).behind_cloud_run_iam
+    on_cloud_run = {**env, BEHIND_CLOUD_RUN_IAM: "true", "K_SERVICE": "deferred-jobs-api"}
+    assert ApiSettings.from_env(on_cloud_run).behind_cloud_run_iam

@@ -25,6 +25,7 @@ from services.jobs.auth import (
     Forbidden,
     TokenVerifier,
     Unauthenticated,
+    accepted_audiences,
     allowed_emails,
     bearer_token,
     invoker_authorization,
@@ -165,9 +166,12 @@ def test_token_issued_in_the_future_is_unauthenticated(
         make_verifier(endpoint).verify(token)
 
 
-def test_audience_must_match_exactly(issuer: Issuer, endpoint: FakeCertsEndpoint) -> None:
+def test_audience_must_match_the_url_up_to_one_trailing_slash(
+    issuer: Issuer, endpoint: FakeCertsEndpoint
+) -> None:
+    # The URL with a slash is accepted, as Cloud Run accepts it (the audience tests below).
     verifier = make_verifier(endpoint)
-    for audience in (AUDIENCE + "/", AUDIENCE.upper(), "https://worker.example.run.app"):
+    for audience in (AUDIENCE + "//", AUDIENCE.upper(), "https://worker.example.run.app"):
         with pytest.raises(Unauthenticated, match="wrong audience"):
             verifier.verify(issuer.mint(audience, EMAIL))
 
@@ -652,3 +656,66 @@ def test_with_the_certs_unreachable_a_request_asks_for_them_once(
     with pytest.raises(CertsUnavailable):
         verifier.verify(issuer.mint(AUDIENCE, EMAIL))
     assert endpoint.fetches == 1
+
+
+# -- audiences as Cloud Run matches them ----------------------------------------------------
+# The service URL with or without a trailing slash, or a custom audience
+# (https://cloud.google.com/run/docs/configuring/custom-audiences).
+
+
+def test_accepted_audiences_are_the_url_with_and_without_a_slash_then_custom_ones() -> None:
+    url = "https://api-abc.a.run.app"
+    assert accepted_audiences(url) == (url, url + "/")
+    assert accepted_audiences(url + "/") == (url, url + "/")
+    assert accepted_audiences(url, ["https://jobs.example.com", url, ""]) == (
+        url,
+        url + "/",
+        "https://jobs.example.com",
+    )
+
+
+@pytest.mark.parametrize("configured", [AUDIENCE, AUDIENCE + "/"])
+@pytest.mark.parametrize("sent", [AUDIENCE, AUDIENCE + "/", "https://jobs.example.com"])
+def test_a_token_for_the_url_with_or_without_a_slash_or_a_custom_audience_is_accepted(
+    issuer: Issuer, endpoint: FakeCertsEndpoint, configured: str, sent: str
+) -> None:
+    for behind in (False, True):
+        policy = AuthPolicy(
+            configured,
+            frozenset({EMAIL}),
+            certs_url=CERTS_URL,
+            behind_cloud_run_iam=behind,
+            custom_audiences=("https://jobs.example.com",),
+        )
+        verifier = TokenVerifier(policy, CertsCache(CERTS_URL, endpoint, clock=FakeClock()))
+        token = issuer.mint(sent, EMAIL)
+        assert verifier.verify(stripped(token) if behind else token).email == EMAIL
+
+
+@pytest.mark.parametrize(
+    "sent", [AUDIENCE + "//", AUDIENCE + "/x", AUDIENCE.upper(), "https://jobs.example.com/"]
+)
+def test_any_other_audience_is_refused_signed_or_forwarded(
+    issuer: Issuer, endpoint: FakeCertsEndpoint, sent: str
+) -> None:
+    policy = AuthPolicy(
+        AUDIENCE,
+        frozenset({EMAIL}),
+        certs_url=CERTS_URL,
+        behind_cloud_run_iam=True,
+        custom_audiences=("https://jobs.example.com",),
+    )
+    verifier = TokenVerifier(policy, CertsCache(CERTS_URL, endpoint, clock=FakeClock()))
+    token = issuer.mint(sent, EMAIL)
+    for presented in (token, stripped(token)):
+        with pytest.raises(Unauthenticated, match="wrong audience"):
+            verifier.verify(presented)
+
+
+def test_the_services_and_the_local_front_end_accept_the_same_audiences() -> None:
+    from emulators.cloudrun.invoker import InvokerPolicy
+
+    for url in ("http://127.0.0.1:8102", "https://api-abc.a.run.app/"):
+        custom = ("https://jobs.example.com",)
+        emulated = InvokerPolicy(url, frozenset(), custom).audiences
+        assert tuple(emulated) == accepted_audiences(url, custom)

@@ -22,6 +22,7 @@ from services.jobs.log import (
     bound_fields,
     configure_logging,
     parse_trace_header,
+    request_trace,
 )
 
 TRACE_ID = "105445aa7843bc8bf206b12000100000"
@@ -239,3 +240,46 @@ def test_configure_logging_rejects_an_unknown_level() -> None:
 
 def test_trace_without_project_is_the_bare_trace_id() -> None:
     assert TraceContext(TRACE_ID).fields(None) == {TRACE_KEY: TRACE_ID}
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        # traceparent first (https://cloud.google.com/trace/docs/trace-context) ...
+        (
+            {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01", "X-Cloud-Trace-Context": "x"},
+            TraceContext(TRACE_ID, "00f067aa0ba902b7", True),
+        ),
+        (
+            {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-00"},
+            TraceContext(TRACE_ID, "00f067aa0ba902b7", False),
+        ),
+        # ... the older header when traceparent is absent or malformed ...
+        ({"X-Cloud-Trace-Context": f"{TRACE_ID}/7;o=1"}, TraceContext(TRACE_ID, "7", True)),
+        (
+            {
+                "traceparent": f"00-{'0' * 32}-00f067aa0ba902b7-01",
+                "X-Cloud-Trace-Context": f"{TRACE_ID}/7",
+            },
+            TraceContext(TRACE_ID, "7", None),
+        ),
+        ({"traceparent": f"01-{TRACE_ID}-00f067aa0ba902b7-01"}, None),
+        ({"traceparent": f"00-{TRACE_ID}-{'0' * 16}-01"}, None),
+        ({}, None),
+    ],
+)
+def test_a_requests_trace_is_read_from_traceparent_then_x_cloud_trace_context(
+    headers: dict[str, str], expected: TraceContext | None
+) -> None:
+    assert request_trace(headers) == expected
+
+
+def test_bind_request_takes_a_trace_read_from_traceparent(
+    capture: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = capture
+    with bind_request(request_trace({"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}), "p"):
+        logger.info("x")
+    (line,) = lines(stream)
+    assert line[TRACE_KEY] == f"projects/p/traces/{TRACE_ID}"
+    assert line[SPAN_KEY] == "00f067aa0ba902b7"

@@ -203,6 +203,7 @@ def test_common_settings_read_every_key() -> None:
             "JOBS_TERMINAL_RETENTION_S": "7d",
             "JOBS_FIRESTORE_TIMEOUT_S": "500ms",
             "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "true",
+            "K_SERVICE": "deferred-jobs-api",  # on Cloud Run, as the flag requires
         }
     )
     common = CommonSettings.read(env)
@@ -270,3 +271,30 @@ def test_every_service_settings_takes_the_shared_keys_under_the_names_as_fields_
         3,
         2.5,
     )
+
+
+@pytest.mark.parametrize("service", [None, ""])
+def test_the_behind_iam_flag_is_refused_off_cloud_run_naming_both_keys(
+    service: str | None,
+) -> None:
+    environ = {"JOBS_PROJECT": "p", "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "true"}
+    if service is not None:
+        environ["K_SERVICE"] = service
+    env = EnvReader(environ)
+    CommonSettings.read(env)
+    with pytest.raises(SettingsError) as caught:
+        env.finish()
+    [problem] = caught.value.problems
+    assert problem.startswith("JOBS_AUTH_BEHIND_CLOUD_RUN_IAM: ")
+    assert "K_SERVICE is not set" in problem
+
+
+def test_the_behind_iam_flag_is_accepted_on_cloud_run_and_off_is_always_fine() -> None:
+    on = EnvReader(
+        {"JOBS_PROJECT": "p", "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "true", "K_SERVICE": "api"}
+    )
+    assert CommonSettings.read(on).behind_cloud_run_iam is True
+    on.finish()
+    off = EnvReader({"JOBS_PROJECT": "p", "JOBS_AUTH_BEHIND_CLOUD_RUN_IAM": "false"})
+    assert CommonSettings.read(off).behind_cloud_run_iam is False
+    off.finish()

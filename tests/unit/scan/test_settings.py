@@ -59,7 +59,7 @@ def test_every_key_is_read() -> None:
         "JOBS_SCAN_PARTITIONS": "2",
     }
     assert set(env) == set(ALL_KEYS)
-    s = ScanSettings.from_env(env)
+    s = ScanSettings.from_env({**env, "K_SERVICE": "deferred-jobs-scan"})  # the flag needs it
     assert s.shards == 4
     assert (s.mode, s.poll_s, s.end_when_idle, s.attempt_deadline_s) == ("paced", 10, False, 300)
     assert s.partitions == 2 and s.limits().polls

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 
 import flask
 
@@ -21,7 +22,8 @@ def test_first_request_with_missing_settings_answers_json_naming_the_keys() -> N
     with app.test_request_context("/", method="POST"):
         response = main.worker(flask.request)
     assert (response.status_code, response.mimetype) == (500, "application/json")
-    body = response.get_json()
-    assert body["error"] == "invalid settings"
-    assert "JOBS_WORKER_AUDIENCE" in body["keys"]
+    error = response.get_json()["error"]  # Google's error model
+    assert (error["code"], error["status"]) == (500, "INTERNAL")
+    assert "JOBS_WORKER_AUDIENCE" in error["message"]
+    assert "JOBS_WORKER_AUDIENCE" in json.loads(error["details"][0]["metadata"]["keys"])
     assert not main._shared_handler.built

@@ -41,6 +41,7 @@ def test_every_key_is_read() -> None:
             s.MAX_BODY_BYTES: "2048",
             s.LOG_LEVEL: "debug",
             s.BEHIND_CLOUD_RUN_IAM: "1",
+            "K_SERVICE": "deferred-jobs-worker",  # on Cloud Run, as the flag requires
         }
     )
     assert settings.behind_cloud_run_iam is True

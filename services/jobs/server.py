@@ -1,0 +1,115 @@
+"""The process that serves one target: functions-framework's app under gunicorn, with gunicorn's
+limits set to Cloud Run's and its own error answers in Google's error model.
+
+    python -m services.jobs.server --target=api --source=services/api/main.py --port=8080
+
+It is `functions-framework --target ... --source ... --port ...` (same options, same
+FUNCTION_TARGET / FUNCTION_SOURCE / HOST / PORT environment, same app and gunicorn server,
+built by functions-framework's own `create_app` and `create_server`) with two differences:
+
+- gunicorn's header limits. By default gunicorn refuses a header field over 8,190 bytes or more
+  than 100 fields with its own 431/400 HTML page, before the service's code runs; the service's
+  own limits (the 16 KiB token limit in services/jobs/auth.py) could never answer. Cloud Run's
+  front end passes a request line and headers of up to 64 KiB in total
+  (https://cloud.google.com/run/quotas, "HTTP/1 ... request headers"); so gunicorn here takes
+  any field of up to that size and as many fields as fit in it, and what Cloud Run passes
+  reaches the service.
+- gunicorn's own refusals (a malformed request line or header, which only a client that
+  reaches the container without Cloud Run's front end can send) are answered in Google's error
+  model (services/jobs/error_model.py) instead of gunicorn's HTML page.
+
+No work at import: `main()` reads the options and builds the app.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+import functions_framework
+import gunicorn.util
+from functions_framework._http import create_server
+from functions_framework._http.gunicorn import GThreadWorkerWithTimeoutSupport
+from gunicorn.workers.gthread import ThreadWorker
+
+from services.jobs.error_model import error_bytes
+
+# Cloud Run's HTTP/1 limit on the request line and headers together
+# (https://cloud.google.com/run/quotas); emulators/cloudrun/contract.py holds the same figure
+# for the local front end (a test proves they agree).
+MAX_HEADER_BYTES = 64 * 1024
+# The most fields that fit in it: a field is at least "a:" and CRLF.
+MAX_HEADER_FIELDS = MAX_HEADER_BYTES // 4
+
+
+def gunicorn_limits() -> dict[str, Any]:
+    """gunicorn's request limits, Cloud Run's rather than gunicorn's defaults."""
+    return {
+        "limit_request_line": 0,  # unlimited, as functions-framework sets it
+        "limit_request_field_size": MAX_HEADER_BYTES,
+        "limit_request_fields": MAX_HEADER_FIELDS,
+    }
+
+
+def write_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
+    """gunicorn's `util.write_error`, answering Google's error body instead of HTML."""
+    body = error_bytes(status_int, mesg or reason)
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    gunicorn.util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+class _GoogleErrors:
+    def init_process(self) -> None:
+        # gunicorn has no hook for its error page; every worker module calls
+        # `gunicorn.util.write_error`, so this worker process (which serves only this app)
+        # points that at the Google-shaped one before it serves anything.
+        gunicorn.util.write_error = write_error
+        super().init_process()  # type: ignore[misc]
+
+
+class GoogleErrorsThreadWorker(_GoogleErrors, ThreadWorker):
+    """gunicorn's threaded worker (functions-framework's default), Google-shaped errors."""
+
+
+class GoogleErrorsTimeoutWorker(_GoogleErrors, GThreadWorkerWithTimeoutSupport):
+    """functions-framework's worker with THREADED_TIMEOUT_ENABLED, Google-shaped errors."""
+
+
+def worker_class(environ: Mapping[str, str]) -> str:
+    """The worker functions-framework would pick (its timeout worker when
+    CLOUD_RUN_TIMEOUT_SECONDS > 0, THREADS > 1 and THREADED_TIMEOUT_ENABLED=true), ours."""
+    threads = int(environ.get("THREADS", (os.cpu_count() or 1) * 4))
+    timeout = int(environ.get("CLOUD_RUN_TIMEOUT_SECONDS", 0))
+    enabled = environ.get("THREADED_TIMEOUT_ENABLED", "False").lower() == "true"
+    chosen = GoogleErrorsTimeoutWorker if timeout > 0 and threads > 1 and enabled else None
+    return f"{__name__}.{(chosen or GoogleErrorsThreadWorker).__name__}"
+
+
+def parse_args(argv: list[str] | None, environ: Any) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m services.jobs.server", description=__doc__)
+    parser.add_argument("--target", default=environ.get("FUNCTION_TARGET"))
+    parser.add_argument("--source", default=environ.get("FUNCTION_SOURCE"))
+    # functions-framework's default host: every interface of the container.
+    parser.add_argument("--host", default=environ.get("HOST", "0.0.0.0"))
+    parser.add_argument("--port", type=int, default=int(environ.get("PORT", 8080)))
+    args = parser.parse_args(argv)
+    if not args.target or not args.source:
+        parser.error("--target and --source (or FUNCTION_TARGET and FUNCTION_SOURCE) are required")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv, os.environ)
+    app = functions_framework.create_app(args.target, args.source)
+    options = {**gunicorn_limits(), "worker_class": worker_class(os.environ)}
+    create_server(app, False, **options).run(args.host, args.port)
+
+
+if __name__ == "__main__":
+    main()
