@@ -32,7 +32,6 @@ def test_the_demo_completes_through_the_images_and_the_stop_drains_them(
             "--fresh",
             "--exit-when-done",
             "--timeout=300",
-            "--scan-every=2",
             f"--log-dir={tmp_path}",
         ],
         cwd=podman.ROOT,
