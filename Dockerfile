@@ -48,5 +48,8 @@ EXPOSE 8080
 # limits and Google's error model on gunicorn's own refusals (services/jobs/server.py). Its
 # THREADS, CLOUD_RUN_TIMEOUT_SECONDS and THREADED_TIMEOUT_ENABLED (false: keep-alive,
 # docs/deploy.md "Request timeout") come from the service's environment (infra/env.py).
-CMD python -m services.${FUNCTION_TARGET}.main \
-    && exec python -m services.jobs.server --target=${FUNCTION_TARGET} --source=${FUNCTION_SOURCE} --port=${PORT}
+# -P: the working directory (/app, where the `services` link lives) is not put first on
+# sys.path, so imports resolve to the installed package itself, as functions-framework's own
+# console script would (https://docs.python.org/3/using/cmdline.html#cmdoption-P).
+CMD python -P -m services.${FUNCTION_TARGET}.main \
+    && exec python -P -m services.jobs.server --target=${FUNCTION_TARGET} --source=${FUNCTION_SOURCE} --port=${PORT}

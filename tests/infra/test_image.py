@@ -76,7 +76,7 @@ def test_cmd_starts_functions_framework_with_the_target_and_port_from_the_enviro
     cmds = [arg for op, arg in _instructions() if op == "CMD"]
     assert len(cmds) == 1
     # functions-framework's app and server, with Cloud Run's limits (services/jobs/server.py).
-    assert "python -m services.jobs.server" in cmds[0]
+    assert "python -P -m services.jobs.server" in cmds[0]
     assert "--target=${FUNCTION_TARGET}" in cmds[0]
     assert "--source=${FUNCTION_SOURCE}" in cmds[0]
     assert "--port=${PORT}" in cmds[0]

@@ -23,6 +23,7 @@ from tests.unit.api.contract import schedule_body
         ("BatchGetDocuments", "NOT_FOUND"),  # the database missing
     ],
 )
+@pytest.mark.builtin_emulator("fault injection")
 def test_a_deployment_fault_is_503_with_retry_after_an_error_line_and_no_internal_hint(
     api_rig: ApiRig,
     firestore_emulator: Any,

@@ -46,6 +46,7 @@ def then(action: Callable[[ActionRequest], ActionResult], after: Callable[[], No
     return run
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_one_unavailable_on_complete_is_retried_inside_the_lease(
     direct_worker: WorkerHarness, firestore_emulator: Any
 ) -> None:
@@ -68,6 +69,7 @@ def test_one_unavailable_on_complete_is_retried_inside_the_lease(
     assert (job.state, worker.deleter.deletions) == (State.COMPLETED, 1)
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_a_complete_that_applied_although_its_answer_was_lost_is_a_success(
     direct_worker: WorkerHarness, firestore_emulator: Any, firestore_client: firestore.Client
 ) -> None:
@@ -102,6 +104,7 @@ def test_a_complete_that_applied_although_its_answer_was_lost_is_a_success(
     assert job.ended_lease_token is not None and job.lease_token is None
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_a_start_that_applied_although_its_answer_was_lost_does_not_fail_the_job(
     direct_worker: WorkerHarness, firestore_emulator: Any, firestore_client: firestore.Client
 ) -> None:
@@ -171,6 +174,7 @@ def test_invalid_result_details_are_replaced_by_a_note_and_the_job_completes(
     assert job.result.details["problem_count"] >= 1
 
 
+@pytest.mark.builtin_emulator("fault injection")
 def test_a_completion_firestore_refuses_fails_the_job_with_that_code(
     direct_worker: WorkerHarness, firestore_emulator: Any
 ) -> None:
