@@ -46,13 +46,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any, Protocol
 
 import google.auth.exceptions
 import google.auth.transport
 import google.auth.transport.requests
 from google.oauth2 import id_token
+
+from services.jobs.auth_errors import AuthError as AuthError
+from services.jobs.auth_errors import CertsUnavailable as CertsUnavailable
+from services.jobs.auth_errors import Forbidden as Forbidden
+from services.jobs.auth_errors import Unauthenticated as Unauthenticated
+from services.jobs.certs import CachedCertsRequest
+from services.jobs.certs import CertsCache as CertsCache
 
 logger = logging.getLogger(__name__)
 
@@ -69,25 +75,6 @@ DEFAULT_CLOCK_SKEW_S = 10
 
 # Google's ID tokens are about 1 KiB; anything far larger is not one and is not worth parsing.
 _MAX_TOKEN_CHARS = 16 * 1024
-
-
-class AuthError(Exception):
-    """The request could not be authenticated."""
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or self.__doc__)
-
-
-class Unauthenticated(AuthError):
-    """The request carries no valid identity token."""
-
-
-class Forbidden(AuthError):
-    """The identity token is valid but its caller is not allowed."""
-
-
-class CertsUnavailable(AuthError):
-    """The token signing certificates could not be fetched; try again later."""
 
 
 @dataclass(frozen=True)
@@ -150,138 +137,6 @@ def invoker_authorization(headers: RequestHeaders) -> str | None:
     request carries it (even empty), else `Authorization`."""
     serverless = headers.get(SERVERLESS_AUTHORIZATION)
     return serverless if serverless is not None else headers.get(AUTHORIZATION)
-
-
-class CertsCache:
-    """Google's `{kid: PEM}` certs document, fetched at most once per TTL; thread-safe.
-
-    The TTL is the response's `Cache-Control: max-age`, capped at `max_ttl_s`. A token signed
-    by a key we do not know triggers a refresh (Google rotates keys), at most once per
-    `refresh_floor_s` so garbage tokens cannot make us hammer the certs endpoint. If a refresh
-    fails while older certs are held, the older certs keep serving: Google publishes a new key
-    well before it signs with it.
-    """
-
-    def __init__(
-        self,
-        certs_url: str,
-        request: google.auth.transport.Request | None = None,
-        *,
-        max_ttl_s: float = 3600.0,
-        refresh_floor_s: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.certs_url = certs_url
-        self._request = request or google.auth.transport.requests.Request()
-        self._max_ttl_s = max_ttl_s
-        self._refresh_floor_s = refresh_floor_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._document: bytes | None = None
-        self._kids: frozenset[str] = frozenset()
-        self._fetched_at = 0.0
-        self._fresh_until = 0.0
-
-    def document(self, needed_kid: str | None = None) -> bytes:
-        """The certs JSON, refreshed when stale or when it lacks `needed_kid`."""
-        with self._lock:
-            now = self._clock()
-            stale = self._document is None or now >= self._fresh_until
-            unknown_key = (
-                needed_kid is not None
-                and needed_kid not in self._kids
-                and now - self._fetched_at >= self._refresh_floor_s
-            )
-            if stale or unknown_key:
-                self._refresh(now)
-            assert self._document is not None  # _refresh sets it or raises
-            return self._document
-
-    def _refresh(self, now: float) -> None:
-        try:
-            document, max_age = self._fetch()
-        except CertsUnavailable:
-            if self._document is None:
-                raise
-            logger.warning("keeping cached OIDC certs: refresh from %s failed", self.certs_url)
-            # Retry no sooner than the floor, so an outage is not one fetch per request.
-            self._fetched_at = now
-            self._fresh_until = now + self._refresh_floor_s
-            return
-        self._document = document
-        self._kids = frozenset(json.loads(document))
-        self._fetched_at = now
-        ttl = self._max_ttl_s if max_age is None else min(max_age, self._max_ttl_s)
-        self._fresh_until = now + ttl
-        logger.info("fetched OIDC certs", extra={"fields": {"kids": sorted(self._kids)}})
-
-    def _fetch(self) -> tuple[bytes, float | None]:
-        try:
-            response = self._request(self.certs_url, method="GET", timeout=10)
-        except google.auth.exceptions.TransportError as exc:
-            raise CertsUnavailable(f"cannot fetch OIDC certs from {self.certs_url}") from exc
-        if response.status != HTTPStatus.OK:
-            raise CertsUnavailable(
-                f"OIDC certs at {self.certs_url} answered HTTP {response.status}"
-            )
-        try:
-            certs = json.loads(response.data)
-        except ValueError as exc:
-            raise CertsUnavailable(f"OIDC certs at {self.certs_url} are not JSON") from exc
-        if not isinstance(certs, dict) or not all(isinstance(v, str) for v in certs.values()):
-            raise CertsUnavailable(f"OIDC certs at {self.certs_url} are not a {{kid: PEM}} map")
-        return bytes(response.data), _max_age(response.headers)
-
-
-def _max_age(headers: Mapping[str, str]) -> float | None:
-    for name, value in headers.items():
-        if name.lower() != "cache-control":
-            continue
-        for directive in value.split(","):
-            key, _, number = directive.strip().partition("=")
-            if key.lower() == "max-age" and number.isdigit():
-                return float(number)
-    return None
-
-
-class _CachedResponse(google.auth.transport.Response):
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    @property
-    def status(self) -> int:
-        return HTTPStatus.OK
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        return {"Content-Type": "application/json"}
-
-    @property
-    def data(self) -> bytes:
-        return self._data
-
-
-class _CachedCertsRequest(google.auth.transport.Request):
-    """Hands `verify_token` the cached certs instead of fetching them per call."""
-
-    def __init__(self, cache: CertsCache, needed_kid: str | None) -> None:
-        self._cache = cache
-        self._needed_kid = needed_kid
-        self.served: bytes | None = None  # the certs document handed out, once asked
-
-    def __call__(
-        self,
-        url: str,
-        method: str = "GET",
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        **kwargs: Any,
-    ) -> google.auth.transport.Response:
-        if url != self._cache.certs_url or method != "GET":
-            raise google.auth.exceptions.TransportError(f"unexpected request {method} {url}")
-        self.served = self._cache.document(self._needed_kid)
-        return _CachedResponse(self.served)
 
 
 @dataclass(frozen=True)
@@ -357,7 +212,7 @@ class TokenVerifier:
         remembered = self._remembered(token, needed_kid)
         if remembered is not None:
             return remembered
-        request = _CachedCertsRequest(self._certs, needed_kid)
+        request = CachedCertsRequest(self._certs, needed_kid)
         try:
             claims = id_token.verify_token(
                 token,

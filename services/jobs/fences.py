@@ -7,6 +7,8 @@ message or a stale delivery never changes a record another has since taken over.
 
 from __future__ import annotations
 
+from typing import Any
+
 from services.jobs.errors import LeaseLost, StaleGeneration
 from services.jobs.model import Job, Lease
 from services.jobs.state import State
@@ -34,3 +36,10 @@ def require_lease(job: Job, lease: Lease) -> None:
 def require_generation(job: Job, generation: int) -> None:
     if job.generation != generation:
         raise StaleGeneration(job.job_id, generation, job.generation)
+
+
+def ended_by(lease: Lease) -> dict[str, Any]:
+    """The mark a lease holder's transition out of running leaves: its own token, so a
+    delivery that lost its write's answer reads back whether that write applied (the running
+    fields themselves are cleared)."""
+    return {"ended_lease_token": lease.token}

@@ -14,6 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from services.jobs.errors import InvalidRecord, NewerRecord
 from services.jobs.ids import derive_idempotency_key
+from services.jobs.parts import CancelRequest as CancelRequest
+from services.jobs.parts import Claim as Claim
+from services.jobs.parts import ErrorInfo as ErrorInfo
+from services.jobs.parts import Lease as Lease
+from services.jobs.parts import Result as Result
 from services.jobs.shard import shard_of
 from services.jobs.state import HistoryEntry, State
 
@@ -29,57 +34,6 @@ def as_utc(value: datetime, name: str = "a time") -> datetime:
     if not isinstance(value, datetime):
         raise TypeError(f"{name} is a {type(value).__name__}, not a timestamp")
     return value.astimezone(UTC)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """The latest claim. Kept after the job leaves `claimed` so `generation` keeps counting."""
-
-    run_id: str
-    claimed_at: datetime
-    generation: int
-
-
-@dataclass(frozen=True)
-class Lease:
-    """One delivery's hold on a running job: what every worker transition after `start`
-    presents. `token` is new on every `start` (per delivery, never per process), so a stale
-    delivery in the same instance is refused like any other; `update_time` is the commit
-    time of the write that last set the lease (`start` or a heartbeat)."""
-
-    job_id: str
-    generation: int
-    token: str
-    owner: str
-    until: datetime
-    update_time: datetime | None = None
-
-
-@dataclass(frozen=True)
-class CancelRequest:
-    """An operator's request to cancel a running job; the worker honours it."""
-
-    reason: str
-    by: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class ErrorInfo:
-    """An error as recorded in `last_error`; `at` is filled in by the store."""
-
-    code: str
-    message: str
-    at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Result:
-    """The outcome of the side effect; `completed_at` is filled in by the store."""
-
-    outcome: str
-    details: Mapping[str, Any] = field(default_factory=dict)
-    completed_at: datetime | None = None
 
 
 def _opt(data: Mapping[str, Any], key: str) -> Any:

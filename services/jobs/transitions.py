@@ -24,7 +24,7 @@ from services.jobs.errors import (
     InvalidTransition,
     LeaseHeld,
 )
-from services.jobs.fences import require_generation, require_lease
+from services.jobs.fences import ended_by, require_generation, require_lease
 from services.jobs.limits import (
     MAX_CODE_BYTES,
     MAX_ERROR_MESSAGE_BYTES,
@@ -407,13 +407,6 @@ class Transitions:
             "updated_at": now,
             schema.EXPIRE_AT: self.expiry(now),
         }
-
-
-def ended_by(lease: Lease) -> dict[str, Any]:
-    """The mark a lease holder's transition out of running leaves: its own token, so a
-    delivery that lost its write's answer reads back whether that write applied (the running
-    fields themselves are cleared)."""
-    return {"ended_lease_token": lease.token}
 
 
 def attempt_left(job: Job) -> bool:
