@@ -1,7 +1,7 @@
 """A bad JOBS_* value stops the process before it listens, naming every bad key; every error
 answer of the services, as functions-framework serves them, is JSON.
 
-The image's CMD runs `python -m services.<target>.main` (the FUNCTION_SOURCE module) and only
+The image's CMD runs `python -P -m services.<target>.main` (the FUNCTION_SOURCE module) and only
 then functions-framework; the startup probe (tests/infra/test_first_deploy.py) then fails a
 revision whose check exited.
 """
@@ -101,8 +101,8 @@ def test_the_image_runs_the_check_before_functions_framework() -> None:
     text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
     (cmd,) = [line for line in text.splitlines() if line.startswith("CMD ")]
     check, _, serve = cmd.removeprefix("CMD ").partition("&&")
-    assert check.split() == ["python", "-m", "services.${FUNCTION_TARGET}.main"]
-    assert serve.split()[:4] == ["exec", "python", "-m", "services.jobs.server"]
+    assert check.split() == ["python", "-P", "-m", "services.${FUNCTION_TARGET}.main"]
+    assert serve.split()[:5] == ["exec", "python", "-P", "-m", "services.jobs.server"]
 
 
 @pytest.fixture
