@@ -33,7 +33,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from emulators import snapshot
 from emulators.snapshot import FIX, SnapshotError
@@ -268,3 +268,37 @@ class Journal:
     def _check(self) -> None:
         if self._broken is not None:
             raise JournalError(f"{self.component}: {self._broken}; restart the emulator")
+
+
+class Replayable(Protocol):
+    """An emulator's state as the journal restores it: a snapshot, then each logged change."""
+
+    def import_state(self, state: dict[str, Any]) -> int: ...
+
+    def replay(self, record: dict[str, Any]) -> object: ...
+
+    def export_state(self) -> dict[str, Any]: ...
+
+
+def open_journal(
+    state: Replayable, component: str, data_file: Path, kind: str, noun: str, label: str
+) -> Journal:
+    """Load `data_file`'s snapshot into `state`, replay the log on top, and start logging;
+    a damaged file is a SnapshotError naming the component, the file and the fix. `noun`
+    is what the snapshot counts (documents, messages), `label` how the log lines name it."""
+    journal = Journal(component, data_file.parent, data_file.stem, kind)
+    saved, records = journal.load()
+    where = data_file
+    try:
+        if saved is not None:
+            loaded = state.import_state(saved)
+            logger.info("%s loaded %d %s from %s", label, loaded, noun, data_file)
+        where = journal.log_path
+        for record in records:
+            state.replay(record)
+    except SnapshotError as exc:
+        raise SnapshotError(f"{component}: {where}: {exc}; {FIX}") from exc
+    if records:
+        logger.info("%s replayed %d changes from %s", label, len(records), where)
+    journal.start(state.export_state())
+    return journal

@@ -18,8 +18,7 @@ from emulators.firestore.errors import EmulatorError, InvalidArgument
 from emulators.firestore.faults import FaultPlan
 from emulators.firestore.indexes import CompositeIndex, Definitions, IndexSet
 from emulators.firestore.service import FirestoreService
-from emulators.journal import Journal
-from emulators.snapshot import FIX, SnapshotError
+from emulators.journal import Journal, open_journal
 
 logger = logging.getLogger(__name__)
 
@@ -208,19 +207,6 @@ def start(
 
 def _load(engine: Engine, data_file: Path) -> Journal:
     """Load the snapshot, replay the log on top, and start logging (errors name the file)."""
-    journal = Journal("firestore", data_file.parent, data_file.stem, SNAPSHOT_KIND)
-    saved, records = journal.load()
-    where = data_file
-    try:
-        if saved is not None:
-            loaded = engine.import_state(saved)
-            logger.info("Firestore emulator loaded %d documents from %s", loaded, data_file)
-        where = journal.log_path
-        for record in records:
-            engine.replay(record)
-    except SnapshotError as exc:
-        raise SnapshotError(f"firestore: {where}: {exc}; {FIX}") from exc
-    if records:
-        logger.info("Firestore emulator replayed %d changes from %s", len(records), where)
-    journal.start(engine.export_state())
-    return journal
+    return open_journal(
+        engine, "firestore", data_file, SNAPSHOT_KIND, "documents", "Firestore emulator"
+    )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from emulators import grpc_server
-from emulators.journal import Journal
+from emulators.journal import Journal, open_journal
 from emulators.pubsub import limits
 from emulators.pubsub.admin import AdminServer
 from emulators.pubsub.broker import Broker
@@ -20,7 +20,6 @@ from emulators.pubsub.publisher import PublisherService
 from emulators.pubsub.pusher import Pusher
 from emulators.pubsub.rpc import generic_handler
 from emulators.pubsub.subscriber import SubscriberService
-from emulators.snapshot import FIX, SnapshotError
 
 if TYPE_CHECKING:
     from emulators.oidc.issuer import Issuer
@@ -210,19 +209,4 @@ def start(
 
 def _load(broker: Broker, data_file: Path) -> Journal:
     """Load the snapshot, replay the log on top, and start logging (errors name the file)."""
-    journal = Journal("pubsub", data_file.parent, data_file.stem, SNAPSHOT_KIND)
-    saved, records = journal.load()
-    where = data_file
-    try:
-        if saved is not None:
-            loaded = broker.import_state(saved)
-            logger.info("pubsub emulator loaded %d messages from %s", loaded, data_file)
-        where = journal.log_path
-        for record in records:
-            broker.replay(record)
-    except SnapshotError as exc:
-        raise SnapshotError(f"pubsub: {where}: {exc}; {FIX}") from exc
-    if records:
-        logger.info("pubsub emulator replayed %d changes from %s", len(records), where)
-    journal.start(broker.export_state())
-    return journal
+    return open_journal(broker, "pubsub", data_file, SNAPSHOT_KIND, "messages", "pubsub emulator")
