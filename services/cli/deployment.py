@@ -43,15 +43,21 @@ def ceiling(session: Session) -> int | None:
         raise UsageError(f"{SCAN_MAX_PER_RUN}={text!r} is not an integer") from exc
 
 
+def run_cap(session: Session) -> int:
+    """The deployment's per-run cap as the scan applies it: JOBS_SCAN_MAX_PER_RUN, else the
+    scan's own default."""
+    return ceiling(session) or DEFAULT_MAX_PER_RUN
+
+
 def effective_budget(session: Session, control: Control) -> EnqueueBudget:
     """The jobs one scan run may claim under `control`, exactly as the scan computes it (at
     the ramp's rate while one climbs)."""
-    cap = ceiling(session) or DEFAULT_MAX_PER_RUN
+    cap = run_cap(session)
     return enqueue_budget(
         cap,
         interval_s(session),
         rate_per_s=control.rate_at(session.now()),
-        cap_override=min(cap, control.claim_budget),
+        cap_override=control.per_run_cap(cap),
     )
 
 

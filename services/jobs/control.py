@@ -90,7 +90,10 @@ class Control:
 
     paused: bool = False
     reason: str = ""  # why it was last changed (e.g. why it is paused)
-    claim_budget: int = 1000  # at most this many claims per scan run
+    # At most this many claims per scan run; None: the deployment's own cap
+    # (JOBS_SCAN_MAX_PER_RUN, Pulumi key scanMaxPerRun) is the only one, so a stack drains at
+    # the rate the operator sets without a second dial to find.
+    claim_budget: int | None = None
     catch_up_rate: float = 20.0  # jobs per second the operator allows the backlog to drain at
     claim_timeout: timedelta = timedelta(minutes=10)  # a claim older than this is reclaimed
     changed_by: str | None = None
@@ -101,6 +104,13 @@ class Control:
     # `jobsctl resume --ramp`: the catch-up rate climbs to `catch_up_rate` by Firestore's
     # 500/50/5 rule (services/jobs/ramp.py); None: the set rate applies at once.
     ramp: Ramp | None = None
+
+    def per_run_cap(self, deployment_cap: int) -> int:
+        """The claims one run may make at most: the deployment's cap, lowered by the
+        operator's claim budget when one is set (the scan and jobsctl both ask here)."""
+        if self.claim_budget is None:
+            return deployment_cap
+        return min(deployment_cap, self.claim_budget)
 
     def rate_at(self, now: datetime) -> float:
         """The catch-up rate in force at `now`: the set rate, or the ramp's below it."""
@@ -228,7 +238,7 @@ def _setting_problems(changes: Mapping[str, Any]) -> list[str]:
     problems = []
     if "paused" in changes and not isinstance(changes["paused"], bool):
         problems.append("paused must be true or false")
-    if "claim_budget" in changes:
+    if "claim_budget" in changes and changes["claim_budget"] is not None:
         budget = changes["claim_budget"]
         if (
             not isinstance(budget, int)

@@ -311,7 +311,7 @@ class Scanner:
             self._limits.max_per_run * k,
             self._limits.interval_s,
             rate_per_s=rate,
-            cap_override=min(self._limits.max_per_run, control.claim_budget) * k,
+            cap_override=control.per_run_cap(self._limits.max_per_run) * k,
         )
         return partition_share(budget, partition, self._limits.partitions)
 

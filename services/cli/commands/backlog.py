@@ -174,7 +174,9 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
         store = session.store()
         control = store.get_control()
         backlog = store.stats(session.now(), control.claim_timeout).due_count
-        budget = args.max_per_run if args.max_per_run is not None else control.claim_budget
+        budget = args.max_per_run
+        if budget is None:  # the operator's budget under the deployment's cap, as a run has it
+            budget = control.per_run_cap(deployment.run_cap(session))
     ceiling = deployment.ceiling(session)
     if budget is not None and ceiling is not None and budget > ceiling:
         # The scan never claims more than the deployment allows, whatever the control says.

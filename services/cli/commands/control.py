@@ -14,6 +14,7 @@ from services.cli.timespec import parse_duration
 from services.jobs.control import MAX_CLAIM_BUDGET, Control
 from services.jobs.errors import ValidationError
 from services.jobs.ramp import DEFAULT_START_RATE, OPS_PER_JOB, Ramp
+from services.scan.settings import SCAN_MAX_PER_RUN
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -69,9 +70,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     change.add_argument(
         "--max-per-run",
-        type=int,
+        type=_per_run_budget,
         metavar="JOBS",
-        help=f"per-run claim budget, 1 to {MAX_CLAIM_BUDGET:,} (the deployment may cap it)",
+        help=f"per-run claim budget, 1 to {MAX_CLAIM_BUDGET:,} (the deployment may cap it), "
+        f"or {DEPLOYMENT_CAP!r}: no budget of the operator's, the deployment's cap "
+        f"({SCAN_MAX_PER_RUN}) alone (the default)",
     )
     change.add_argument(
         "--claim-timeout",
@@ -80,6 +83,22 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     change.add_argument("--reason", required=True, help="why (kept in the control history)")
     change.set_defaults(handler=set_control)
+
+
+# `--max-per-run deployment`: drop the operator's budget, leaving the deployment's cap.
+DEPLOYMENT_CAP = "deployment"
+
+
+def _per_run_budget(text: str) -> int | str:
+    """An integer, or DEPLOYMENT_CAP (kept as text: argparse's None means "not given")."""
+    if text.strip().lower() == DEPLOYMENT_CAP:
+        return DEPLOYMENT_CAP
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a whole number of jobs or {DEPLOYMENT_CAP!r}: {text!r}"
+        ) from None
 
 
 def pause(session: Session, args: argparse.Namespace) -> Report:
@@ -116,6 +135,12 @@ def resume(session: Session, args: argparse.Namespace) -> Report:
     return _report(control, headline)
 
 
+def _claim_budget_text(control: Control) -> str:
+    if control.claim_budget is None:
+        return f"the deployment's cap ({SCAN_MAX_PER_RUN})"
+    return f"{control.claim_budget:,}"
+
+
 def _budget_text(session: Session, control: Control) -> str:
     budget = deployment.effective_budget(session, control)
     return budget_arithmetic(budget.limit, budget.cap, control.catch_up_rate, budget.interval_s)
@@ -136,7 +161,7 @@ def set_control(session: Session, args: argparse.Namespace) -> Report:
     if args.catch_up_rate is not None:
         changes["catch_up_rate"] = args.catch_up_rate
     if args.max_per_run is not None:
-        changes["claim_budget"] = args.max_per_run
+        changes["claim_budget"] = None if args.max_per_run == DEPLOYMENT_CAP else args.max_per_run
     if args.claim_timeout is not None:
         changes["claim_timeout"] = parse_duration(args.claim_timeout)
     if not changes:
@@ -187,7 +212,7 @@ def _report(control: Control, headline: str, changed: bool = True, extra: str = 
             ("paused", control.paused),
             ("reason", control.reason),
             ("catch-up rate", f"{control.catch_up_rate:g} jobs/s"),
-            ("max per run", control.claim_budget),
+            ("max per run", _claim_budget_text(control)),
             ("claim timeout", format_duration(control.claim_timeout.total_seconds())),
             (
                 "changed",

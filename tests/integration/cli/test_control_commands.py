@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from services.cli.errors import ExitCode
 from services.jobs.store import FirestoreJobStore
 from tests.integration.cli.conftest import Jobsctl
@@ -68,3 +70,24 @@ def test_control_set_refuses_invalid_or_empty_changes(
     assert "--catch-up-rate must be" in zero.err and "catch_up_rate" not in zero.err
     assert "--max-per-run must be" in huge.err and "claim_budget" not in huge.err
     assert store.get_control().history == ()
+
+
+def test_without_an_operator_budget_the_deployment_cap_alone_bounds_a_run(
+    jobsctl: Jobsctl, store: FirestoreJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 22: a stack's scanMaxPerRun (12,000 by default) was silently capped by the control
+    # document's own default of 1,000, so setting only the catch-up rate drained at 16.7/s.
+    monkeypatch.setenv("JOBS_SCAN_MAX_PER_RUN", "12000")
+    monkeypatch.setenv("JOBS_SCAN_INTERVAL_S", "60")
+    assert store.get_control().claim_budget is None
+    rate = jobsctl("control", "set", "--catch-up-rate", "200", "--reason", "drain the backlog")
+    assert "12,000 per run" in rate.out, rate.out
+    assert "the deployment's cap (JOBS_SCAN_MAX_PER_RUN)" in rate.out
+    jobsctl("control", "set", "--max-per-run", "500", "--reason", "protect storage")
+    assert store.get_control().claim_budget == 500
+    cleared = jobsctl("control", "set", "--max-per-run", "deployment", "--reason", "back to normal")
+    assert cleared.code == ExitCode.OK, cleared.err
+    assert store.get_control().claim_budget is None
+    assert "12,000 per run" in cleared.out
+    bad = jobsctl("control", "set", "--max-per-run", "lots", "--reason", "x")
+    assert bad.code == ExitCode.USAGE and "'deployment'" in bad.err

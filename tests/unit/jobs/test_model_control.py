@@ -101,3 +101,12 @@ def test_valid_stored_values_are_read_back_unchanged() -> None:
     control = Control.from_document(stored)
     assert (control.paused, control.claim_budget, control.catch_up_rate) == (True, 7, 2.5)
     assert control.claim_timeout == timedelta(seconds=90)
+
+
+def test_no_claim_budget_leaves_the_deployment_cap_and_a_set_one_lowers_it() -> None:
+    assert Control().claim_budget is None
+    assert Control().per_run_cap(12_000) == 12_000
+    lowered = Control().changed(by="ann", reason="r", at=AT, claim_budget=500)
+    assert lowered.per_run_cap(12_000) == 500 and lowered.per_run_cap(100) == 100
+    cleared = lowered.changed(by="ann", reason="r", at=AT, claim_budget=None)
+    assert Control.from_document(cleared.to_document()).per_run_cap(12_000) == 12_000
