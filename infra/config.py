@@ -100,7 +100,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "scanTimeBudgetS",
         "int",
-        50,
+        cadence.DEFAULT_RUN_TIME_BUDGET_S,
         1,
         1799,
         "scan run time budget (< attempt deadline); paced: how long a run works "
@@ -109,17 +109,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "scanMaxPerRun",
         "int",
-        12_000,
+        cadence.DEFAULT_RUN_MAX_PER_RUN,
         1,
         100_000,
         "jobs one scan run claims at most (12,000: 200 jobs/s at one run a minute)",
     ),
-    Setting("scanMode", "str", "paced", doc="one-pass or paced (docs/scan.md, Modes)"),
-    Setting("scanPollS", "int", 5, 1, 60, "paced: how often a run looks for newly due work"),
+    Setting(
+        "scanMode", "str", cadence.DEFAULT_SCAN_MODE, doc="one-pass or paced (docs/scan.md, Modes)"
+    ),
+    Setting(
+        "scanPollS",
+        "int",
+        cadence.DEFAULT_RUN_POLL_S,
+        1,
+        60,
+        "paced: how often a run looks for newly due work",
+    ),
     Setting(
         "scanEndWhenIdle",
         "bool",
-        True,
+        cadence.DEFAULT_RUN_END_WHEN_IDLE,
         doc="paced: a run ends as soon as nothing is due (cheap); false: it polls its whole "
         "time budget (lower due-to-claim latency, an instance busy all the time)",
     ),

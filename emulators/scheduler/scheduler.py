@@ -156,6 +156,24 @@ class CloudScheduler:
         self.clock.notify()
         return schedule_time
 
+    def send_retry_of(self, schedule_time: datetime) -> HttpCall:
+        """DRILL AID, not a Cloud Scheduler API: one more attempt of the execution scheduled
+        at `schedule_time`, sent now and carrying exactly what Cloud Scheduler's retry of it
+        carries (the same headers, a fresh OIDC token), outside this scheduler's bookkeeping.
+        It lets a drill put a retry at a chosen moment inside a running attempt, which the
+        real scheduler does only when the attempt outlasts its deadline. Read the answer from
+        the returned call's `answer` once it is not None."""
+        return HttpCall(
+            url=self.job.uri,
+            method=self.job.http_method,
+            headers=self._headers(schedule_time),
+            body=self.job.body,
+            token=self._token,
+            now=self.clock.now,
+            on_done=lambda: None,
+            socket_timeout_s=self.job.attempt_deadline_s + _SOCKET_GRACE_S,
+        ).start()
+
     # -- what happened (for callers and tests) ------------------------------------------
 
     @property

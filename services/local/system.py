@@ -138,6 +138,23 @@ class Options:
         return f"{PROJECT_INDEXES}?shards={self.shards}"
 
     @property
+    def scan_run_environment(self) -> dict[str, str]:
+        """How each scan run works: a default stack's paced runs on its schedule
+        (services/scan/cadence.py, as infra deploys them); under a test cadence, one-pass runs
+        with the scan's own defaults (a paced run must fit in its interval, and a test cadence
+        of seconds leaves it none)."""
+        if self.test_cadence_s is not None:
+            return {scan_keys.SCAN_MODE: "one-pass"}
+        return {
+            scan_keys.SCAN_MODE: cadence.DEFAULT_SCAN_MODE,
+            scan_keys.SCAN_TIME_BUDGET_S: str(cadence.DEFAULT_RUN_TIME_BUDGET_S),
+            scan_keys.SCAN_MAX_PER_RUN: str(cadence.DEFAULT_RUN_MAX_PER_RUN),
+            scan_keys.SCAN_POLL_S: str(cadence.DEFAULT_RUN_POLL_S),
+            scan_keys.SCAN_END_WHEN_IDLE: str(cadence.DEFAULT_RUN_END_WHEN_IDLE).lower(),
+            scan_keys.SCAN_ATTEMPT_DEADLINE_S: str(cadence.DEFAULT_ATTEMPT_DEADLINE_S),
+        }
+
+    @property
     def budget_interval_s(self) -> float:
         """The interval the scan budgets for (JOBS_SCAN_INTERVAL_S): the schedule's longest gap,
         as infra sets it; under a test cadence that cadence, but not below what the scan accepts
@@ -299,7 +316,23 @@ class LocalSystem:
         worker_port = ports.worker or free_port(HOST)
         self.endpoints.scan_url = f"http://{HOST}:{scan_port}"
         self.endpoints.worker_url = f"http://{HOST}:{worker_port}"
-        common = {
+        common = self.common_environment()
+        worker_env = {
+            **common,
+            worker_keys.WORKER_AUDIENCE: self.endpoints.worker_url,
+            worker_keys.WORKER_ALLOWED_INVOKERS: self.topology.pusher_email,
+            worker_keys.MEDIA_BUCKET: self.demo.bucket,
+        }
+        started = [
+            self._start_function("worker", worker_port, worker_env),
+            self._start_function("scan", scan_port, self.scan_environment(common)),
+            self._start_api(common),
+        ]
+        self.wait_listening(started)
+
+    def common_environment(self) -> dict[str, str]:
+        """What every service process gets: the emulators, the project, the shards."""
+        return {
             **_base_environment(),
             **self.endpoints.exports,
             common_keys.PROJECT: self.options.project,
@@ -309,13 +342,10 @@ class LocalSystem:
             common_keys.BEHIND_CLOUD_RUN_IAM: str(self.options.behind_cloud_run_iam).lower(),
             "PYTHONUNBUFFERED": "1",
         }
-        worker_env = {
-            **common,
-            worker_keys.WORKER_AUDIENCE: self.endpoints.worker_url,
-            worker_keys.WORKER_ALLOWED_INVOKERS: self.topology.pusher_email,
-            worker_keys.MEDIA_BUCKET: self.demo.bucket,
-        }
-        scan_env = {
+
+    def scan_environment(self, common: Mapping[str, str]) -> dict[str, str]:
+        """The scan's environment (endpoints.scan_url set): as infra sets a default stack's."""
+        return {
             **common,
             scan_keys.TOPIC: self.topology.names.topic,
             scan_keys.SCAN_AUDIENCE: self.endpoints.scan_url,
@@ -323,12 +353,10 @@ class LocalSystem:
             scan_keys.SCAN_INTERVAL_S: f"{self.options.budget_interval_s:g}",
             # No Cloud Monitoring locally: the gauges go to the scan's log instead.
             scan_keys.METRICS: "log",
+            **self.options.scan_run_environment,
         }
-        started = [
-            self._start_function("worker", worker_port, worker_env),
-            self._start_function("scan", scan_port, scan_env),
-            self._start_api(common),
-        ]
+
+    def wait_listening(self, started: list[tuple[Child, int]]) -> None:
         for child, port in started:
             self.supervisor.wait_until(
                 child,
@@ -541,6 +569,8 @@ class LocalSystem:
             scan_keys.TOPIC: self.topology.names.topic,
             DEAD_LETTER_SUBSCRIPTION: self.topology.names.dead_letter_subscription,
             scan_keys.SCAN_INTERVAL_S: f"{self.options.budget_interval_s:g}",
+            # jobsctl plan and control show the per-run cap and pacing the scan runs with.
+            **self.options.scan_run_environment,
             PRODUCER_API_URL: self.endpoints.api_url,
             PRODUCER_TOKEN_URL: self._token_url(),
             PRODUCER_CALLER: self.api_caller_email,

@@ -14,3 +14,14 @@ DEFAULT_SCHEDULE = "* * * * *"
 DEFAULT_TIME_ZONE = "Etc/UTC"
 DEFAULT_ATTEMPT_DEADLINE_S = 180  # Cloud Scheduler's own default for HTTP targets
 DEFAULT_RETRY_COUNT = 0
+
+# How each run works at that cadence (docs/scan.md, "Modes"): paced, up to 50 s of the minute
+# (the interval minus budget.PACED_MARGIN_S), at most 12,000 claims (200 jobs/s at one run a
+# minute), polling for newly due work every 5 s and ending once nothing is due (the cheap
+# choice). infra/config.py's scanMode, scanTimeBudgetS, scanMaxPerRun, scanPollS and
+# scanEndWhenIdle default to these, and `make run` gives its scan the same.
+DEFAULT_SCAN_MODE = "paced"
+DEFAULT_RUN_TIME_BUDGET_S = 50
+DEFAULT_RUN_MAX_PER_RUN = 12_000
+DEFAULT_RUN_POLL_S = 5
+DEFAULT_RUN_END_WHEN_IDLE = True

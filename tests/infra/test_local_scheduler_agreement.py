@@ -13,6 +13,14 @@ from typing import Any
 from infra.config import parse_config
 from infra.names import Names as InfraNames
 from services.local.system import SCHEDULER_LOCATION, LocalSystem, Options
+from services.scan.settings import (
+    SCAN_ATTEMPT_DEADLINE_S,
+    SCAN_END_WHEN_IDLE,
+    SCAN_MAX_PER_RUN,
+    SCAN_MODE,
+    SCAN_POLL_S,
+    SCAN_TIME_BUDGET_S,
+)
 from tests.infra.conftest import StackRun, stack_config
 
 MINIMAL: dict[str, Any] = {
@@ -38,6 +46,24 @@ def test_the_local_job_has_a_default_stacks_schedule_zone_deadline_and_retries()
     assert job.job_id == InfraNames.for_stack(config).scheduler_job
     # The scan budgets for the same interval as a deployed scan (JOBS_SCAN_INTERVAL_S).
     assert Options().budget_interval_s == config.scan_interval_s
+
+
+def test_the_local_scan_runs_as_a_default_stacks_scan() -> None:
+    """Mode, run length, per-run cap, polling and deadline: `make run`'s scan gets the values
+    infra puts in a default stack's scan environment (infra/env.py)."""
+    config = parse_config(MINIMAL)
+    local = Options().scan_run_environment
+    assert local == {
+        SCAN_MODE: config.scan_mode,
+        SCAN_TIME_BUDGET_S: str(config.scan_time_budget_s),
+        SCAN_MAX_PER_RUN: str(config.scan_max_per_run),
+        SCAN_POLL_S: str(config.scan_poll_s),
+        SCAN_END_WHEN_IDLE: "true" if config.scan_end_when_idle else "false",
+        SCAN_ATTEMPT_DEADLINE_S: str(config.scan_attempt_deadline_s),
+    }
+    assert config.scan_mode == "paced"
+    # A test cadence (seconds apart) leaves a paced run no room: it runs one-pass.
+    assert Options(test_cadence_s=2.0).scan_run_environment == {SCAN_MODE: "one-pass"}
 
 
 def test_the_deployed_job_takes_the_stack_values(dev: StackRun) -> None:

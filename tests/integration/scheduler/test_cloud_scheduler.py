@@ -379,3 +379,25 @@ def test_a_test_cadence_fires_every_given_seconds(
         _advance_to(clock, START + timedelta(seconds=2 * count))
         target.wait_for(count)
     assert [s.at for s in target.seen] == [START + timedelta(seconds=2 * n) for n in (1, 2, 3)]
+
+
+def test_a_drill_retry_carries_what_the_executions_own_attempts_carry(
+    clock: ManualClock, target: Target, oidc_server: Any, running: list[CloudScheduler]
+) -> None:
+    scheduler = _start(running, _job(target), clock, oidc_server.token_url)
+    _advance_to(clock, _at(12, 1))
+    target.wait_for(1)
+    call = scheduler.send_retry_of(_at(12, 1))
+    target.wait_for(2)
+    deadline = time.monotonic() + WAIT_S
+    while call.answer is None:
+        assert time.monotonic() < deadline, "the drill retry got no answer"
+        time.sleep(0.02)
+    first, retry = (s.headers for s in target.seen)
+    for header in (JOB_NAME_HEADER, SCHEDULE_TIME_HEADER, "X-CloudScheduler", "User-Agent"):
+        assert retry[header] == first[header]
+    assert retry["Authorization"].startswith("Bearer ")
+    assert call.answer.status == 200
+    # Outside the schedule's bookkeeping: the scheduler recorded one attempt, not two.
+    _wait_attempts(scheduler, 1, clock)
+    assert len(scheduler.attempts) == 1
