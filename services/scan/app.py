@@ -59,7 +59,12 @@ from services.scan.scanner import (
 )
 from services.scan.settings import ScanSettings
 from services.scan.summary import log_fields, response_body
-from services.scan.trigger import MAX_BODY_BYTES, TriggerError, parse_trigger
+from services.scan.trigger import (
+    MAX_BODY_BYTES,
+    TriggerError,
+    parse_trigger,
+    scheduled_execution,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +158,7 @@ class ScanHandler:
                 dry_run=trigger.dry_run,
                 run_id=run_id,
                 partition=trigger.partition,
-                execution=trigger.execution,
+                execution=scheduled_execution(trigger.execution, started_at),
             )
         except Exception as exc:
             # Recorded first, whatever the failure: a crash is re-raised below, to the last

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.jobs.auth import RequestHeaders
@@ -40,6 +40,14 @@ MAX_PARTITION = 63
 # time is about 30.
 MAX_JOB_NAME = 500
 MAX_SCHEDULE_TIME = 64
+
+
+# Cloud Scheduler dispatches a scheduled execution at its schedule time or after it, never
+# before; a forced run (jobs.run) "may use the timestamp of the next scheduled execution" (the
+# dedup page above). A request this far ahead of its ScheduleTime is therefore a forced run:
+# remembering it as that execution would make the real one, when it comes, a "duplicate" that
+# claims nothing for a whole interval. It still takes its partition's lease like any run.
+FORCED_RUN_LEAD = timedelta(seconds=5)
 
 
 class TriggerError(ValueError):
@@ -99,6 +107,14 @@ def parse_execution(headers: RequestHeaders | None) -> Execution | None:
     if problems:
         raise TriggerError("; ".join(problems))
     return Execution(name.strip(), parsed.astimezone(UTC))
+
+
+def scheduled_execution(execution: Execution | None, now: datetime) -> Execution | None:
+    """`execution` when the request can be that scheduled execution (or its retry); None for a
+    forced run carrying the next execution's time (it arrived before that time)."""
+    if execution is None or execution.schedule_time > now + FORCED_RUN_LEAD:
+        return None
+    return execution
 
 
 def parse_trigger(body: bytes, headers: RequestHeaders | None = None) -> Trigger:

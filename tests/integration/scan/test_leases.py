@@ -201,3 +201,24 @@ def test_two_partitions_run_at_once_each_on_its_own_shards(scan_rig: Callable[..
     assert len(by_partition[0]) == len(by_partition[1]) == 300
     # A partition the deployment does not have is a 400.
     assert first.post('{"partition": 2}').status_code == 400
+
+
+def test_a_forced_run_with_the_next_executions_time_does_not_swallow_that_execution(
+    scan_rig: Callable[..., Rig],
+) -> None:
+    # `gcloud scheduler jobs run` may carry the NEXT scheduled time (emulators/scheduler's
+    # ForcedScheduleTime.NEXT). The clock is at 12:01:00; the forced run says 12:02:00.
+    first, second = paced_pair(scan_rig)
+    first.seed(400)
+    forced = first.post(headers=scheduled("2026-06-01T12:02:00Z")).get_json()
+    assert forced["claimed"] == 150
+    # At 12:02 the real execution arrives: a new run, not a duplicate of the forced one.
+    first.clock.set(first.clock.now().replace(minute=2, second=0) + timedelta(seconds=1))
+    real = second.post(headers=scheduled("2026-06-01T12:02:00Z")).get_json()
+    assert (real["stopped_because"], real["claimed"]) != ("duplicate", 0)
+    assert real["claimed"] == 150
+    # Its own retry after it finished is still a duplicate.
+    again = second.post(headers=scheduled("2026-06-01T12:02:00Z")).get_json()
+    assert (again["stopped_because"], again["claimed"]) == ("duplicate", 0)
+    pulled = first.pull()
+    assert sum(pulled.values()) == 300 and set(pulled.values()) == {1}
