@@ -174,8 +174,12 @@ TIMESTAMP_SHAPES: tuple[QueryShape, ...] = (
 # The queries whatever N is: none orders or ranges on a value growing with time in a
 # collection written per job.
 COMMON_SHAPES: tuple[QueryShape, ...] = (
-    # stats: the count of each state; jobsctl backfill-shards: each state's records by ID
+    # stats: the count of each state; jobsctl backfill-shards: each state's records by ID; the
+    # shard census: every non-terminal record (`state in [...]`)
     QueryShape(JOBS, frozenset({"state"}), ()),
+    # the shard census (services/jobs/layout.py): non-terminal records by `shard` range,
+    # served by the (state, shard, due_at) index of SHARDED_INDEXES, declared at every N
+    QueryShape(JOBS, frozenset({"state"}), (IndexField(SHARD), IndexField("due_at"))),
     # jobsctl runs: the latest scan runs
     QueryShape(SCAN_RUNS, frozenset(), (IndexField("started_at", "DESCENDING"),)),
     # jobsctl rejections: the newest rejected deliveries
