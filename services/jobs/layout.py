@@ -122,3 +122,21 @@ class ShardCensus:
     def stranded(self) -> int:
         """The figure the gauge reports: every unreachable record counted."""
         return self.out_of_range if self.unreachable is None else self.unreachable
+
+
+def mismatched(layout: ShardLayout | None, shards: int, stranded: int) -> bool:
+    """What the `shard_layout_mismatch` gauge says: the layout differs from JOBS_SHARDS, or
+    none is recorded while records are out of reach (at N = 1 never)."""
+    if shards == 1:
+        return False
+    return layout.mismatch(shards) if layout is not None else stranded > 0
+
+
+def layout_line(layout: ShardLayout | None, shards: int) -> str:
+    """The layout as `jobsctl stats` and `watch` print it."""
+    if layout is None:
+        return (
+            "not recorded (the scan records it at its next housekeeping when no record is out "
+            "of reach; `jobsctl backfill-shards --apply` records it)"
+        )
+    return layout.describe(shards)

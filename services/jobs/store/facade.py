@@ -136,8 +136,8 @@ class FirestoreJobStore:
             cursor=cursor,
         )
 
-    def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
-        return self._reads.stats(now, claim_timeout)
+    def stats(self, now: datetime, claim_timeout: timedelta, *, shard_census: bool = True) -> Stats:
+        return self._reads.stats(now, claim_timeout, shard_census=shard_census)
 
     def backlog(
         self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta

@@ -139,12 +139,13 @@ class Reads:
             next_cursor = encode_cursor(last.get(order_field), last.id)
         return Page(tuple(jobs), next_cursor, tuple(invalid))
 
-    def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
+    def stats(self, now: datetime, claim_timeout: timedelta, *, shard_census: bool = True) -> Stats:
         """Backlog figures from count aggregations and one limit-1 query; never reads every
         document. Every figure is read at one snapshot: the first count's server read time,
         passed to the others (https://cloud.google.com/firestore/docs/reference/rpc/google.
         firestore.v1#runaggregationqueryrequest), so a job moving between states mid-way is
-        counted once, in one state."""
+        counted once, in one state. With JOBS_SHARDS > 1 and `shard_census`, the exact census
+        of non-terminal records out of the shard queries' reach (services/jobs/layout.py)."""
         with store_errors():
             deferred, read_time = self._docs.count_at(state_query(State.DEFERRED))
             per_state = {State.DEFERRED: deferred}
@@ -171,7 +172,8 @@ class Reads:
             # per-state counts just made, so it costs the out-of-range count (1 read when
             # there are none) and the in-range count (1 read per 1,000 live records).
             live = sum(n for state, n in per_state.items() if not state.terminal)
-            census = self._census(live, read_time) if self._docs.shards > 1 else None
+            wanted = shard_census and self._docs.shards > 1
+            census = self._census(live, read_time) if wanted else None
         oldest = merged([p[0] for p in parts], "due_at", 1)
         due_count = sum(p[1] for p in parts)
         stuck = sum(p[2] for p in parts)
