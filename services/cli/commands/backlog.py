@@ -131,7 +131,7 @@ def stats(session: Session, args: argparse.Namespace) -> Report:
             ("expired leases", figures.expired_leases),
             ("shards", shards),
             ("shard layout", ("MISMATCH: " if mismatch else "") + layout_line(layout, shards)),
-            ("out of shard reach", _reach(census)),
+            ("out of reach", _reach(census)),
         ]
     )
     text += "\n\n" + table(
