@@ -155,6 +155,7 @@ def test_records_without_a_shard_are_counted_and_no_layout_is_adopted_until_the_
     assert sorted(rig.pull()) == sorted(ids)
 
 
+@pytest.mark.builtin_emulator("billing counters")
 def test_an_idle_run_between_housekeepings_repeats_the_report_without_a_read(
     scan_rig: Callable[..., Rig], firestore_stats: Any
 ) -> None:
@@ -172,3 +173,21 @@ def test_an_idle_run_between_housekeepings_repeats_the_report_without_a_read(
     at4.clock.advance(timedelta(seconds=900))
     due = at2.scan()
     assert due["shard_stranded"] == sum(1 for j in ids if shard_of(j, 4) >= 2)
+
+
+@pytest.mark.builtin_emulator("billing counters")
+def test_with_the_layout_recorded_the_census_costs_a_housekeeping_run_one_read(
+    scan_rig: Callable[..., Rig], firestore_stats: Any
+) -> None:
+    rig = scan_rig(shards=4)  # housekeeping every run
+    rig.seed(300, due_at=T0 + timedelta(days=30))
+    rig.scan()  # the first one takes the exact census and records the layout 4
+    assert _stored_layout(rig.client)["source"] == "adopted"
+    firestore_stats.reset()
+    rig.clock.advance(timedelta(seconds=60))
+    run = rig.scan()
+    counts = firestore_stats.get()
+    # 13 before the check (control, 3 reclaimer queries, 2 due_at type checks, the probe, 2
+    # limit-1 and 3 count queries, the scan_runs document), and the out-of-range count.
+    assert (counts["document_reads"], counts["document_writes"]) == (13, 1)
+    assert (run["shard_stranded"], run["shard_layout_mismatch"]) == (0, False)
