@@ -45,6 +45,12 @@ LATENCY_BUCKETS = 30
 # `pulumi up`s do not wait, unless a new metric replaces it (its triggers).
 METRIC_PROPAGATION = "11m"
 
+# A shard layout that differs from JOBS_SHARDS is expected for the minutes between
+# `jobsctl backfill-shards --apply` and the deploy of the new `shards` (docs/capacity.md,
+# "Changing the shard count"); a change deployed without the backfill persists. The alert waits
+# this long, so the documented procedure does not page and a forgotten backfill does.
+SHARD_LAYOUT_FOR_S = 900
+
 
 @dataclass(frozen=True)
 class Monitoring:
@@ -337,6 +343,37 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=0,
                 align_s=300,
                 aligner="ALIGN_SUM",
+            ),
+        ),
+        "shards-stranded": (
+            "ERROR",
+            "Non-terminal jobs carry a shard no scan query names (shard >= the stack's "
+            "`shards`, or none while the shard layout is unknown): they are never claimed, "
+            "reclaimed or counted, so no overdue alert covers them. Run `jobsctl "
+            "backfill-shards --shards N --apply` with the stack's N. Runbook: "
+            "docs/runbook.md, 'Jobs out of shard reach'.",
+            _threshold(
+                "Jobs out of shard reach",
+                gauge_filter(metrics.SHARD_STRANDED),
+                above=0,
+                for_s=0,
+                align_s=scan_align,
+                aligner="ALIGN_MAX",
+            ),
+        ),
+        "shard-layout": (
+            "ERROR",
+            "The job records are laid out for another shard count than the stack's `shards` "
+            f"for {SHARD_LAYOUT_FOR_S // 60} min: `shards` changed without `jobsctl "
+            "backfill-shards`. Run `jobsctl backfill-shards --shards N --apply` with the "
+            "stack's N. Runbook: docs/runbook.md, 'Jobs out of shard reach'.",
+            _threshold(
+                "Shard layout differs from the shard count",
+                gauge_filter(metrics.SHARD_LAYOUT_MISMATCH),
+                above=0,
+                for_s=SHARD_LAYOUT_FOR_S,
+                align_s=scan_align,
+                aligner="ALIGN_MAX",
             ),
         ),
         "newer-records": (

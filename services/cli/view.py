@@ -21,6 +21,7 @@ from rich.text import Text
 
 from services.cli.planner import budget_arithmetic, format_duration
 from services.jobs.control import Control
+from services.jobs.layout import layout_line, mismatched
 from services.jobs.model import Stats
 from services.jobs.runs import ScanRun
 from services.jobs.state import State
@@ -68,6 +69,19 @@ class Snapshot:
     budget: EnqueueBudget
     runs: tuple[ScanRun, ...]  # newest first
     claim_timeout_s: float
+    shards: int = 1  # JOBS_SHARDS as jobsctl runs with it
+
+    @property
+    def shard_stranded(self) -> int | None:
+        """The newest run's count of non-terminal jobs no shard query reaches (the scan's
+        census; jobsctl does not repeat it: `jobsctl stats` counts them exactly)."""
+        return self.runs[0].shard_stranded if self.runs else None
+
+    @property
+    def shard_layout_mismatch(self) -> bool:
+        """The control document's shard layout against JOBS_SHARDS (as the scan compares
+        them every run), or the newest run's report when no layout is recorded."""
+        return mismatched(self.control.shard_layout, self.shards, self.shard_stranded or 0)
 
     @property
     def drain(self) -> DrainRate:
@@ -97,6 +111,7 @@ class Snapshot:
 
     def to_data(self) -> dict[str, Any]:
         drain = self.drain
+        layout = self.control.shard_layout
         return {
             "at": self.at,
             "read_time": self.stats.read_time,
@@ -116,6 +131,10 @@ class Snapshot:
             "measured_rate_per_s": drain.per_s,
             "eta_s": self.eta_s,
             "ramp": self.ramp_data(),
+            "shards": self.shards,
+            "shard_layout": layout.to_document() if layout is not None else None,
+            "shard_layout_mismatch": self.shard_layout_mismatch,
+            "shard_stranded": self.shard_stranded,
             "runs": [
                 {
                     "run_id": r.run_id,
@@ -183,6 +202,17 @@ def _backlog(s: Snapshot) -> Table:
     )
     figures.add_row("expired leases", f"{s.stats.expired_leases:,}")
     figures.add_row("stale enqueued", f"{stale:,}" if stale is not None else "- (no run yet)")
+    stranded = s.shard_stranded
+    layout = layout_line(s.control.shard_layout, s.shards)
+    if s.shard_layout_mismatch:
+        figures.add_row("shard layout", Text(f"MISMATCH: {layout}", style="bold red"))
+    else:
+        figures.add_row("shard layout", f"JOBS_SHARDS={s.shards}; {layout}")
+    reach = f"{stranded:,}" if stranded is not None else "- (no run yet)"
+    figures.add_row(
+        "out of shard reach",
+        Text(reach, style="bold red") if stranded else reach,
+    )
     outer = Table.grid()
     outer.add_row(table)
     outer.add_row(figures)

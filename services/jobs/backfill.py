@@ -15,6 +15,10 @@ changes; terminal records are left to their TTL.
 A pass is resumable: `Position` (state, last job ID) says where it got to, and a pass from a
 position skips what comes before it. Re-running a whole pass is safe as well: records already
 right are only counted.
+
+A pass with apply that reaches the end (from the start or resumed) records N as the shard
+layout in the control document (services/jobs/layout.py, one write): the scan compares it with
+its JOBS_SHARDS every run and reports a difference until then.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from typing import Any
 from google.cloud import firestore
 
 from services.jobs import schema
+from services.jobs.clock import Clock, SystemClock
 from services.jobs.errors import ValidationError
 from services.jobs.gateway import Gateway
+from services.jobs.layout import LAYOUT_FIELD, ShardLayout
 from services.jobs.queries import NAME, QuerySpec
 from services.jobs.shard import require_shards, shard_of
 from services.jobs.state import State
@@ -74,6 +80,7 @@ class BackfillCounts:
     changed_meanwhile: int = 0  # conditional writes refused, each record then re-read
     gone: int = 0  # re-read after a refusal: deleted, or terminal now (nothing to do)
     by_state: dict[str, int] = field(default_factory=dict)
+    layout: ShardLayout | None = None  # recorded at the end of a pass with apply
 
 
 Progress = Callable[[BackfillCounts, Position], None]
@@ -90,6 +97,8 @@ class ShardBackfill:
         batch_size: int = MAX_BATCH,
         bounds: CallBounds | None = None,
         database: str | None = None,
+        by: str = "jobsctl",
+        clock: Clock | None = None,
     ) -> None:
         if not 1 <= batch_size <= MAX_BATCH:
             raise ValidationError(f"batch size must be from 1 to {MAX_BATCH}, not {batch_size}")
@@ -100,6 +109,8 @@ class ShardBackfill:
         # Every RPC through the public GAPIC client; `client` builds references only.
         self._gateway = Gateway(client, database, self._bounds)
         self._rereads: dict[str, int] = {}  # per record of the current pass
+        self._by = by
+        self._clock = clock or SystemClock()
 
     def total(self) -> int:
         """How many non-terminal records a pass reads (count aggregations: one read per 1,000
@@ -129,7 +140,26 @@ class ShardBackfill:
                 counts.by_state[state.value] = counts.by_state.get(state.value, 0) + len(page)
                 if progress is not None:
                     progress(counts, Position(state, page[-1].id))
+        if apply:
+            counts.layout = self._record_layout()
         return counts
+
+    def _record_layout(self) -> ShardLayout:
+        """N as the records' shard layout, in the control document (a merge of that one map:
+        the operator's settings and the scan's housekeeping mark stay). Unconditional: a pass
+        that reached the end is the authority on the layout."""
+        layout = ShardLayout(self._shards, self._clock.now(), self._by, "backfill")
+        control = self._client.collection(schema.CONTROL).document(schema.CONTROL_DOCUMENT)
+        writes = self._gateway.writes()
+        writes.merge(control, {LAYOUT_FIELD: layout.to_document()})
+        with store_errors():
+            self._gateway.commit(writes, idempotent=True)
+        logger.info(
+            "recorded the shard layout: %s shard(s)",
+            self._shards,
+            extra={"fields": {"reason": "shard_layout_backfilled", "shards": self._shards}},
+        )
+        return layout
 
     def wanted(self, job_id: str) -> int:
         return shard_of(job_id, self._shards)

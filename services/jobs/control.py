@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.jobs.errors import ValidationError
+from services.jobs.layout import LAYOUT_FIELD, ShardLayout
 from services.jobs.ramp import Ramp
 
 CONTROL_HISTORY_LIMIT = 20
@@ -32,6 +33,10 @@ BACKLOG_FIGURES = (
     "stuck_claims",
     "stale_enqueued",
     "oldest_enqueued_age_s",
+    # The shard census (services/jobs/layout.py): records the shard queries miss, and whether
+    # the layout was unknown with some missed (the idle runs repeat both).
+    "shard_stranded",
+    "shard_layout_unknown",
 )
 
 
@@ -104,6 +109,9 @@ class Control:
     # `jobsctl resume --ramp`: the catch-up rate climbs to `catch_up_rate` by Firestore's
     # 500/50/5 rule (services/jobs/ramp.py); None: the set rate applies at once.
     ramp: Ramp | None = None
+    # The shard count the records were last laid out for (services/jobs/layout.py): written by
+    # `jobsctl backfill-shards --apply` or adopted by the scan, carried through operator changes.
+    shard_layout: ShardLayout | None = None
 
     def per_run_cap(self, deployment_cap: int) -> int:
         """The claims one run may make at most: the deployment's cap, lowered by the
@@ -166,6 +174,8 @@ class Control:
         if self.housekeeping is not None:
             document[HOUSEKEEPING_FIELD] = self.housekeeping.to_document()
         document["ramp"] = self.ramp.to_document() if self.ramp is not None else None
+        if self.shard_layout is not None:
+            document[LAYOUT_FIELD] = self.shard_layout.to_document()
         return document
 
     @classmethod
@@ -220,6 +230,7 @@ class Control:
             ),
             housekeeping=HousekeepingMark.from_document(data.get(HOUSEKEEPING_FIELD)),
             ramp=Ramp.from_document(data.get("ramp")),
+            shard_layout=ShardLayout.from_document(data.get(LAYOUT_FIELD)),
         )
 
 

@@ -67,6 +67,22 @@ RUN_QUARANTINED = GaugeMetric(
     "Undecodable job documents one scan run moved aside (failed, invalid_record).",
 )
 
+# The shard check (services/jobs/layout.py, docs/scan.md "Shard layout check").
+SHARD_STRANDED = GaugeMetric(
+    "shard_stranded",
+    "INT64",
+    "1",
+    "Non-terminal jobs no shard query reaches: shard >= JOBS_SHARDS (counted at every "
+    "housekeeping) or, while the shard layout is unknown, without a shard.",
+)
+SHARD_LAYOUT_MISMATCH = GaugeMetric(
+    "shard_layout_mismatch",
+    "INT64",
+    "1",
+    "1 while JOBS_SHARDS differs from the shard count the job records were last backfilled "
+    "for (or the layout is unknown and records are out of reach): run jobsctl backfill-shards.",
+)
+
 SCAN_GAUGES: tuple[GaugeMetric, ...] = (
     OLDEST_OVERDUE_AGE,
     DUE_COUNT,
@@ -79,6 +95,8 @@ SCAN_GAUGES: tuple[GaugeMetric, ...] = (
     STALE_ENQUEUED,
     OLDEST_ENQUEUED_AGE,
     RUN_QUARANTINED,
+    SHARD_STRANDED,
+    SHARD_LAYOUT_MISMATCH,
 )
 
 # Structured log fields the worker writes on its one line per outcome; log-based metrics
@@ -97,6 +115,9 @@ EVENT_JOB_QUARANTINED = "job_quarantined"  # an undecodable job document moved a
 # A job document written by a newer version met (and left untouched) by this one.
 EVENT_JOB_FROM_NEWER_VERSION = "job_from_newer_version"
 EVENT_STORE_REJECTED = "store_rejected"  # Firestore refused a request retrying cannot fix
+# The scan's ERROR line while job records are out of the shard queries' reach, or laid out for
+# another shard count than JOBS_SHARDS (services/jobs/layout.py).
+EVENT_SHARD_LAYOUT = "shard_layout"
 
 
 @dataclass(frozen=True)
@@ -171,6 +192,8 @@ class ScanReport:
     stale_enqueued: int = 0
     oldest_enqueued_age_s: float = 0.0
     quarantined: int = 0
+    shard_stranded: int = 0
+    shard_layout_mismatch: int = 0
 
     def gauge_values(self) -> dict[GaugeMetric, int | float]:
         """Each scan gauge with this run's value, in SCAN_GAUGES order."""
@@ -186,6 +209,8 @@ class ScanReport:
             STALE_ENQUEUED: int(self.stale_enqueued),
             OLDEST_ENQUEUED_AGE: float(self.oldest_enqueued_age_s),
             RUN_QUARANTINED: int(self.quarantined),
+            SHARD_STRANDED: int(self.shard_stranded),
+            SHARD_LAYOUT_MISMATCH: int(self.shard_layout_mismatch),
         }
         return {gauge: values[gauge] for gauge in SCAN_GAUGES}
 

@@ -268,3 +268,50 @@ def _order(query: Any, name: str) -> None:
     order = query.order_by.add()
     order.field.field_path = name
     order.direction = _STRUCTURED.Direction.ASCENDING
+
+
+# --- the shard census (services/jobs/layout.py) ---------------------------------------------
+
+# The states whose records a shard query must reach (terminal ones keep their old shard until
+# their TTL deletes them, and nothing queries them by shard).
+LIVE_STATES: tuple[str, ...] = (
+    State.DEFERRED.value,
+    State.CLAIMED.value,
+    State.ENQUEUED.value,
+    State.RUNNING.value,
+)
+
+
+def live_query() -> QuerySpec:
+    """Every non-terminal job (`state in [...]`: an equality for the indexes, served by the
+    single-field `state` index at every N). Counted only."""
+    return QuerySpec(schema.JOBS, equals=(("state", LIVE_STATES),))
+
+
+def shard_range_query(low: int, high: int | None = None) -> QuerySpec:
+    """Non-terminal jobs with low <= shard (< high), counted only. A range on `shard` must be
+    the query's first order (https://firebase.google.com/docs/firestore/query-data/order-limit-data),
+    and `due_at` (every record has one) follows, so the (state, shard, due_at) index, which
+    exists at every N, serves it (`state in [...]` counts as an equality): no index of its own.
+    Range filters match numbers only
+    (https://firebase.google.com/docs/firestore/manage-data/data-types#value_type_ordering),
+    so a record without `shard`, or with a string one, is in neither range."""
+    ranges: tuple[tuple[str, str, Any], ...] = ((schema.SHARD, ">=", low),)
+    if high is not None:
+        ranges += ((schema.SHARD, "<", high),)
+    return QuerySpec(
+        schema.JOBS,
+        equals=(("state", LIVE_STATES),),
+        ranges=ranges,
+        order_by=(schema.SHARD, "due_at"),
+    )
+
+
+def out_of_range_query(shards: int) -> QuerySpec:
+    """Non-terminal jobs no query of a deployment with `shards` shards names: shard >= N."""
+    return shard_range_query(shards)
+
+
+def in_range_query(shards: int) -> QuerySpec:
+    """Non-terminal jobs a deployment with `shards` shards reaches: 0 <= shard < N."""
+    return shard_range_query(0, shards)

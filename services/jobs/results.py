@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, overload
 
 from services.jobs.errors import JobsError
+from services.jobs.layout import ShardCensus
 from services.jobs.record import Job, as_utc, maybe_utc
 from services.jobs.state import State
 
@@ -96,6 +97,8 @@ class Stats:
     expired_leases: int
     per_state: Mapping[State, int]
     read_time: datetime | None = None  # the one snapshot every figure was read at
+    # Non-terminal records the shard queries miss (JOBS_SHARDS > 1; exact, at read_time).
+    shard_census: ShardCensus | None = None
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,10 @@ class ScanRun:
     stale_enqueued: int = 0
     oldest_enqueued_age_s: float = 0.0
     quarantined: int = 0  # undecodable job documents moved aside (failed, invalid_record)
+    # Non-terminal records no shard query reaches, and whether JOBS_SHARDS differs from the
+    # shard layout the records were written for (services/jobs/layout.py).
+    shard_stranded: int = 0
+    shard_layout_mismatch: bool = False
     failure: RunFailure | None = None  # set when the scan answered 500 or 503 for this run
     mode: str = "one-pass"  # one-pass or paced (docs/scan.md, "Modes")
     partition: int = 0  # the partition whose shards the run claimed
@@ -124,6 +128,8 @@ class ScanRun:
             "stale_enqueued": self.stale_enqueued,
             "oldest_enqueued_age_s": self.oldest_enqueued_age_s,
             "quarantined": self.quarantined,
+            "shard_stranded": self.shard_stranded,
+            "shard_layout_mismatch": self.shard_layout_mismatch,
             "drain_rate_per_s": self.drain_rate_per_s,
             "failed_ids": list(self.failed_ids[:MAX_FAILED_IDS]),
             "failed_ids_truncated": len(self.failed_ids) > MAX_FAILED_IDS,
@@ -159,6 +165,8 @@ class ScanRun:
             stale_enqueued=int(data.get("stale_enqueued", 0)),
             oldest_enqueued_age_s=float(data.get("oldest_enqueued_age_s", 0.0)),
             quarantined=int(data.get("quarantined", 0)),
+            shard_stranded=int(data.get("shard_stranded") or 0),
+            shard_layout_mismatch=bool(data.get("shard_layout_mismatch", False)),
             failure=RunFailure.from_document(failure) if (failure := data.get("failure")) else None,
             mode=str(data.get("mode") or "one-pass"),
             partition=int(data.get("partition") or 0),

@@ -174,12 +174,21 @@ TIMESTAMP_SHAPES: tuple[QueryShape, ...] = (
 # The queries whatever N is: none orders or ranges on a value growing with time in a
 # collection written per job.
 COMMON_SHAPES: tuple[QueryShape, ...] = (
-    # stats: the count of each state; jobsctl backfill-shards: each state's records by ID
+    # stats: the count of each state; jobsctl backfill-shards: each state's records by ID; the
+    # shard census: every non-terminal record (`state in [...]`)
     QueryShape(JOBS, frozenset({"state"}), ()),
     # jobsctl runs: the latest scan runs
     QueryShape(SCAN_RUNS, frozenset(), (IndexField("started_at", "DESCENDING"),)),
     # jobsctl rejections: the newest rejected deliveries
     QueryShape(REJECTED, frozenset(), (IndexField("received_at", "DESCENDING"),)),
+)
+
+
+# The shard census with N > 1 (services/jobs/layout.py): non-terminal records by `shard` range
+# (>= N, and 0..N-1), ordered by shard then due_at, so the (state, shard, due_at) index of
+# SHARDED_INDEXES serves it; no index of its own. Its range is on `shard`, not a timestamp.
+CENSUS_SHAPES: tuple[QueryShape, ...] = (
+    QueryShape(JOBS, frozenset({"state"}), (IndexField(SHARD), IndexField("due_at"))),
 )
 
 
@@ -194,7 +203,7 @@ def query_shapes(shards: int) -> tuple[QueryShape, ...]:
     is one of them); ScanRunLog.recent and RejectionStore.recent are the two others."""
     if require_shards(shards) == 1:
         return TIMESTAMP_SHAPES + COMMON_SHAPES
-    return tuple(sharded(shape) for shape in TIMESTAMP_SHAPES) + COMMON_SHAPES
+    return tuple(sharded(shape) for shape in TIMESTAMP_SHAPES) + COMMON_SHAPES + CENSUS_SHAPES
 
 
 QUERY_SHAPES: tuple[QueryShape, ...] = query_shapes(1)

@@ -103,6 +103,9 @@ class Transaction:
     def set(self, reference: Any, data: dict[str, Any]) -> None:
         self._writes.set(reference, data)
 
+    def merge(self, reference: Any, fields: dict[str, Any]) -> None:
+        self._writes.merge(reference, fields)
+
     def update(
         self, reference: Any, fields: dict[str, Any], last_update_time: datetime | None = None
     ) -> None:

@@ -490,7 +490,11 @@ class LocalSystem:
 
     def _report_attempt(self, attempt: Attempt) -> None:
         with self.interrupts.shielded():
-            counts = self.store().stats(self.clock.now(), timedelta(minutes=10)).per_state
+            counts = (
+                self.store()
+                .stats(self.clock.now(), timedelta(minutes=10), shard_census=False)
+                .per_state
+            )
         states = " ".join(f"{state.value} {n}" for state, n in counts.items())
         if attempt.succeeded:
             b = attempt.body

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from services.jobs.control import Control, HousekeepingMark
+from services.jobs.layout import ShardCensus, ShardLayout
 from services.jobs.model import Backlog as StoreBacklog
 from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, ReclaimReport
 from services.jobs.runs import ScanRun
@@ -24,6 +25,10 @@ class ScanStore(Protocol):
     def get_control(self) -> Control: ...
 
     def record_housekeeping(self, mark: HousekeepingMark) -> None: ...
+
+    def shard_census(self, *, exact: bool) -> ShardCensus: ...
+
+    def adopt_shard_layout(self, layout: ShardLayout) -> ShardLayout: ...
 
     def anything_due(self, now: datetime, shards: Sequence[int] | None = None) -> bool: ...
 

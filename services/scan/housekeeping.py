@@ -9,7 +9,8 @@ The mark of that (`HousekeepingMark`) lives in the control document, which every
 first anyway, so a cold instance knows it at no extra read, and a run that does its
 housekeeping writes it (1 write). Every run takes back expired claims and leases, so a crashed
 scan's claim or a dead worker's lease is back within its timeout plus one scan interval; only
-the stale-enqueued rescue, the due_at type check and the backlog counts wait for the interval.
+the stale-enqueued rescue, the due_at type check, the backlog counts and the shard census
+(`shard_check.py`) wait for the interval.
 A run that claims or reclaims something always measures the backlog and records itself. 0
 keeps housekeeping on every run. An idle run reports the backlog measured at the last
 housekeeping, with nothing due (its claim query just said so).
@@ -45,10 +46,17 @@ class Housekeeping:
         )
 
     @staticmethod
-    def mark(at: datetime, backlog: Backlog) -> HousekeepingMark:
-        return HousekeepingMark(
-            at=at, backlog={name: getattr(backlog, name) for name in BACKLOG_FIGURES}
-        )
+    def mark(at: datetime, backlog: Backlog, layout_unknown: bool = False) -> HousekeepingMark:
+        """The mark of a housekeeping at `at`: its backlog figures and shard census
+        (services/scan/shard_check.py), which the idle runs after it repeat."""
+        measured = {
+            "stuck_claims": backlog.stuck_claims,
+            "stale_enqueued": backlog.stale_enqueued,
+            "oldest_enqueued_age_s": backlog.oldest_enqueued_age_s,
+            "shard_stranded": backlog.shard_stranded,
+            "shard_layout_unknown": int(layout_unknown),
+        }
+        return HousekeepingMark(at=at, backlog={name: measured[name] for name in BACKLOG_FIGURES})
 
     @staticmethod
     def idle_backlog(last: HousekeepingMark | None) -> Backlog:
@@ -60,4 +68,5 @@ class Housekeeping:
             stuck_claims=int(figures.get("stuck_claims", 0)),
             stale_enqueued=int(figures.get("stale_enqueued", 0)),
             oldest_enqueued_age_s=float(figures.get("oldest_enqueued_age_s", 0.0)),
+            shard_stranded=int(figures.get("shard_stranded", 0)),
         )

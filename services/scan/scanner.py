@@ -41,6 +41,7 @@ from services.scan.housekeeping import Housekeeping
 from services.scan.pacer import Pacer, Sleep, pace_page
 from services.scan.partitions import shards_of
 from services.scan.reclaimer import REASON_LEASE_EXPIRED, Reclaimer
+from services.scan.shard_check import ShardCheck
 from services.scan.stager import Stager
 from services.scan.summary import Backlog, RunTally, StopReason, log_fields
 from services.scan.trigger import Execution
@@ -92,6 +93,7 @@ class Scanner:
         self.stager = Stager(store, publisher, clock, limits)
         self.gauges = Gauges(store, clock, limits, metrics or NullSink(), runs)
         self.housekeeping = Housekeeping(limits.housekeeping_interval_s)
+        self.shard_check = ShardCheck(store, limits.shards)
 
     def close(self) -> None:
         self.stager.close()
@@ -199,14 +201,21 @@ class Scanner:
             idle = not (
                 housekeeping or control.paused or dry_run or tally.claimed or tally.reclaimed
             )
+            # The shard layout against JOBS_SHARDS every run (no read), the census of records
+            # out of reach at housekeeping only (shard_check.py).
+            shard_figures = self.shard_check.figures(
+                control, started_at, census=housekeeping, last=control.housekeeping
+            )
             if idle and stopped == "drained":
                 # Nothing was due and the last housekeeping is recent: no counts, no record.
-                run = finish(self.housekeeping.idle_backlog(control.housekeeping), stopped)
+                idle_backlog = self.housekeeping.idle_backlog(control.housekeeping)
+                run = finish(self.shard_check.apply(idle_backlog, shard_figures), stopped)
                 self.gauges.report(run, record=False)
                 return run
-            backlog = self.gauges.measure(claim_timeout)
+            backlog = self.shard_check.apply(self.gauges.measure(claim_timeout), shard_figures)
             if housekeeping and self.housekeeping.spaced and not (control.paused or dry_run):
-                self._record_housekeeping(self.housekeeping.mark(started_at, backlog))
+                mark = self.housekeeping.mark(started_at, backlog, shard_figures.unknown)
+                self._record_housekeeping(mark)
         except StoreRefused as exc:
             exc.run = finish(Backlog(), "unavailable")
             raise

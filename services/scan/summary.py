@@ -52,6 +52,10 @@ class Backlog:
     stuck_claims: int = 0
     stale_enqueued: int = 0
     oldest_enqueued_age_s: float = 0.0
+    # The shard check (services/scan/shard_check.py): non-terminal records no shard query
+    # reaches, and whether JOBS_SHARDS differs from the records' layout.
+    shard_stranded: int = 0
+    shard_layout_mismatch: bool = False
 
 
 @dataclass
@@ -132,6 +136,8 @@ class RunTally:
                 stuck_claims=backlog.stuck_claims,
                 stale_enqueued=backlog.stale_enqueued,
                 oldest_enqueued_age_s=backlog.oldest_enqueued_age_s,
+                shard_stranded=backlog.shard_stranded,
+                shard_layout_mismatch=backlog.shard_layout_mismatch,
                 claim_to_enqueue_latency_s=self.claim_to_enqueue_latency_s,
                 failed_ids=tuple(self.failed_ids),
                 quarantined=len(self.quarantined_ids),
@@ -158,6 +164,8 @@ SUMMARY_KEYS = (
     "stale_enqueued",
     "oldest_enqueued_age_s",
     "quarantined",
+    "shard_stranded",
+    "shard_layout_mismatch",
     "budget",
     "duration_s",
     "drain_rate_per_s",
@@ -185,6 +193,8 @@ def response_body(run: ScanRun) -> dict[str, Any]:
         "stale_enqueued": run.stale_enqueued,
         "oldest_enqueued_age_s": round(run.oldest_enqueued_age_s, 3),
         "quarantined": run.quarantined,
+        "shard_stranded": run.shard_stranded,
+        "shard_layout_mismatch": run.shard_layout_mismatch,
         "budget": run.budget,
         "duration_s": round(run.duration_s, 3),
         # The issue's ask: every summary shows how fast this run drained the backlog.
@@ -229,4 +239,6 @@ def scan_report(run: ScanRun) -> metrics.ScanReport:
         stale_enqueued=run.stale_enqueued,
         oldest_enqueued_age_s=run.oldest_enqueued_age_s,
         quarantined=run.quarantined,
+        shard_stranded=run.shard_stranded,
+        shard_layout_mismatch=int(run.shard_layout_mismatch),
     )

@@ -264,7 +264,7 @@ def test_every_metric_an_alert_references_is_one_the_system_emits(stack: StackRu
     emitted = {g.type for g in metrics.SCAN_GAUGES} | {m.type for m in metrics.LOG_METRICS}
     builtin = {"pubsub.googleapis.com/subscription/num_undelivered_messages"}
     referenced = _alert_metric_types(stack)
-    assert len(referenced) == 7
+    assert len(referenced) == 9
     assert set(referenced) <= emitted | builtin
     assert {
         metrics.NEWER_RECORDS.type,

@@ -17,6 +17,7 @@ from services.cli.planner import budget_arithmetic, describe, format_duration, p
 from services.cli.session import Session
 from services.cli.timespec import parse_duration
 from services.jobs.control import MAX_CLAIM_TIMEOUT, Control
+from services.jobs.layout import ShardCensus, layout_line, mismatched
 from services.jobs.model import Job, Reclaimed
 from services.jobs.settings import SettingsError
 from services.jobs.state import State
@@ -98,6 +99,11 @@ def stats(session: Session, args: argparse.Namespace) -> Report:
     now = session.now()
     figures = store.stats(now, timeout)
     age = figures.oldest_overdue_age_s
+    shards = store.shards
+    census = figures.shard_census
+    stranded = census.stranded if census is not None else 0
+    layout = control.shard_layout
+    mismatch = mismatched(layout, shards, stranded)
     data = {
         "at": now,
         "paused": control.paused,
@@ -107,6 +113,13 @@ def stats(session: Session, args: argparse.Namespace) -> Report:
         "expired_leases": figures.expired_leases,
         "claim_timeout_s": timeout.total_seconds(),
         "per_state": {state.value: figures.per_state.get(state, 0) for state in State},
+        "shards": shards,
+        "shard_layout": layout.to_document() if layout is not None else None,
+        "shard_layout_mismatch": mismatch,
+        # Non-terminal records no shard query reaches (None at N = 1: every record is reached).
+        "shard_stranded": census.stranded if census is not None else None,
+        "shard_out_of_range": census.out_of_range if census is not None else None,
+        "shard_without": census.without_shard if census is not None else None,
     }
     stuck = f"{figures.stuck_claims:,} (older than {format_duration(timeout.total_seconds())})"
     text = fields(
@@ -116,12 +129,27 @@ def stats(session: Session, args: argparse.Namespace) -> Report:
             ("oldest overdue", format_duration(age) if age is not None else "none"),
             ("stuck claims", stuck),
             ("expired leases", figures.expired_leases),
+            ("shards", shards),
+            ("shard layout", ("MISMATCH: " if mismatch else "") + layout_line(layout, shards)),
+            ("out of reach", _reach(census)),
         ]
     )
     text += "\n\n" + table(
         ["state", "jobs"], [[s.value, figures.per_state.get(s, 0)] for s in State]
     )
     return Report(data=data, text=text)
+
+
+def _reach(census: ShardCensus | None) -> str:
+    if census is None:
+        return "0 (one shard: every record is reached)"
+    if not census.stranded:
+        return "0"
+    return (
+        f"{census.stranded:,} non-terminal job(s): {census.out_of_range:,} with shard >= "
+        f"{census.shards}, {census.without_shard or 0:,} without a shard; never claimed until "
+        f"`jobsctl backfill-shards --shards {census.shards} --apply`"
+    )
 
 
 def reclaim(session: Session, args: argparse.Namespace) -> Report:
@@ -140,7 +168,7 @@ def reclaim(session: Session, args: argparse.Namespace) -> Report:
         found = [{"job_id": j.job_id, "state": j.state, "since": _since(j)} for j in candidates]
         return Report(data={"applied": False, "candidates": found}, text=text)
     run_id = f"jobsctl-{uuid.uuid4().hex[:12]}"
-    total = store.stats(now, timeout)
+    total = store.stats(now, timeout, shard_census=False)
     progress = session.progress(
         "reclaiming", min(args.limit, total.stuck_claims + total.expired_leases)
     )
@@ -173,7 +201,7 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
     else:
         store = session.store()
         control = store.get_control()
-        backlog = store.stats(session.now(), control.claim_timeout).due_count
+        backlog = store.stats(session.now(), control.claim_timeout, shard_census=False).due_count
         budget = args.max_per_run
         if budget is None:  # the operator's budget under the deployment's cap, as a run has it
             budget = control.per_run_cap(deployment.run_cap(session))

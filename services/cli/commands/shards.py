@@ -4,8 +4,10 @@ record whose shard is missing or another, before (and after) a deployment change
 A dry run unless --apply, like `reclaim` and `dead-letters replay`: it reads every non-terminal
 record and counts what would change. With --apply each write is conditioned on the record's
 update_time, so a record changed meanwhile is re-read and decided again, never clobbered
-(services/jobs/backfill.py). An interrupted run prints the position to pass to --resume; a
-re-run from the start is safe too (records already right are only counted).
+(services/jobs/backfill.py), and a pass that reaches the end records N as the shard layout the
+scan compares with its JOBS_SHARDS (services/jobs/layout.py). An interrupted run prints the
+position to pass to --resume; a re-run from the start is safe too (records already right are
+only counted).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def backfill_shards(session: Session, args: argparse.Namespace) -> Report:
         batch_size=args.batch_size,
         bounds=CallBounds(timeout_s),
         database=session.backends.database,
+        by=session.operator,
+        clock=session.clock,
     )
     progress = session.progress(
         "backfilling shards" if args.apply else "checking shards", backfill.total()
@@ -129,6 +133,10 @@ def _report(counts: BackfillCounts, shards: int, applied: bool) -> Report:
     )
     if applied:
         text += f"\n(wrote {counts.updated:,} shard(s); a dry run now should show 0 to update)"
+        text += (
+            f"\nrecorded the shard layout {shards} in the control document: a scan with "
+            f"JOBS_SHARDS={shards} stops reporting a layout mismatch"
+        )
     else:
         text += f"\n(dry run: {counts.updated:,} would be updated; add --apply to write them)"
     data = {
@@ -140,5 +148,6 @@ def _report(counts: BackfillCounts, shards: int, applied: bool) -> Report:
         "changed_meanwhile": counts.changed_meanwhile,
         "gone": counts.gone,
         "by_state": counts.by_state,
+        "layout_recorded": counts.layout.shards if counts.layout is not None else None,
     }
     return Report(data=data, text=text)

@@ -37,9 +37,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="a live view: states, backlog, scan runs, drain rate and ETA",
         description="Redraw, every --every seconds until Ctrl-C: job counts per state (all "
         "read at one Firestore read time), due now, oldest overdue, stuck claims, expired "
-        "leases, stale enqueued (from the newest scan run), the per-run budget with its "
-        "arithmetic, the set rate against the drain rate the last scan runs measured, the "
-        "ETA of what is due, and the last scan runs with their budget and stop reason.",
+        "leases, stale enqueued and the jobs out of shard reach (from the newest scan run), "
+        "the shard layout against JOBS_SHARDS, the per-run budget with its arithmetic, the "
+        "set rate against the drain rate the last scan runs measured, the ETA of what is due, "
+        "and the last scan runs with their budget and stop reason.",
     )
     p.add_argument("--once", action="store_true", help="print one frame and exit (scripts)")
     p.add_argument(
@@ -85,13 +86,13 @@ def take_snapshot(session: Session) -> Snapshot:
     except (ValueError, SettingsError) as exc:
         raise UsageError(str(exc)) from exc
     now = session.now()
-    stats = store.stats(now, timeout)
+    stats = store.stats(now, timeout, shard_census=False)
     log = ScanRunLog(session.backends.firestore(), retention=_READ_ONLY_RETENTION)
     try:
         runs = tuple(log.recent(RECENT_RUNS))
     except RunLogError as exc:
         raise StoreUnavailable(str(exc)) from exc
-    return Snapshot(now, stats, control, budget, runs, timeout.total_seconds())
+    return Snapshot(now, stats, control, budget, runs, timeout.total_seconds(), store.shards)
 
 
 def _console(session: Session) -> Console:

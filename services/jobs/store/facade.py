@@ -23,6 +23,7 @@ from google.cloud import firestore
 
 from services.jobs.clock import Clock
 from services.jobs.control import Control, HousekeepingMark
+from services.jobs.layout import ShardCensus, ShardLayout
 from services.jobs.model import (
     DEFAULT_ACTIONS,
     Backlog,
@@ -135,8 +136,8 @@ class FirestoreJobStore:
             cursor=cursor,
         )
 
-    def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
-        return self._reads.stats(now, claim_timeout)
+    def stats(self, now: datetime, claim_timeout: timedelta, *, shard_census: bool = True) -> Stats:
+        return self._reads.stats(now, claim_timeout, shard_census=shard_census)
 
     def backlog(
         self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
@@ -151,6 +152,17 @@ class FirestoreJobStore:
 
     def record_housekeeping(self, mark: HousekeepingMark) -> None:
         self._reads.record_housekeeping(mark)
+
+    @property
+    def shards(self) -> int:
+        """JOBS_SHARDS as this store queries with it."""
+        return self._documents.shards
+
+    def shard_census(self, *, exact: bool) -> ShardCensus:
+        return self._reads.shard_census(exact=exact)
+
+    def adopt_shard_layout(self, layout: ShardLayout) -> ShardLayout:
+        return self._reads.adopt_shard_layout(layout)
 
     # -- scan: claims.py and reclaims.py -------------------------------------------------------
 

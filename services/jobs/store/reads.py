@@ -12,6 +12,7 @@ from typing import Any
 
 from services.jobs.control import HOUSEKEEPING_FIELD, Control, HousekeepingMark
 from services.jobs.errors import InvalidRecord, ValidationError
+from services.jobs.layout import LAYOUT_FIELD, ShardCensus, ShardLayout
 from services.jobs.model import Backlog, Job, Page, Stats
 from services.jobs.queries import (
     decode_cursor,
@@ -20,7 +21,10 @@ from services.jobs.queries import (
     enqueued_query,
     expired_claims_query,
     expired_leases_query,
+    in_range_query,
     list_query,
+    live_query,
+    out_of_range_query,
     state_query,
 )
 from services.jobs.shard import Part, fan_out
@@ -135,12 +139,13 @@ class Reads:
             next_cursor = encode_cursor(last.get(order_field), last.id)
         return Page(tuple(jobs), next_cursor, tuple(invalid))
 
-    def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
+    def stats(self, now: datetime, claim_timeout: timedelta, *, shard_census: bool = True) -> Stats:
         """Backlog figures from count aggregations and one limit-1 query; never reads every
         document. Every figure is read at one snapshot: the first count's server read time,
         passed to the others (https://cloud.google.com/firestore/docs/reference/rpc/google.
         firestore.v1#runaggregationqueryrequest), so a job moving between states mid-way is
-        counted once, in one state."""
+        counted once, in one state. With JOBS_SHARDS > 1 and `shard_census`, the exact census
+        of non-terminal records out of the shard queries' reach (services/jobs/layout.py)."""
         with store_errors():
             deferred, read_time = self._docs.count_at(state_query(State.DEFERRED))
             per_state = {State.DEFERRED: deferred}
@@ -163,6 +168,12 @@ class Reads:
             # With N > 1, one set of queries per shard at the same read time: counts add up,
             # the oldest is the oldest of the shards' oldest.
             parts = fan_out(self._docs.read_parts, figures)
+            # The exact shard census at the same read time: the live total is the sum of the
+            # per-state counts just made, so it costs the out-of-range count (1 read when
+            # there are none) and the in-range count (1 read per 1,000 live records).
+            live = sum(n for state, n in per_state.items() if not state.terminal)
+            wanted = shard_census and self._docs.shards > 1
+            census = self._census(live, read_time) if wanted else None
         oldest = merged([p[0] for p in parts], "due_at", 1)
         due_count = sum(p[1] for p in parts)
         stuck = sum(p[2] for p in parts)
@@ -174,7 +185,47 @@ class Reads:
             expired_leases=expired,
             per_state={state: per_state[state] for state in State},
             read_time=read_time,
+            shard_census=census,
         )
+
+    def shard_census(self, *, exact: bool) -> ShardCensus:
+        """Non-terminal records the shard queries miss (services/jobs/layout.py). Always the
+        out-of-range count: one count aggregation over the (state, shard, due_at) index, 1 read
+        when there are none. With `exact`, also every record outside 0..N-1 (missing or
+        non-numeric shards too): the live count minus the in-range count, at one read time;
+        each bills a read per 1,000 non-terminal records. At N = 1 nothing is missed: no query
+        and no read."""
+        shards = self._docs.shards
+        if shards == 1:
+            return ShardCensus(1, 0, 0 if exact else None)
+        with store_errors():
+            if not exact:
+                return ShardCensus(shards, self._docs.count(out_of_range_query(shards)))
+            live, read_time = self._docs.count_at(live_query())
+            return self._census(live, read_time)
+
+    def _census(self, live: int, read_time: Any) -> ShardCensus:
+        shards = self._docs.shards
+        out_of_range = self._docs.count(out_of_range_query(shards), read_time=read_time)
+        in_range = self._docs.count(in_range_query(shards), read_time=read_time)
+        return ShardCensus(shards, out_of_range, max(live - in_range, 0))
+
+    def adopt_shard_layout(self, layout: ShardLayout) -> ShardLayout:
+        """Record `layout` in the control document unless one is there already (a backfill's,
+        written meanwhile, wins); the layout stored afterwards. One transaction: 1 read, and 1
+        write when it records."""
+        ref = self._docs.control_ref
+
+        def body(transaction: Transaction) -> ShardLayout:
+            snapshot = self._docs.get_in(transaction, ref)
+            stored = ShardLayout.from_document((snapshot.to_dict() or {}).get(LAYOUT_FIELD))
+            if stored is not None:
+                return stored
+            # A merge of the one map: the operator's settings and the housekeeping mark stay.
+            transaction.merge(ref, {LAYOUT_FIELD: layout.to_document()})
+            return layout
+
+        return self._docs.tx.run(body)
 
     def backlog(
         self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta

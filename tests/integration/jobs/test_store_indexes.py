@@ -49,5 +49,11 @@ def test_every_query_the_store_runs_is_a_declared_and_served_shape(
     declared = {s for s in schema.query_shapes(shards) if s.collection == schema.JOBS}
     assert observed == enumerated == declared
     if shards > 1:
-        # No jobs query that orders or ranges on a timestamp goes without `shard == k`.
-        assert all(schema.SHARD in s.equality for s in observed if s.ordered)
+        # No jobs query that orders or ranges on a timestamp goes without `shard == k` (the
+        # shard census, services/jobs/layout.py, orders and ranges on `shard` itself first).
+        assert all(
+            schema.SHARD in s.equality or s.ordered[0].path == schema.SHARD
+            for s in observed
+            if s.ordered
+        )
+        assert set(schema.CENSUS_SHAPES) <= observed

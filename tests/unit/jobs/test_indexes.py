@@ -19,8 +19,11 @@ from services.jobs.queries import (
     enqueued_query,
     expired_claims_query,
     expired_leases_query,
+    in_range_query,
     list_query,
+    live_query,
     misfiled_due_queries,
+    out_of_range_query,
     state_query,
 )
 from services.jobs.state import State
@@ -44,6 +47,8 @@ def every_store_query(shards: int = 1) -> list[QuerySpec]:
         *misfiled_due_queries(20, k),
         *([due_probe_query(T, (0, 1, 2, 3))] if k is not None else []),
         *(state_query(state) for state in State),
+        # The shard census (services/jobs/layout.py), which N = 1 never takes.
+        *([live_query(), out_of_range_query(shards), in_range_query(shards)] if k else []),
     ]
     for state, time_filter, after in itertools.product(
         [None, *State], ["due_before", "overdue_at", "claimed_before", None], [None, (T, "x")]

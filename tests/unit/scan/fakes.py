@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from services.jobs import errors
 from services.jobs.control import Control, HousekeepingMark
+from services.jobs.layout import ShardCensus, ShardLayout
 from services.jobs.model import (
     Backlog,
     ClaimedJob,
@@ -53,6 +54,11 @@ class FakeStore:
     # The reclaimer committed its failures, then Firestore stopped it (its report says so).
     reclaim_stopped: errors.JobsError | None = None
     contend_marks: bool = False  # every mark chunk loses to contention
+    # The shard census (services/scan/shard_check.py): records outside 0..N-1 by kind.
+    shards: int = 1
+    out_of_range: int = 0
+    without_shard: int = 0
+    census_calls: list[bool] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _check(self, op: str) -> None:
@@ -70,6 +76,18 @@ class FakeStore:
     def record_housekeeping(self, mark: HousekeepingMark) -> None:
         self._check("record_housekeeping")
         self.control = dataclasses.replace(self.control, housekeeping=mark)
+
+    def shard_census(self, *, exact: bool) -> ShardCensus:
+        self._check("shard_census")
+        self.census_calls.append(exact)
+        unreachable = self.out_of_range + self.without_shard if exact else None
+        return ShardCensus(self.shards, self.out_of_range, unreachable)
+
+    def adopt_shard_layout(self, layout: ShardLayout) -> ShardLayout:
+        self._check("adopt_shard_layout")
+        if self.control.shard_layout is None:
+            self.control = dataclasses.replace(self.control, shard_layout=layout)
+        return self.control.shard_layout or layout
 
     def reclaim_expired(
         self,

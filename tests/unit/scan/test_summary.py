@@ -57,6 +57,8 @@ def test_the_response_carries_exactly_the_documented_keys() -> None:
         "stale_enqueued": 4,
         "oldest_enqueued_age_s": 7300.25,
         "quarantined": 0,
+        "shard_stranded": 0,
+        "shard_layout_mismatch": False,
         "budget": 100,
         "duration_s": 3.25,
         "drain_rate_per_s": 0.923,  # 3 published in 3.25 s
