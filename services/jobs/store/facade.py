@@ -40,6 +40,7 @@ from services.jobs.model import (
     Stats,
 )
 from services.jobs.queries import QuerySpec
+from services.jobs.results import NewerRecords
 from services.jobs.state import DEFAULT_HISTORY_LIMIT, State
 from services.jobs.store import shared_keys
 from services.jobs.store.claims import MARK_PAGE_SIZE, Claims
@@ -137,6 +138,9 @@ class FirestoreJobStore:
 
     def stats(self, now: datetime, claim_timeout: timedelta) -> Stats:
         return self._reads.stats(now, claim_timeout)
+
+    def newer_records(self, stats: Stats) -> NewerRecords:
+        return self._reads.newer_records(stats)
 
     def backlog(
         self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta

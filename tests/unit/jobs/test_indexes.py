@@ -14,6 +14,7 @@ from services.jobs import schema
 from services.jobs.errors import ValidationError
 from services.jobs.queries import (
     QuerySpec,
+    all_jobs_query,
     due_probe_query,
     due_query,
     enqueued_query,
@@ -21,8 +22,10 @@ from services.jobs.queries import (
     expired_leases_query,
     list_query,
     misfiled_due_queries,
+    newer_schema_query,
     state_query,
 )
+from services.jobs.record import SCHEMA_VERSION
 from services.jobs.state import State
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
@@ -44,6 +47,8 @@ def every_store_query(shards: int = 1) -> list[QuerySpec]:
         *misfiled_due_queries(20, k),
         *([due_probe_query(T, (0, 1, 2, 3))] if k is not None else []),
         *(state_query(state) for state in State),
+        all_jobs_query(),
+        newer_schema_query(SCHEMA_VERSION),
     ]
     for state, time_filter, after in itertools.product(
         [None, *State], ["due_before", "overdue_at", "claimed_before", None], [None, (T, "x")]
