@@ -35,6 +35,7 @@ class ScanStore(Protocol):
         run_id: str,
         *,
         enqueued_timeout: timedelta | None = None,
+        unacked_since: datetime | None = None,
         quick: bool = False,
     ) -> ReclaimReport: ...
 

@@ -195,10 +195,17 @@ class FirestoreJobStore:
         run_id: str,
         *,
         enqueued_timeout: timedelta | None = None,
+        unacked_since: datetime | None = None,
         quick: bool = False,
     ) -> ReclaimReport:
         return self._reclaims.reclaim_expired(
-            now, claim_timeout, limit, run_id, enqueued_timeout=enqueued_timeout, quick=quick
+            now,
+            claim_timeout,
+            limit,
+            run_id,
+            enqueued_timeout=enqueued_timeout,
+            unacked_since=unacked_since,
+            quick=quick,
         )
 
     # -- worker: leases.py and shared_keys.py --------------------------------------------------
