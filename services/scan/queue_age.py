@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from google.api_core import exceptions as api_exceptions
+from google.api_core import retry as api_retry
 
 from services.jobs.clock import Clock
 
@@ -109,7 +110,20 @@ class MonitoringQueueAge:
             view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
         )
         try:
-            series = list(self._client.list_time_series(request=request, timeout=self._timeout_s))
+            # Retried on UNAVAILABLE / DEADLINE_EXCEEDED within the one bound, never the
+            # client's default (a minute or more), which would eat the run's time budget.
+            retry = api_retry.Retry(
+                predicate=api_retry.if_exception_type(
+                    api_exceptions.ServiceUnavailable, api_exceptions.DeadlineExceeded
+                ),
+                initial=0.2,
+                maximum=2.0,
+                timeout=self._timeout_s,
+            )
+            pages = self._client.list_time_series(
+                request=request, retry=retry, timeout=self._timeout_s
+            )
+            series = list(pages)
         except (api_exceptions.GoogleAPIError, ValueError) as exc:
             logger.warning(
                 "backlog age unavailable: %s",
