@@ -22,12 +22,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry
 
 from services.jobs.clock import Clock
+
+if TYPE_CHECKING:
+    from services.scan.settings import ScanSettings
 
 logger = logging.getLogger(__name__)
 
@@ -165,3 +168,12 @@ def monitoring_client(endpoint: str | None = None) -> Any:
         channel=grpc.insecure_channel(endpoint), credentials=AnonymousCredentials()
     )
     return monitoring_v3.MetricServiceClient(transport=transport)
+
+
+def build_queue_age(settings: ScanSettings, clock: Clock) -> QueueAgeSource | None:
+    """The scan's source: Cloud Monitoring (or the emulator at JOBS_MONITORING_EMULATOR_HOST)
+    for JOBS_SUBSCRIPTION, or None when no subscription is configured."""
+    if settings.subscription is None:
+        return None
+    client = monitoring_client(settings.monitoring_emulator_host)
+    return MonitoringQueueAge(client, settings.project, settings.subscription, clock)

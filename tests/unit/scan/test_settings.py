@@ -57,12 +57,18 @@ def test_every_key_is_read() -> None:
         "JOBS_SCAN_END_WHEN_IDLE": "false",
         "JOBS_SCAN_ATTEMPT_DEADLINE_S": "5m",
         "JOBS_SCAN_PARTITIONS": "2",
+        "JOBS_SUBSCRIPTION": "deferred-jobs-jobs-push",
+        "JOBS_MONITORING_EMULATOR_HOST": "127.0.0.1:8087",
     }
     assert set(env) == set(ALL_KEYS)
     s = ScanSettings.from_env({**env, "K_SERVICE": "deferred-jobs-scan"})  # the flag needs it
     assert s.shards == 4
     assert (s.mode, s.poll_s, s.end_when_idle, s.attempt_deadline_s) == ("paced", 10, False, 300)
     assert s.partitions == 2 and s.limits().polls
+    assert (s.subscription, s.monitoring_emulator_host) == (
+        "deferred-jobs-jobs-push",
+        "127.0.0.1:8087",
+    )
     # The lease outlasts the longest run (time budget + publish timeout) by 30 s.
     assert s.limits().lease_s == 120 + 10 + 30
     assert (s.time_budget_s, s.max_per_run, s.page_size, s.interval_s) == (120, 5000, 500, 300)
