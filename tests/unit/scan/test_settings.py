@@ -182,3 +182,10 @@ def test_pacing_keys_out_of_range_are_named(key: str, value: str) -> None:
 def test_more_partitions_than_shards_are_refused() -> None:
     env = {**VALID, "JOBS_SCAN_PARTITIONS": "3", "JOBS_SHARDS": "2"}
     assert "JOBS_SCAN_PARTITIONS" in _problem_keys(env)
+
+
+def test_the_launcher_exports_the_monitoring_endpoint_under_the_name_the_scan_reads() -> None:
+    from emulators.launcher import MONITORING_ENV
+    from services.scan.settings import MONITORING_EMULATOR_HOST
+
+    assert MONITORING_ENV == MONITORING_EMULATOR_HOST
