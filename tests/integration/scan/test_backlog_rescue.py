@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from google.cloud import firestore, pubsub_v1
 
-from emulators.monitoring.server import MonitoringEmulator
+from emulators.monitoring.server import MonitoringEmulator, pubsub_admin_source
 from emulators.monitoring.server import start as start_monitoring
 from emulators.pubsub.server import PubsubEmulator
 from services.jobs.clock import FakeClock
@@ -184,3 +184,29 @@ def test_an_acked_backlog_lets_the_rescue_take_back_what_is_still_enqueued(
     assert world.ages.oldest_unacked() is not None
     assert world.rescue().reclaimed == 1
     assert world.state("acked") is State.DEFERRED
+
+
+def test_a_standalone_emulator_samples_the_pubsub_emulator_over_its_admin_endpoint(
+    pubsub_emulator: PubsubEmulator,
+    publisher_client: pubsub_v1.PublisherClient,
+    subscriber_client: pubsub_v1.SubscriberClient,
+    pubsub_project: str,
+) -> None:
+    topic = publisher_client.create_topic(name=f"projects/{pubsub_project}/topics/jobs").name
+    path = f"projects/{pubsub_project}/subscriptions/jobs-sub"
+    subscriber_client.create_subscription(name=path, topic=topic)
+    published = datetime.now(UTC)
+    publisher_client.publish(topic, b"job-1").result(timeout=30)
+    later = FakeClock(published + timedelta(minutes=5))
+
+    source = pubsub_admin_source(pubsub_emulator.admin_url)
+    with start_monitoring(
+        source, clock=lambda: later.now().timestamp(), autosample=False
+    ) as emulator:
+        emulator.samples.sample()
+        later.advance(timedelta(seconds=120))
+        client = monitoring_client(emulator.address)
+        age = MonitoringQueueAge(client, pubsub_project, "jobs-sub", later).oldest_unacked()
+
+    assert age is not None
+    assert 5 * 60 - 5 <= age.oldest_unacked_age_s <= 5 * 60 + 5
