@@ -1,11 +1,14 @@
 """Start every local stand-in together (or Google's official emulators) and stop them together.
 
 The built-in set runs in this process: Firestore (gRPC), Pub/Sub (gRPC, with OIDC-signed push),
-the OIDC issuer and Cloud Storage, all sharing one signing key so tokens the Pub/Sub emulator
+the OIDC issuer, Cloud Storage and the Monitoring read API (sampling Pub/Sub's oldest
+unacked ages), all sharing one signing key so tokens the Pub/Sub emulator
 attaches verify against the certs URL the services are given. `--official` runs Google's
 Firestore and Pub/Sub emulators through `gcloud` as child processes instead (each in its own
 process group, so stopping one also stops the JVM gcloud spawns); the issuer and Cloud Storage
-stay built-in because Google ships no emulator for them.
+stay built-in because Google ships no emulator for them, and no Monitoring emulator runs (it
+samples the built-in Pub/Sub's state), so the local scan's stale-enqueued rescue then measures
+from enqueued_at alone.
 """
 
 from __future__ import annotations
@@ -154,7 +157,7 @@ def start_builtin(
     data_dir: Path | None = None,
     push_concurrency: int = DEFAULT_PUSH_CONCURRENCY,
 ) -> Stack:
-    """Start the four built-in emulators in this process; on any failure stop what started.
+    """Start the five built-in emulators in this process; on any failure stop what started.
 
     ``push_concurrency``: push requests Pub/Sub keeps in flight per subscription (production
     has no fixed cap: it adapts to the endpoint's successes,
