@@ -36,7 +36,8 @@ EXIT_INTERRUPTED = 130
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m emulators",
-        description="Run the Firestore, Pub/Sub, OIDC and Cloud Storage emulators together.",
+        description="Run the Firestore, Pub/Sub, OIDC, Cloud Storage and Monitoring emulators "
+        "together.",
     )
     defaults = Ports()
     parser.add_argument(

@@ -1,11 +1,14 @@
 """Start every local stand-in together (or Google's official emulators) and stop them together.
 
 The built-in set runs in this process: Firestore (gRPC), Pub/Sub (gRPC, with OIDC-signed push),
-the OIDC issuer and Cloud Storage, all sharing one signing key so tokens the Pub/Sub emulator
+the OIDC issuer, Cloud Storage and the Monitoring read API (sampling Pub/Sub's oldest
+unacked ages), all sharing one signing key so tokens the Pub/Sub emulator
 attaches verify against the certs URL the services are given. `--official` runs Google's
 Firestore and Pub/Sub emulators through `gcloud` as child processes instead (each in its own
 process group, so stopping one also stops the JVM gcloud spawns); the issuer and Cloud Storage
-stay built-in because Google ships no emulator for them.
+stay built-in because Google ships no emulator for them, and no Monitoring emulator runs (it
+samples the built-in Pub/Sub's state), so the local scan's stale-enqueued rescue then measures
+from enqueued_at alone.
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from emulators.oidc.issuer import Issuer
 from emulators.pubsub.limits import DEFAULT_PUSH_CONCURRENCY
 from emulators.snapshot import SnapshotError
+
+if TYPE_CHECKING:
+    from emulators.pubsub.server import PubsubEmulator
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +86,8 @@ class Ports:
     pubsub_admin: int = 8086
     oidc: int = 8090
     storage: int = 9023
+    # The Monitoring read API for Pub/Sub's oldest-unacked age (built-in set only).
+    monitoring: int = 8087
 
     def named(self) -> list[tuple[str, int]]:
         return [(f.name.replace("_", " "), getattr(self, f.name)) for f in fields(self)]
@@ -148,7 +157,7 @@ def start_builtin(
     data_dir: Path | None = None,
     push_concurrency: int = DEFAULT_PUSH_CONCURRENCY,
 ) -> Stack:
-    """Start the four built-in emulators in this process; on any failure stop what started.
+    """Start the five built-in emulators in this process; on any failure stop what started.
 
     ``push_concurrency``: push requests Pub/Sub keeps in flight per subscription (production
     has no fixed cap: it adapts to the endpoint's successes,
@@ -168,7 +177,8 @@ def start_builtin(
         _start_oidc(stack, host, ports.oidc, issuer)
         _start_storage(stack, host, ports.storage, data_dir and data_dir / "storage")
         _start_firestore(stack, host, ports, firestore_indexes, data_dir)
-        _start_pubsub(stack, host, ports, issuer, data_dir, push_concurrency)
+        pubsub = _start_pubsub(stack, host, ports, issuer, data_dir, push_concurrency)
+        _start_monitoring(stack, host, ports.monitoring, pubsub)
     except BaseException:
         stack.stop()
         raise
@@ -328,7 +338,7 @@ def _start_pubsub(
     issuer: Issuer,
     data_dir: Path | None,
     push_concurrency: int = DEFAULT_PUSH_CONCURRENCY,
-) -> None:
+) -> PubsubEmulator:
     from emulators.pubsub.server import start
 
     with _naming("pubsub", host, ports.pubsub):
@@ -343,6 +353,21 @@ def _start_pubsub(
     stack.started("pubsub", emulator.stop)
     stack.exports["PUBSUB_EMULATOR_HOST"] = emulator.address
     stack.notes.append(f"pubsub admin: http://{host}:{emulator.admin_port}")
+    return emulator
+
+
+# Where the scan finds the Monitoring emulator (services/scan/settings.py reads the same name).
+MONITORING_ENV = "JOBS_MONITORING_EMULATOR_HOST"
+
+
+def _start_monitoring(stack: Stack, host: str, port: int, pubsub: PubsubEmulator) -> None:
+    """The Monitoring read API, sampling this Pub/Sub emulator's oldest unacked ages."""
+    from emulators.monitoring.server import start
+
+    with _naming("monitoring", host, port):
+        emulator = start(pubsub.oldest_unacked_publish_times, host=host, port=port)
+    stack.started("monitoring", emulator.stop)
+    stack.exports[MONITORING_ENV] = emulator.address
 
 
 @contextlib.contextmanager

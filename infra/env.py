@@ -78,6 +78,7 @@ SCAN_VARIABLES: tuple[str, ...] = (
     scan.SCAN_END_WHEN_IDLE,
     scan.SCAN_ATTEMPT_DEADLINE_S,
     scan.SCAN_PARTITIONS,
+    scan.SUBSCRIPTION,
     common.TERMINAL_RETENTION_S,
     common.BEHIND_CLOUD_RUN_IAM,
     common.SHARDS,
@@ -103,6 +104,7 @@ class Wiring:
     """Values known only once other resources exist (names, URLs, emails)."""
 
     topic_name: str
+    subscription_name: str
     scan_url: pulumi.Input[str]
     worker_url: pulumi.Input[str]
     scheduler_invoker_email: pulumi.Input[str]
@@ -130,6 +132,9 @@ def scan_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi
         scan.SCAN_END_WHEN_IDLE: "true" if config.scan_end_when_idle else "false",
         scan.SCAN_ATTEMPT_DEADLINE_S: str(config.scan_attempt_deadline_s),
         scan.SCAN_PARTITIONS: str(config.scan_partitions),
+        # The push subscription (ID) whose oldest-unacked age makes the stale-enqueued rescue
+        # backlog-aware (read from Cloud Monitoring: roles/monitoring.viewer, identity.py).
+        scan.SUBSCRIPTION: wiring.subscription_name,
         # Both services finish jobs (the scan's reclaimer fails them), so both set expire_at.
         common.TERMINAL_RETENTION_S: str(config.terminal_retention_s),
         common.BEHIND_CLOUD_RUN_IAM: BEHIND_CLOUD_RUN_IAM,

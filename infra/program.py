@@ -65,6 +65,7 @@ def build(config: StackConfig) -> Deployment:
 
     wiring = env.Wiring(
         topic_name=names.topic,
+        subscription_name=names.push_subscription,
         scan_url=scan_url,
         worker_url=worker_url,
         scheduler_invoker_email=accounts.scheduler.email,

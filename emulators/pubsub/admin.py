@@ -1,4 +1,5 @@
-"""The admin HTTP endpoint: reset, stats, fault injection, and the issuer's signing certs."""
+"""The admin HTTP endpoint: reset, stats, fault injection, the issuer's signing certs, and the
+subscriptions' oldest unacked publish times (for the Monitoring emulator)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from emulators.pubsub.exceptions import PubsubEmulatorError
 
 logger = logging.getLogger(__name__)
 
+# Subscription path -> the publish time (epoch seconds) of its oldest unacked message, or null:
+# what emulators/monitoring samples for `subscription/oldest_unacked_message_age`.
+OLDEST_UNACKED_PATH = "/subscriptions/oldest-unacked"
+
 
 class AdminTarget(Protocol):
     def stats(self) -> dict[str, Any]: ...
@@ -24,6 +29,7 @@ class AdminTarget(Protocol):
     def clear_faults(self) -> None: ...
     def faults(self) -> list[dict[str, object]]: ...
     def certs(self) -> dict[str, str]: ...
+    def oldest_unacked_publish_times(self) -> dict[str, float | None]: ...
 
 
 class AdminServer(BackgroundHTTPServer):
@@ -49,6 +55,8 @@ class _AdminHandler(BaseHTTPRequestHandler):
             self._send(200, self.target.stats())
         elif self.path == "/faults":
             self._send(200, {"faults": self.target.faults()})
+        elif self.path == OLDEST_UNACKED_PATH:
+            self._send(200, {"subscriptions": self.target.oldest_unacked_publish_times()})
         elif self.path == "/oauth2/v1/certs":
             self._send(200, self.target.certs())
         elif self.path in ("/", "/healthz"):

@@ -292,6 +292,20 @@ class Broker:
             self._ready_cv.notify_all()
         return count
 
+    def oldest_unacked_publish_times(self) -> dict[str, float | None]:
+        """Each subscription's oldest unacked message's publish time (wall-clock seconds), or
+        None when it holds none: what Pub/Sub's `subscription/oldest_unacked_message_age`
+        metric is sampled from (emulators/monitoring). A message leased, nacked or waiting
+        out a backoff is unacked; an acked, expired or dead-lettered one is gone."""
+        with self._lock:
+            return {
+                name: min(
+                    (e.message.publish_time.ToNanoseconds() / 1e9 for e in sub.entries.values()),
+                    default=None,
+                )
+                for name, sub in self._subs.items()
+            }
+
     def stats_snapshot(self) -> dict[str, Any]:
         with self._lock:
             return self.stats.snapshot()

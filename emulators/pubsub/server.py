@@ -129,6 +129,12 @@ class PubsubEmulator:
     def clear_stats(self) -> None:
         self._broker.clear_stats()
 
+    def oldest_unacked_publish_times(self) -> dict[str, float | None]:
+        """Subscription path -> its oldest unacked message's publish time (epoch seconds),
+        None when it holds none: the local Monitoring emulator's source for the
+        oldest-unacked-age metric."""
+        return self._broker.oldest_unacked_publish_times()
+
     def reset(self) -> None:
         """Forget all topics, subscriptions, messages, counters and faults."""
         self._faults.clear()

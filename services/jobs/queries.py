@@ -123,6 +123,17 @@ def state_query(state: State) -> QuerySpec:
     return QuerySpec(schema.JOBS, equals=(("state", state.value),))
 
 
+def all_jobs_query() -> QuerySpec:
+    """Every job document, whatever it holds (counted, never streamed): with the per-state
+    counts at the same read time, the records whose state this version does not know."""
+    return QuerySpec(schema.JOBS)
+
+
+def newer_schema_query(version: int) -> QuerySpec:
+    """Every job written with a `schema_version` above `version` (counted, never streamed)."""
+    return QuerySpec(schema.JOBS, ranges=(("schema_version", ">", version),))
+
+
 def list_query(
     *,
     state: State | None = None,

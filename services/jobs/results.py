@@ -102,6 +102,15 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class NewerRecords:
+    """Job documents written by a newer version, as counts can see them (a state unknown in
+    one history entry only is not countable; the worker and the scan log those when met)."""
+
+    newer_schema: int  # schema_version above this code's
+    unknown_state: int  # a state that is none of this code's (or not a string, or missing)
+
+
+@dataclass(frozen=True)
 class Backlog:
     """What the scan measures each run: count aggregations and limit-1 queries only, so its
     cost does not grow with the terminal records kept for retention."""

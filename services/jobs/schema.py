@@ -177,6 +177,9 @@ COMMON_SHAPES: tuple[QueryShape, ...] = (
     # stats: the count of each state; jobsctl backfill-shards: each state's records by ID; the
     # shard census: every non-terminal record (`state in [...]`)
     QueryShape(JOBS, frozenset({"state"}), ()),
+    # stats: every record, and those with a schema_version above this code's (newer records)
+    QueryShape(JOBS, frozenset(), ()),
+    QueryShape(JOBS, frozenset(), (IndexField("schema_version"),)),
     # jobsctl runs: the latest scan runs
     QueryShape(SCAN_RUNS, frozenset(), (IndexField("started_at", "DESCENDING"),)),
     # jobsctl rejections: the newest rejected deliveries

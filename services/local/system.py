@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from emulators.cloudrun import image as container_image
 from emulators.launcher import (
     DEFAULT_PROJECT,
+    MONITORING_ENV,
     PROJECT_INDEXES,
     READY_LINE,
     free_port,
@@ -287,7 +288,15 @@ class LocalSystem:
         env_file.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "emulators", "--host", HOST, "--project", options.project]
         argv += ["--env-file", str(env_file)]
-        for name in ("firestore", "firestore_admin", "pubsub", "pubsub_admin", "oidc", "storage"):
+        for name in (
+            "firestore",
+            "firestore_admin",
+            "pubsub",
+            "pubsub_admin",
+            "oidc",
+            "storage",
+            "monitoring",
+        ):
             argv += [f"--{name.replace('_', '-')}-port", str(getattr(ports, name))]
         if options.official:
             argv.append("--official")  # Google's emulator enforces no indexes
@@ -351,9 +360,18 @@ class LocalSystem:
             scan_keys.SCAN_AUDIENCE: self.endpoints.scan_url,
             scan_keys.SCAN_ALLOWED_INVOKERS: self.topology.scheduler_email,
             scan_keys.SCAN_INTERVAL_S: f"{self.options.budget_interval_s:g}",
-            # No Cloud Monitoring locally: the gauges go to the scan's log instead.
+            # No Cloud Monitoring write API locally: the gauges go to the scan's log instead.
             scan_keys.METRICS: "log",
             **self.options.scan_run_environment,
+            # The backlog-aware stale-enqueued rescue reads the push subscription's oldest
+            # unacked age from the Monitoring emulator (exported as MONITORING_ENV, which the
+            # scan reads); with Google's emulators there is none, and the rescue measures from
+            # enqueued_at alone.
+            **(
+                {scan_keys.SUBSCRIPTION: self.topology.names.push_subscription}
+                if MONITORING_ENV in self.endpoints.exports
+                else {}
+            ),
         }
 
     def wait_listening(self, started: list[tuple[Child, int]]) -> None:

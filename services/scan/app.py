@@ -47,6 +47,7 @@ from services.jobs.scan_leases import ScanLeases
 from services.jobs.startup import json_response
 from services.scan.dependencies import LeaseKeeper
 from services.scan.pacer import Sleep
+from services.scan.queue_age import QueueAgeSource, build_queue_age
 from services.scan.scanner import (
     JobPublisher,
     QueueUnreachable,
@@ -266,9 +267,12 @@ def create_app(
     firestore_client: Any = None,
     leases: LeaseKeeper | None = None,
     sleep: Sleep | None = None,
+    queue_age: QueueAgeSource | None = None,
 ) -> flask.Flask:
     """The scan app; builds each dependency that is not injected (clients are built here).
-    `sleep` is how a paced run waits (time.sleep; a FakeClock's advance in tests)."""
+    `sleep` is how a paced run waits (time.sleep; a FakeClock's advance in tests);
+    `queue_age` where the stale-enqueued rescue reads the backlog age (else built from
+    JOBS_SUBSCRIPTION, none when unset)."""
     clock = clock or SystemClock()
     if store is None or runs is None:
         firestore_client = firestore_client or _firestore_client(settings.project)
@@ -307,6 +311,7 @@ def create_app(
         metrics=metrics or build_sink(settings.metrics, settings.project),
         leases=leases,
         sleep=sleep,
+        queue_age=queue_age or build_queue_age(settings, clock),
     )
     handler = ScanHandler(
         scanner, verifier, clock, settings.project, runs, partitions=settings.partitions

@@ -40,6 +40,7 @@ class ScanStore(Protocol):
         run_id: str,
         *,
         enqueued_timeout: timedelta | None = None,
+        unacked_since: datetime | None = None,
         quick: bool = False,
     ) -> ReclaimReport: ...
 

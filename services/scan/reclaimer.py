@@ -5,12 +5,20 @@ to `deferred`, or `failed` / `cancelled` by the lapse rule), and records it cann
 (quarantined) — all through `store.reclaim_expired`, which handles each record on its own.
 Nothing here stops the run: whatever the step meets, claiming follows. A job it failed gets
 the `job_failed` line no dead worker could write.
+
+The stale-enqueued rescue is backlog-aware when a `QueueAgeSource` is given (the scan's is
+Cloud Monitoring's oldest-unacked age of the push subscription, services/scan/queue_age.py):
+a job enqueued longer ago than the enqueued timeout is taken back only when it was also
+enqueued before the publish time of the subscription's oldest unacked message, so a message
+still waiting in a long backlog is never published a second time. With the age unavailable
+the rescue is skipped for the run (the stale-enqueued gauge and alert still report); without a
+source (tests, tools) it measures from `enqueued_at` alone.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from services.jobs import errors
 from services.jobs.clock import Clock
@@ -19,6 +27,7 @@ from services.jobs.model import Reclaimed
 from services.jobs.state import State
 from services.scan.budget import ScanLimits
 from services.scan.dependencies import ScanStore
+from services.scan.queue_age import QueueAgeSource
 from services.scan.summary import RunTally
 
 logger = logging.getLogger(__name__)
@@ -27,10 +36,17 @@ logger = logging.getLogger(__name__)
 class Reclaimer:
     """Claims, leases, stale enqueued jobs, cancels and quarantine, for one deployment."""
 
-    def __init__(self, store: ScanStore, clock: Clock, limits: ScanLimits) -> None:
+    def __init__(
+        self,
+        store: ScanStore,
+        clock: Clock,
+        limits: ScanLimits,
+        queue_age: QueueAgeSource | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
         self._limits = limits
+        self._queue_age = queue_age
 
     def reclaim(
         self, run_id: str, claim_timeout: timedelta, tally: RunTally, *, quick: bool = False
@@ -38,13 +54,27 @@ class Reclaimer:
         """The reclaimer's step. Nothing it meets stops the run: the store handles each record on
         its own and reports what it skipped; claiming follows whatever happened here. `quick`:
         only the expired claims and leases (a run between housekeepings)."""
+        enqueued_timeout: timedelta | None = timedelta(seconds=self._limits.enqueued_timeout_s)
+        unacked_since: datetime | None = None
+        if not quick and self._queue_age is not None:
+            # Read once per housekeeping (quick runs skip the stale-enqueued step anyway).
+            age = self._queue_age.oldest_unacked()
+            if age is None:
+                enqueued_timeout = None
+                logger.warning(
+                    "stale-enqueued rescue skipped: the subscription's backlog age is unknown",
+                    extra={"fields": {"reason": REASON_RESCUE_SKIPPED}},
+                )
+            else:
+                unacked_since = age.unacked_since
         try:
             report = self._store.reclaim_expired(
                 self._clock.now(),
                 claim_timeout,
                 self._limits.reclaim_limit,
                 run_id,
-                enqueued_timeout=timedelta(seconds=self._limits.enqueued_timeout_s),
+                enqueued_timeout=enqueued_timeout,
+                unacked_since=unacked_since,
                 quick=quick,
             )
         except errors.JobsError as exc:
@@ -86,6 +116,9 @@ class Reclaimer:
             if item.to_state == State.FAILED:
                 _log_job_failed(item)
 
+
+# The reason on the line of a housekeeping whose stale-enqueued step did not run.
+REASON_RESCUE_SKIPPED = "enqueued_rescue_skipped"
 
 # The reason on the job_failed line of a job the reclaimer failed.
 REASON_LEASE_EXPIRED = "lease expired on the last attempt"

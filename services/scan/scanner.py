@@ -40,6 +40,7 @@ from services.scan.gauges import Gauges
 from services.scan.housekeeping import Housekeeping
 from services.scan.pacer import Pacer, Sleep, pace_page
 from services.scan.partitions import shards_of
+from services.scan.queue_age import QueueAgeSource
 from services.scan.reclaimer import REASON_LEASE_EXPIRED, Reclaimer
 from services.scan.shard_check import ShardCheck
 from services.scan.stager import Stager
@@ -82,6 +83,7 @@ class Scanner:
         metrics: MetricsSink | None = None,
         leases: LeaseKeeper | None = None,
         sleep: Sleep | None = None,
+        queue_age: QueueAgeSource | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -89,7 +91,7 @@ class Scanner:
         self._leases = leases
         # Paced waits: real sleeps in production, a FakeClock's advance in tests.
         self._sleep: Sleep = sleep or time.sleep
-        self.reclaimer = Reclaimer(store, clock, limits)
+        self.reclaimer = Reclaimer(store, clock, limits, queue_age)
         self.stager = Stager(store, publisher, clock, limits)
         self.gauges = Gauges(store, clock, limits, metrics or NullSink(), runs)
         self.housekeeping = Housekeeping(limits.housekeeping_interval_s)

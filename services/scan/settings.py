@@ -78,6 +78,12 @@ SCAN_POLL_S = "JOBS_SCAN_POLL_S"
 SCAN_END_WHEN_IDLE = "JOBS_SCAN_END_WHEN_IDLE"
 SCAN_ATTEMPT_DEADLINE_S = "JOBS_SCAN_ATTEMPT_DEADLINE_S"
 SCAN_PARTITIONS = "JOBS_SCAN_PARTITIONS"
+# The push subscription whose oldest-unacked age (Cloud Monitoring) makes the stale-enqueued
+# rescue backlog-aware (services/scan/queue_age.py); unset, the rescue measures from
+# enqueued_at alone. The Monitoring endpoint is Google's unless the emulator's host:port is set
+# (emulators/monitoring; the local stack sets it).
+SUBSCRIPTION = "JOBS_SUBSCRIPTION"
+MONITORING_EMULATOR_HOST = "JOBS_MONITORING_EMULATOR_HOST"
 
 ALL_KEYS = (
     *COMMON_KEYS,
@@ -100,6 +106,8 @@ ALL_KEYS = (
     SCAN_END_WHEN_IDLE,
     SCAN_ATTEMPT_DEADLINE_S,
     SCAN_PARTITIONS,
+    SUBSCRIPTION,
+    MONITORING_EMULATOR_HOST,
 )
 
 # Cloud Scheduler's attempt deadline is at most 30 min; a run should end well inside it.
@@ -162,6 +170,8 @@ class ScanSettings:
     end_when_idle: bool = True
     attempt_deadline_s: float = DEFAULT_ATTEMPT_DEADLINE_S
     partitions: int = 1
+    subscription: str | None = None
+    monitoring_emulator_host: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ScanSettings:
@@ -219,11 +229,18 @@ class ScanSettings:
                 max=MAX_ATTEMPT_DEADLINE_S,
             ),
             partitions=env.int(SCAN_PARTITIONS, 1, min=1, max=MAX_PARTITIONS),
+            subscription=env.str(SUBSCRIPTION, "") or None,
+            monitoring_emulator_host=env.str(MONITORING_EMULATOR_HOST, "") or None,
         )
         for key, message in run_bound_problems(settings):
             env.problem(key, message)
         if "/" in settings.topic:
             env.problem(TOPIC, f"must be a topic ID, not a path; got {settings.topic!r}")
+        if settings.subscription is not None and "/" in settings.subscription:
+            env.problem(
+                SUBSCRIPTION,
+                f"must be a subscription ID, not a path; got {settings.subscription!r}",
+            )
         if settings.claim_timeout_s <= settings.time_budget_s + settings.publish_timeout_s:
             # Shorter, and the next run would reclaim claims this run may still be publishing.
             env.problem(

@@ -2,10 +2,10 @@
 
 The only place status codes are chosen. 2xx means "done, don't redeliver" — 204 for a
 completed job, 200 with a small JSON body for every other acknowledged outcome. 429 and 503
-are the only ways to ask for a redelivery: a live lease elsewhere (429), a transient failure
-or an unreachable Firestore (503). Bad input is never a 5xx: an oversize body, a malformed
-envelope or an unknown job ID is acknowledged, logged as `event=push_rejected` (the metric)
-and recorded in the `rejected` collection for an operator.
+are the only ways to ask for a redelivery: a live lease elsewhere (429), a transient failure,
+an unreachable Firestore or a record written by a newer version (503). Bad input is never a
+5xx: an oversize body, a malformed envelope or an unknown job ID is acknowledged, logged as
+`event=push_rejected` (the metric) and recorded in the `rejected` collection for an operator.
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ _STATUS: dict[OutcomeKind, HTTPStatus] = {
     # A configuration error, not an outage: 500 (still redelivered, so nothing is lost while
     # it is fixed), with its own ERROR event (store_rejected).
     OutcomeKind.STORE_REJECTED: HTTPStatus.INTERNAL_SERVER_ERROR,
+    # Written by a newer version: not bad input (never rejected), redelivered until a
+    # revision that knows it (the newer one, or a roll forward) takes it.
+    OutcomeKind.NEWER_RECORD: HTTPStatus.SERVICE_UNAVAILABLE,
 }
 
 

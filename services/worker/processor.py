@@ -6,7 +6,9 @@ The order of checks is the whole safety argument:
    conditioned on its update_time; a transaction when that cannot decide) and refuses: unknown →
    `unknown_job` (acknowledged and recorded as rejected); terminal → `duplicate` (or
    `cancelled`); another generation or back to `deferred` → `stale`; a live lease held by
-   anyone → `lease_held`, which asks Pub/Sub to come back later.
+   anyone → `lease_held`, which asks Pub/Sub to come back later; a record written by a newer
+   version → `newer_record` (left untouched, logged `job_from_newer_version`, redelivered:
+   the newer revision, or a roll forward, processes it).
 2. A cancel request is honoured before anything happens.
 3. An idempotency document for the job's key means the side effect already happened under
    another delivery or job: complete with its result, never act twice.
@@ -50,6 +52,7 @@ from services.jobs.errors import (
     LeaseHeld,
     LeaseLost,
     LostRace,
+    NewerRecord,
     StaleGeneration,
     StoreRejected,
     StoreUnavailable,
@@ -96,6 +99,10 @@ class OutcomeKind(StrEnum):
     STORE_REJECTED = "store_rejected"
     # The job's document cannot be decoded: quarantined, acknowledged, recorded as rejected.
     INVALID_RECORD = "invalid_record"
+    # The job's document was written by a newer version of this code (a schema_version above
+    # this one's, or a state it does not know): left exactly as found, never quarantined nor
+    # rejected, and redelivered (503) so the newer revision, or a roll forward, processes it.
+    NEWER_RECORD = "newer_record"
 
 
 _REDELIVER = frozenset(
@@ -104,6 +111,7 @@ _REDELIVER = frozenset(
         OutcomeKind.RETRY,
         OutcomeKind.UNAVAILABLE,
         OutcomeKind.STORE_REJECTED,
+        OutcomeKind.NEWER_RECORD,
     }
 )
 
@@ -224,6 +232,13 @@ class Processor:
         job: Job | None = None
         try:
             outcome, job = self._process(delivery)
+        except NewerRecord as exc:
+            # Met anywhere (start, or a read-back while the lease was held): nothing of this
+            # version may write to it, so nothing is written; a redelivery waits for a
+            # revision that knows it (the message dead-letters after max delivery attempts,
+            # and `jobsctl dead-letters replay` sends it again after the roll forward).
+            outcome = Outcome(OutcomeKind.NEWER_RECORD, delivery.job_id, exc.problem)
+            _log_newer_record(delivery, exc)
         except StoreUnavailable as exc:
             outcome = Outcome(OutcomeKind.UNAVAILABLE, delivery.job_id, str(exc))
         except StoreRejected as exc:
@@ -248,6 +263,8 @@ class Processor:
             job = self._store.start(job_id, delivery.generation, self._lease, self._owner(delivery))
         except JobNotFound:
             return Outcome(OutcomeKind.UNKNOWN_JOB, job_id, "no job has this ID"), None
+        except NewerRecord:
+            raise  # not malformed: `process` answers it (left untouched, redelivered)
         except InvalidRecord as exc:
             return Outcome(OutcomeKind.INVALID_RECORD, job_id, exc.problem), None
         except AlreadyTerminal as exc:
@@ -560,6 +577,24 @@ def _log_failed(job: Job, error: ErrorInfo) -> None:
                 "action": job.action,
                 metrics.LOG_ATTEMPT: job.attempt,
                 "error_code": error.code,
+            }
+        },
+    )
+
+
+def _log_newer_record(delivery: Delivery, exc: NewerRecord) -> None:
+    """The event the log-based metric deferred_jobs_newer_records counts and the "Records
+    from a newer version" alert watches (services.jobs.metrics.NEWER_RECORDS)."""
+    logger.error(
+        "job %s left untouched: written by a newer version (%s)",
+        delivery.job_id,
+        exc.problem,
+        extra={
+            "fields": {
+                metrics.LOG_EVENT: metrics.EVENT_JOB_FROM_NEWER_VERSION,
+                "job_id": delivery.job_id,
+                "problem": exc.problem,
+                "by": "worker",
             }
         },
     )

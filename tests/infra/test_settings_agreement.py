@@ -25,6 +25,7 @@ from services.worker.settings import WorkerSettings
 API_URL = "https://deferred-jobs-api-123456789012.europe-west1.run.app"
 WIRING = env.Wiring(
     topic_name="deferred-jobs-jobs",
+    subscription_name="deferred-jobs-jobs-push",
     scan_url="https://deferred-jobs-scan-123456789012.europe-west1.run.app",
     worker_url="https://deferred-jobs-worker-123456789012.europe-west1.run.app",
     scheduler_invoker_email="deferred-jobs-scheduler@p.iam.gserviceaccount.com",

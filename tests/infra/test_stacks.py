@@ -225,12 +225,14 @@ def test_runtimes_have_least_privilege_and_invokers_have_no_project_roles(
     project_grants = {
         (r.state["member"], r.state["role"]) for r in stack.of_type("projects/iAMMember:IAMMember")
     }
-    # Only the scan writes time series (its gauges); the worker's metrics are log-based, and
-    # Cloud Run ships both services' logs without roles/logging.logWriter.
+    # Only the scan writes time series (its gauges) and reads one (the backlog age); the
+    # worker's metrics are log-based, and Cloud Run ships both services' logs without
+    # roles/logging.logWriter.
     scan, worker = (f"serviceAccount:{_email(stack, account)}" for account in ("scan", "worker"))
     assert project_grants == {
         (scan, "roles/datastore.user"),
         (scan, "roles/monitoring.metricWriter"),
+        (scan, "roles/monitoring.viewer"),  # the push subscription's oldest unacked age
         (worker, "roles/datastore.user"),
     }
     publisher = stack.one("pubsub/topicIAMMember:TopicIAMMember", "scan-publishes-jobs").state

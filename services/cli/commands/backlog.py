@@ -137,6 +137,7 @@ def stats(session: Session, args: argparse.Namespace) -> Report:
     text += "\n\n" + table(
         ["state", "jobs"], [[s.value, figures.per_state.get(s, 0)] for s in State]
     )
+    text += _newer_records(store, figures, data)
     return Report(data=data, text=text)
 
 
@@ -149,6 +150,17 @@ def _reach(census: ShardCensus | None) -> str:
         f"{census.stranded:,} non-terminal job(s): {census.out_of_range:,} with shard >= "
         f"{census.shards}, {census.without_shard or 0:,} without a shard; never claimed until "
         f"`jobsctl backfill-shards --shards {census.shards} --apply`"
+    )
+
+
+def _newer_records(store: Any, figures: Any, data: dict[str, Any]) -> str:
+    """The records a newer version wrote (left untouched by this one: roll forward, runbook
+    "Records from a newer version"), as `data["newer_records"]` and one line of text."""
+    newer = store.newer_records(figures)
+    data["newer_records"] = dataclasses.asdict(newer)
+    return (
+        f"\nfrom a newer version: {newer.newer_schema:,} with a newer schema_version, "
+        f"{newer.unknown_state:,} in a state this version does not know"
     )
 
 

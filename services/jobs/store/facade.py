@@ -41,6 +41,7 @@ from services.jobs.model import (
     Stats,
 )
 from services.jobs.queries import QuerySpec
+from services.jobs.results import NewerRecords
 from services.jobs.state import DEFAULT_HISTORY_LIMIT, State
 from services.jobs.store import shared_keys
 from services.jobs.store.claims import MARK_PAGE_SIZE, Claims
@@ -139,6 +140,9 @@ class FirestoreJobStore:
     def stats(self, now: datetime, claim_timeout: timedelta, *, shard_census: bool = True) -> Stats:
         return self._reads.stats(now, claim_timeout, shard_census=shard_census)
 
+    def newer_records(self, stats: Stats) -> NewerRecords:
+        return self._reads.newer_records(stats)
+
     def backlog(
         self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
     ) -> Backlog:
@@ -203,10 +207,17 @@ class FirestoreJobStore:
         run_id: str,
         *,
         enqueued_timeout: timedelta | None = None,
+        unacked_since: datetime | None = None,
         quick: bool = False,
     ) -> ReclaimReport:
         return self._reclaims.reclaim_expired(
-            now, claim_timeout, limit, run_id, enqueued_timeout=enqueued_timeout, quick=quick
+            now,
+            claim_timeout,
+            limit,
+            run_id,
+            enqueued_timeout=enqueued_timeout,
+            unacked_since=unacked_since,
+            quick=quick,
         )
 
     # -- worker: leases.py and shared_keys.py --------------------------------------------------

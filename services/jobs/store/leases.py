@@ -17,6 +17,7 @@ from google.api_core import exceptions as api_exceptions
 
 from services.jobs.errors import (
     InvalidRecord,
+    NewerRecord,
     OutcomeUnknown,
     StoreMisconfigured,
     StoreUnavailable,
@@ -59,10 +60,11 @@ class Leases:
         Refuses: terminal → AlreadyTerminal; another generation → StaleGeneration; a live
         lease → LeaseHeld (also when another job holds the job's shared idempotency key);
         deferred → InvalidTransition; an undecodable document → InvalidRecord (quarantined
-        first). An expired lease of the same generation is taken over, and that costs the
-        crashed cycle an attempt exactly as when the reclaimer finds it: attempt + 1, or
-        `failed` when it was the last (the returned job is then failed, with no lease).
-        `attempt` is otherwise unchanged. The returned job shows `cancel_requested`, which the
+        first), or NewerRecord for one written by a newer version (left untouched). An
+        expired lease of the same generation is taken over, and that costs the crashed cycle
+        an attempt exactly as when the reclaimer finds it: attempt + 1, or `failed` when it
+        was the last (the returned job is then failed, with no lease). `attempt` is otherwise
+        unchanged. The returned job shows `cancel_requested`, which the
         worker must honour with `cancel_running`.
         """
         require_text(worker_id=worker_id)
@@ -88,6 +90,8 @@ class Leases:
             started = self._start_by_compare_and_set(
                 ref, job_id, generation, lease, worker_id, token
             )
+        except NewerRecord:
+            raise  # left exactly as found: not even the quarantine's read (the worker logs it)
         except InvalidRecord:
             self._docs.quarantine(job_id, Role.WORKER, worker_id)
             raise
@@ -107,6 +111,8 @@ class Leases:
 
         try:
             return self._docs.tx.run(body)
+        except NewerRecord:
+            raise
         except InvalidRecord:
             self._docs.quarantine(job_id, Role.WORKER, worker_id)
             raise

@@ -15,6 +15,7 @@ from services.jobs.errors import InvalidRecord, ValidationError
 from services.jobs.layout import LAYOUT_FIELD, ShardCensus, ShardLayout
 from services.jobs.model import Backlog, Job, Page, Stats
 from services.jobs.queries import (
+    all_jobs_query,
     decode_cursor,
     due_query,
     encode_cursor,
@@ -24,9 +25,12 @@ from services.jobs.queries import (
     in_range_query,
     list_query,
     live_query,
+    newer_schema_query,
     out_of_range_query,
     state_query,
 )
+from services.jobs.record import SCHEMA_VERSION
+from services.jobs.results import NewerRecords
 from services.jobs.shard import Part, fan_out
 from services.jobs.state import State
 from services.jobs.store.documents import (
@@ -226,6 +230,17 @@ class Reads:
             return layout
 
         return self._docs.tx.run(body)
+
+    def newer_records(self, stats: Stats) -> NewerRecords:
+        """The records a newer version wrote, counted at `stats`'s read time (2 count
+        aggregations): those with a schema_version above this code's, and those whose state
+        none of `stats.per_state` counted (every document less the known states' sum)."""
+        with store_errors():
+            newer = self._docs.count(newer_schema_query(SCHEMA_VERSION), read_time=stats.read_time)
+            total = self._docs.count(all_jobs_query(), read_time=stats.read_time)
+        return NewerRecords(
+            newer_schema=newer, unknown_state=max(total - sum(stats.per_state.values()), 0)
+        )
 
     def backlog(
         self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta

@@ -63,6 +63,7 @@ class Reclaims:
         run_id: str,
         *,
         enqueued_timeout: timedelta | None = None,
+        unacked_since: datetime | None = None,
         quick: bool = False,
     ) -> ReclaimReport:
         """The reclaimer: take back abandoned work, at most `limit` jobs, each audited by
@@ -75,7 +76,12 @@ class Reclaims:
           requested, failed in the last attempt, else deferred with attempt + 1, due at once.
         - With `enqueued_timeout`: enqueued with enqueued_at older than now - it (no start
           since the publish or release: the message is lost) → deferred; the next claim
-          publishes it under generation + 1, which fences the old message.
+          publishes it under generation + 1, which fences the old message. With
+          `unacked_since` too (the publish time of the subscription's oldest unacked
+          message, as last sampled), only those enqueued before it as well: a job is marked
+          enqueued after its publish is acknowledged, so one enqueued before every message
+          still waiting has no message waiting, while a job enqueued later may still have
+          its message in the backlog, however old (issue 24 finding 9).
         - Deferred jobs whose due_at is not a timestamp (no due query can see them) and any
           undecodable document met on the way are quarantined (`quarantined`).
 
@@ -112,6 +118,8 @@ class Reclaims:
         ]
         if enqueued_timeout is not None and not quick:
             before = now - enqueued_timeout
+            if unacked_since is not None:
+                before = min(before, unacked_since)
             steps.append(
                 _ReclaimStep(
                     "enqueued_timeout",

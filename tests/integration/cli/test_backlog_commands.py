@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.cli.errors import ExitCode
+from services.jobs import schema
+from services.jobs.record import SCHEMA_VERSION
 from services.jobs.rejections import RejectionStore, rejection_of
 from services.jobs.runs import ScanRun, ScanRunLog
 from services.jobs.store import FirestoreJobStore
@@ -29,6 +31,32 @@ def test_stats_counts_states_due_jobs_and_the_oldest_overdue(
     assert data["per_state"]["deferred"] == 2 and data["per_state"]["cancelled"] == 1
     assert data["stuck_claims"] == 0 and data["paused"] is False
     assert "oldest overdue:  2 h 00 m" in text.out or "oldest overdue:  2 h 01 m" in text.out
+
+
+def test_stats_counts_the_records_a_newer_version_wrote(
+    jobsctl: Jobsctl, seed: Callable[..., str], firestore_client: Any
+) -> None:
+    # Issue 24: records this version leaves untouched (schema_version above its own, or a
+    # state it does not know) were invisible in stats; only the log metric counted them.
+    for job_id in ("ok", "bump", "bump_and_state", "state"):
+        seed(job_id, due=timedelta(hours=-1))
+    jobs = firestore_client.collection(schema.JOBS)
+    jobs.document("bump").update({"schema_version": SCHEMA_VERSION + 1})
+    jobs.document("bump_and_state").update(
+        {"schema_version": SCHEMA_VERSION + 1, "state": "paused_by_policy"}
+    )
+    jobs.document("state").update({"state": "paused_by_policy"})
+
+    result = jobsctl("stats", "--json")
+    text = jobsctl("stats")
+
+    assert result.code == text.code == ExitCode.OK, result.err
+    assert result.json()["newer_records"] == {"newer_schema": 2, "unknown_state": 2}
+    assert sum(result.json()["per_state"].values()) == 2
+    assert (
+        "from a newer version: 2 with a newer schema_version, 2 in a state this version "
+        "does not know" in text.out
+    )
 
 
 def test_reclaim_is_a_dry_run_until_apply(

@@ -14,6 +14,7 @@ from services.jobs import schema
 from services.jobs.errors import ValidationError
 from services.jobs.queries import (
     QuerySpec,
+    all_jobs_query,
     due_probe_query,
     due_query,
     enqueued_query,
@@ -23,9 +24,11 @@ from services.jobs.queries import (
     list_query,
     live_query,
     misfiled_due_queries,
+    newer_schema_query,
     out_of_range_query,
     state_query,
 )
+from services.jobs.record import SCHEMA_VERSION
 from services.jobs.state import State
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,6 +52,8 @@ def every_store_query(shards: int = 1) -> list[QuerySpec]:
         *(state_query(state) for state in State),
         # The shard census (services/jobs/layout.py), which N = 1 never takes.
         *([live_query(), out_of_range_query(shards), in_range_query(shards)] if k else []),
+        all_jobs_query(),
+        newer_schema_query(SCHEMA_VERSION),
     ]
     for state, time_filter, after in itertools.product(
         [None, *State], ["due_before", "overdue_at", "claimed_before", None], [None, (T, "x")]

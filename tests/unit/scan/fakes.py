@@ -49,6 +49,7 @@ class FakeStore:
     oldest_enqueued_age_s: float | None = None
     backlog_calls: list[timedelta] = field(default_factory=list)
     enqueued_timeouts: list[timedelta | None] = field(default_factory=list)
+    unacked_sinces: list[datetime | None] = field(default_factory=list)
     quick_reclaims: list[bool] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)  # quarantined by the reclaimer
     # The reclaimer committed its failures, then Firestore stopped it (its report says so).
@@ -97,10 +98,12 @@ class FakeStore:
         run_id: str,
         *,
         enqueued_timeout: timedelta | None = None,
+        unacked_since: datetime | None = None,
         quick: bool = False,
     ) -> ReclaimReport:
         self._check("reclaim_expired")
         self.enqueued_timeouts.append(enqueued_timeout)
+        self.unacked_sinces.append(unacked_since)
         self.quick_reclaims.append(quick)
         if self.reclaim_race:
             race = errors.LostRace("another run is reclaiming the same records")

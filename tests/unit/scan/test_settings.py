@@ -57,12 +57,18 @@ def test_every_key_is_read() -> None:
         "JOBS_SCAN_END_WHEN_IDLE": "false",
         "JOBS_SCAN_ATTEMPT_DEADLINE_S": "5m",
         "JOBS_SCAN_PARTITIONS": "2",
+        "JOBS_SUBSCRIPTION": "deferred-jobs-jobs-push",
+        "JOBS_MONITORING_EMULATOR_HOST": "127.0.0.1:8087",
     }
     assert set(env) == set(ALL_KEYS)
     s = ScanSettings.from_env({**env, "K_SERVICE": "deferred-jobs-scan"})  # the flag needs it
     assert s.shards == 4
     assert (s.mode, s.poll_s, s.end_when_idle, s.attempt_deadline_s) == ("paced", 10, False, 300)
     assert s.partitions == 2 and s.limits().polls
+    assert (s.subscription, s.monitoring_emulator_host) == (
+        "deferred-jobs-jobs-push",
+        "127.0.0.1:8087",
+    )
     # The lease outlasts the longest run (time budget + publish timeout) by 30 s.
     assert s.limits().lease_s == 120 + 10 + 30
     assert (s.time_budget_s, s.max_per_run, s.page_size, s.interval_s) == (120, 5000, 500, 300)
@@ -176,3 +182,10 @@ def test_pacing_keys_out_of_range_are_named(key: str, value: str) -> None:
 def test_more_partitions_than_shards_are_refused() -> None:
     env = {**VALID, "JOBS_SCAN_PARTITIONS": "3", "JOBS_SHARDS": "2"}
     assert "JOBS_SCAN_PARTITIONS" in _problem_keys(env)
+
+
+def test_the_launcher_exports_the_monitoring_endpoint_under_the_name_the_scan_reads() -> None:
+    from emulators.launcher import MONITORING_ENV
+    from services.scan.settings import MONITORING_EMULATOR_HOST
+
+    assert MONITORING_ENV == MONITORING_EMULATOR_HOST
