@@ -176,3 +176,14 @@ def pace_rate(budget: EnqueueBudget, time_budget_s: float) -> float:
     if time_budget_s <= 0:
         raise ValueError(f"time budget must be > 0, got {time_budget_s}")
     return budget.limit / time_budget_s
+
+
+# A paced run that fell behind claims faster, up to this times the set rate (the budget over
+# the interval): with the bucket's one page on top (half a second at the pace), no 10-second
+# window exceeds 1.5 x the set rate, the bound the drills hold a paced run to.
+CATCH_UP_FACTOR = 1.35
+
+
+def catch_up_ceiling(budget: EnqueueBudget) -> float:
+    """The fastest a paced run claims while it catches up: CATCH_UP_FACTOR x the set rate."""
+    return CATCH_UP_FACTOR * budget.limit / budget.interval_s

@@ -29,6 +29,7 @@ from services.scan.budget import (
     EnqueueBudget,
     ScanLimits,
     TimeBudget,
+    catch_up_ceiling,
     effective_claim_timeout,
     enqueue_budget,
     pace_rate,
@@ -259,6 +260,7 @@ class Scanner:
             pace_per_s,
             pace_page(pace_per_s, self._limits.page_size),
             time_budget.deadline,
+            ceiling_per_s=catch_up_ceiling(budget),
         )
         poll_s = self._limits.poll_s if self._limits.polls else None
         return self.stager.run(run_id, budget, time_budget, tally, pacer, poll_s, shards)

@@ -179,6 +179,7 @@ class Stager:
                 # before go on meanwhile.
                 if after_s and not pacer.wait(after_s):
                     return _DEADLINE
+                pacer.aim(remaining)
                 if pacer.take(want) == 0:
                     return _DEADLINE
                 at = self._clock.now()  # what became due while it waited is due now
