@@ -6,7 +6,8 @@ Each size runs in a process of its own (so its peak RSS is the scan's alone), wi
 emulators in yet another (`python -m emulators`). In it: N due jobs are seeded while the
 control document says paused; a paused run only measures; then `resume` with
 `--catch-up-rate` R (JOBS_BENCH_DRILL_RATE, default 200/s) and runs start every I seconds
-(JOBS_BENCH_DRILL_INTERVAL_S, default 5, as Cloud Scheduler would call them), each with the
+(JOBS_BENCH_DRILL_INTERVAL_S, default 5: a TEST SETTING, Cloud Scheduler cannot fire more than
+once a minute; `python -m tests.benchmarks cadence` is the production-cadence drill), each with the
 budget R x I, until one finds nothing due. A pull subscriber takes every message meanwhile
 (the side effect: one per job ID). Printed per size: the drain rate against R (±5 %), jobs
 not enqueued, job IDs received other than exactly once, peak RSS of the scan's process, and

@@ -164,6 +164,21 @@ def _newer_records(store: Any, figures: Any, data: dict[str, Any]) -> str:
     )
 
 
+def _raise_budget_hint(needed: int, rate: float, ceiling: int | None) -> str:
+    """How to reach `rate`: the control's budget when the deployment allows `needed` per run;
+    otherwise the stack's scanMaxPerRun (the control document cannot lift a run above it)."""
+    if ceiling is not None and needed > ceiling:
+        return (
+            f"\nto reach {rate:g}/s a run must claim {needed:,}, above the deployment's cap "
+            f"{ceiling:,} ({SCAN_MAX_PER_RUN}): raise the stack's scanMaxPerRun (at most "
+            f"{MAX_PER_RUN_LIMIT:,}; above that, scanPartitions) and run `pulumi up`"
+        )
+    return (
+        f"\nto reach {rate:g}/s raise the per-run budget to {needed:,}: "
+        f"jobsctl control set --max-per-run {needed} --reason ..."
+    )
+
+
 def reclaim(session: Session, args: argparse.Namespace) -> Report:
     if args.limit < 1:
         raise UsageError(f"--limit must be at least 1, not {args.limit}")
@@ -241,11 +256,7 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
         )
         text += f"\n{result.runs:,} scan run(s) at one every {every}; {arithmetic}"
     if result.limited_by == "budget":
-        needed = math.ceil(rate * interval_s)
-        text += (
-            f"\nto reach {rate:g}/s raise the per-run budget to {needed:,}: "
-            f"jobsctl control set --max-per-run {needed} --reason ..."
-        )
+        text += _raise_budget_hint(math.ceil(rate * interval_s), rate, ceiling)
     modes = plan_modes(
         backlog,
         rate,

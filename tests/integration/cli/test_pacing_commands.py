@@ -24,6 +24,18 @@ def test_plan_with_due_uses_the_deployed_cap(jobsctl: Any, monkeypatch: Any) -> 
     assert data["seconds"] == 54000  # 180,000 / (1,000 / 300 s): 15 h
 
 
+def test_plan_names_the_stack_setting_when_the_deployment_cap_binds(
+    jobsctl: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("JOBS_SCAN_INTERVAL_S", "60")
+    monkeypatch.setenv("JOBS_SCAN_MAX_PER_RUN", "12000")
+    above = jobsctl("plan", "--due", "180000", "--rate", "500").out
+    assert "raise the stack's scanMaxPerRun" in above and "pulumi up" in above
+    assert "control set --max-per-run" not in above  # the control cannot lift the cap
+    below = jobsctl("plan", "--due", "180000", "--rate", "100", "--max-per-run", "1000").out
+    assert "jobsctl control set --max-per-run 6000" in below
+
+
 def test_plan_compares_the_modes_with_their_arithmetic(jobsctl: Any, monkeypatch: Any) -> None:
     monkeypatch.setenv("JOBS_SCAN_INTERVAL_S", "60")
     monkeypatch.setenv("JOBS_SCAN_MAX_PER_RUN", "12000")
