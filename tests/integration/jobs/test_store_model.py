@@ -244,9 +244,40 @@ class StoreModel(RuleBasedStateMachine):
         """A newer revision (a rollout in progress, or rolled back since) rewrites one record,
         in whatever state it is: a higher schema_version with a field this one does not
         know, a state it does not know (with the history entry that led there), or a
-        history entry through such a state. From then on this version must leave it alone."""
+        history entry through such a state. From then on this version must leave it alone:
+        every call this version could make on it right then (its current lease's included,
+        when it was running) is refused and writes nothing."""
+        self._next_version(job_id, how)
+
+    @precondition(lambda self: len(self.foreign) < MAX_FOREIGN)
+    @rule(message=messages, how=st.sampled_from(NEXT_VERSION_WRITES))
+    def next_version_rewrites_a_claimed_job(self, message: Any, how: str) -> None:
+        """The same, for a job a scan claimed (it may be enqueued, running or done since)."""
+        self._next_version(message.job_id, how)
+
+    @precondition(lambda self: len(self.foreign) < MAX_FOREIGN)
+    @rule(delivery=deliveries, how=st.sampled_from(NEXT_VERSION_WRITES))
+    def next_version_rewrites_a_started_job(self, delivery: Delivery, how: str) -> None:
+        """The same, for a job a delivery started (it may still run under that lease)."""
+        self._next_version(delivery.lease.job_id, how)
+
+    def _next_version(self, job_id: str, how: str) -> None:
         if job_id in self.foreign:
             return
+        job = self._job(job_id)
+        assert job is not None
+        self._rewrite(job_id, how)
+        if job.lease is not None:
+            self._check_stale(Delivery(job.lease))  # every lease call, then a push
+        else:
+            self._check_foreign_push(job_id, job.generation)
+        mark = self.store.mark_enqueued_many([(job_id, job.generation, "m-3")])
+        assert len(mark) == 1 and isinstance(mark[0].error, NewerRecord), mark
+        self._assert_untouched(job_id, "mark_enqueued_many")
+        self.operator(job_id, "cancel")
+        self.operator(job_id, "reschedule")
+
+    def _rewrite(self, job_id: str, how: str) -> None:
         ref = self.client.collection(schema.JOBS).document(job_id)
         raw = ref.get().to_dict()
         assert raw is not None
@@ -453,7 +484,7 @@ class StoreModel(RuleBasedStateMachine):
                 finally:
                     EMULATOR.clear_faults()
                     if fault == "newer_meanwhile":
-                        self.next_version_rewrites(lease.job_id, how)
+                        self._rewrite(lease.job_id, how)
             real()
             raise StoreUnavailable("the commit applied; its answer was lost")
 
