@@ -8,6 +8,7 @@ claimed itself (`WrittenRecords`) and a read-and-write transaction for any other
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -16,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from services.jobs import schema
-from services.jobs.decoding import update_time
+from services.jobs.decoding import decode_fields, update_time
 from services.jobs.errors import (
     InvalidRecord,
     JobNotFound,
@@ -175,10 +176,11 @@ class Claims:
         shard: int | None,
     ) -> list[ClaimedJob]:
         claimed: list[ClaimedJob] = []
+        after: tuple[Any, ...] | None = None  # the next page starts after this record
         while len(claimed) < limit:
             want = min(page_size, limit - len(claimed))
             try:
-                page, invalid = self._claim_remembering(now, run_id, want, shard)
+                page, invalid, last = self._claim_remembering(now, run_id, want, shard, after)
             except (LostRace, StoreUnavailable, StoreRejected) as exc:
                 # The pages already committed are claimed: return them to be published.
                 if not claimed:
@@ -198,8 +200,14 @@ class Claims:
             for job_id in moved:
                 if on_quarantine is not None:
                     on_quarantine(job_id)
-            # A page that only met records it could not move aside would come back the same.
-            if len(page) + len(invalid) < want or not (page or moved):
+            if len(page) + len(invalid) < want:
+                break  # nothing more is due
+            if len(moved) < len(invalid):
+                # Records left as found (a newer version's, never quarantined) would fill the
+                # same page again and hold up every job due after them: go on after the last
+                # record this page read; all before it were claimed or moved aside.
+                after = last
+            elif not (page or moved):
                 break
         return claimed
 
@@ -210,35 +218,52 @@ class Claims:
         run_id: str,
         want: int,
         shard: int | None,
-    ) -> tuple[list[ClaimedJob], list[str]]:
+        after: tuple[Any, ...] | None = None,
+    ) -> tuple[list[ClaimedJob], list[str], tuple[Any, ...] | None]:
+        """The page's claims, the IDs it could not decode, and the cursor after the last
+        record it read (its due_at and ID)."""
         at = self._docs.clock.now()
         claimed = []
         invalid = []
-        query = self._docs.query(due_query(now, want, shard))
+        last: tuple[Any, ...] | None = None
+        query = self._docs.query(
+            dataclasses.replace(due_query(now, want, shard), start_after=after)
+        )
         jobs = self._docs.jobs
         for job_id, document in self._docs.tx.query_in(transaction, query):
             try:
                 job = self._docs.decoded_raw(job_id, document)
             except InvalidRecord:
                 invalid.append(job_id)
+                # The query ranged on due_at: it is a timestamp, whatever else is wrong.
+                due = decode_fields(document.fields, self._docs.client).get("due_at")
+                last = (due, job_id)
                 continue
             new = self._docs.rules.claim(job, run_id, at)
             write_changes(transaction, jobs.document(job_id), job, new)
             claimed.append(ClaimedJob(job.job_id, new.generation, job.due_at, at, job.action))
             self._pending.jobs.append(new)
-        return claimed, invalid
+            last = (job.due_at, job_id)
+        return claimed, invalid, last
 
     def _claim_remembering(
-        self, now: datetime, run_id: str, want: int, shard: int | None
-    ) -> tuple[list[ClaimedJob], list[str]]:
+        self,
+        now: datetime,
+        run_id: str,
+        want: int,
+        shard: int | None,
+        after: tuple[Any, ...] | None = None,
+    ) -> tuple[list[ClaimedJob], list[str], tuple[Any, ...] | None]:
         """A claim page; each claimed job is remembered with the update_time its write got."""
 
-        def attempt(transaction: Transaction, *args: Any) -> tuple[list[ClaimedJob], list[str]]:
+        def attempt(
+            transaction: Transaction, *args: Any
+        ) -> tuple[list[ClaimedJob], list[str], tuple[Any, ...] | None]:
             self._pending.jobs = []
             self._pending.transaction = transaction
             return self._claim_page(transaction, *args)
 
-        result = self._docs.tx.run(attempt, now, run_id, want, shard)
+        result = self._docs.tx.run(attempt, now, run_id, want, shard, after)
         transaction = self._pending.transaction
         names = getattr(transaction, "written_names", [])
         written = getattr(transaction, "write_results", None) or []

@@ -169,11 +169,14 @@ class Reclaims:
     def _reclaim_shard(
         self, step: _ReclaimStep, limit: int, tally: _ReclaimTally, shard: Part
     ) -> None:
+        after: tuple[Any, ...] | None = None  # the next page starts after this record
         while len(tally.reclaimed) < limit:
             want = min(CLAIM_PAGE_SIZE, limit - len(tally.reclaimed))
-            spec = step.spec(want, shard)
+            spec = dataclasses.replace(step.spec(want, shard), start_after=after)
             try:
-                page, invalid = self._docs.tx.run(self._reclaim_page, spec, step, tally.run_id)
+                page, invalid, last = self._docs.tx.run(
+                    self._reclaim_page, spec, step, tally.run_id
+                )
             except StoreUnavailable:
                 raise
             except JobsError as exc:
@@ -183,7 +186,14 @@ class Reclaims:
                 continue
             tally.reclaimed.extend(page)
             moved = self._quarantine_all(invalid, tally)
-            if len(page) + len(invalid) < want or not (page or moved):
+            if len(page) + len(invalid) < want:
+                return  # nothing more to take back
+            if moved < len(invalid):
+                # Records left as found (a newer version's, never quarantined) would fill the
+                # same page again and hold up every job after them: go on after the last
+                # record this page read; all before it were taken back or moved aside.
+                after = last
+            elif not (page or moved):
                 return
 
     def _reclaim_page(
@@ -192,11 +202,15 @@ class Reclaims:
         spec: QuerySpec,
         step: _ReclaimStep,
         run_id: str,
-    ) -> tuple[list[Reclaimed], list[str]]:
+    ) -> tuple[list[Reclaimed], list[str], tuple[Any, ...] | None]:
+        """The page's changes, the IDs it could not decode, and the cursor after the last
+        record it read (its order field's value and ID)."""
         at = self._docs.clock.now()
         page = []
         invalid = []
+        last: tuple[Any, ...] | None = None
         for snapshot in self._docs.stream(spec, transaction):
+            last = (snapshot.get(spec.order_by[0]), snapshot.id)
             try:
                 job = decoded(snapshot)
             except InvalidRecord:
@@ -205,7 +219,7 @@ class Reclaims:
             new = step.change(job, at, run_id)
             write_changes(transaction, snapshot.reference, job, new)
             page.append(reclaimed(job, new, step.name))
-        return page, invalid
+        return page, invalid, last
 
     def _reclaim_each(self, spec: QuerySpec, step: _ReclaimStep, tally: _ReclaimTally) -> bool:
         """The page again, one transaction per record; False when the step should stop."""

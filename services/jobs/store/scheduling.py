@@ -13,7 +13,7 @@ from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 
-from services.jobs.errors import LostRace, ScheduleConflict, ValidationError
+from services.jobs.errors import InvalidRecord, LostRace, ScheduleConflict, ValidationError
 from services.jobs.model import Job, NewJob, ScheduleResult, decode_job
 from services.jobs.state import HistoryEntry, Role, State
 from services.jobs.store.documents import Documents, require_due_in_horizon
@@ -26,7 +26,9 @@ logger = logging.getLogger(__name__)
 # computes a new instant for the same decision.
 _SCHEDULE_COMPARED = ("action", "subject", "params", "max_attempts", "idempotency_key")
 _MAX_SCHEDULE_BATCH = 500  # Firestore's writes per batched write
-ScheduleOutcome = ScheduleResult | ValidationError | ScheduleConflict
+# InvalidRecord: the ID's stored record cannot be read (NewerRecord: a newer version wrote it);
+# that item alone is refused and the record left as found.
+ScheduleOutcome = ScheduleResult | ValidationError | ScheduleConflict | InvalidRecord
 
 
 def same_decision(requested: NewJob, existing: Job) -> ScheduleResult:
@@ -48,6 +50,15 @@ def _decision_outcome(requested: NewJob, existing: Job) -> ScheduleResult | Sche
     try:
         return same_decision(requested, existing)
     except ScheduleConflict as exc:
+        return exc
+
+
+def _decoded_or_refusal(snapshot: Any) -> Job | InvalidRecord:
+    """The stored job, or why it cannot be read: one such record refuses its own item of a
+    batch, never the whole batch (the next version's records stay as found)."""
+    try:
+        return decode_job(snapshot.id, snapshot.to_dict())
+    except InvalidRecord as exc:
         return exc
 
 
@@ -113,7 +124,9 @@ class Scheduling:
         """`schedule` for up to 500 jobs in batched writes: each item's outcome, in order, is
         its ScheduleResult or the error refusing it (the others are still scheduled). Same
         identity rule as `schedule`; an ID twice in one call is compared with its first
-        occurrence. Firestore errors raise StoreUnavailable.
+        occurrence. An ID whose stored record cannot be decoded (written by a newer version,
+        or malformed) gets that InvalidRecord as its outcome and is left as found, as
+        `schedule` raises it. Firestore errors raise StoreUnavailable.
 
         Costs 1 write per new job and no read when none exists yet (the batch of creates
         commits); when one does, that commit changes nothing and one batched read (1 read
@@ -133,7 +146,7 @@ class Scheduling:
             refs = [self._docs.jobs.document(v.job_id) for v in valid.values()]
             with store_errors():
                 found = {
-                    s.id: decode_job(s.id, s.to_dict())
+                    s.id: _decoded_or_refusal(s)
                     for s in self._docs.gateway.get_all(refs)
                     if s.exists
                 }
@@ -147,7 +160,7 @@ class Scheduling:
     def _create_batch(
         self,
         valid: Mapping[int, NewJob],
-        existing: Mapping[str, Job],
+        existing: Mapping[str, Job | InvalidRecord],
         outcomes: list[ScheduleOutcome | None],
         by: str,
     ) -> bool:
@@ -158,6 +171,9 @@ class Scheduling:
         pending: dict[str, Job] = {}
         for index, new in valid.items():
             known = existing.get(new.job_id) or pending.get(new.job_id)
+            if isinstance(known, InvalidRecord):
+                outcomes[index] = known  # this item alone: the others are still scheduled
+                continue
             if known is not None:
                 outcomes[index] = _decision_outcome(new, known)
                 continue
@@ -178,7 +194,7 @@ class Scheduling:
     def _schedule_outcome(self, new: NewJob, by: str) -> ScheduleOutcome:
         try:
             return self.schedule(new, by=by)
-        except ScheduleConflict as exc:
+        except (ScheduleConflict, InvalidRecord) as exc:
             return exc
 
     def _new_record(self, valid: NewJob, by: str) -> Job:
