@@ -42,13 +42,15 @@ Then it prints:
   got OK for (completed or failed) that the record does not show (expect 0);
 - the faults injected by kind, the SIGKILL and SIGSTOP timings, and the worker outcomes.
 
-Size: JOBS_BENCH_FAULTDRAIN_JOBS (default 150). Run:
+Size: JOBS_BENCH_FAULTDRAIN_JOBS (default 150); JOBS_BENCH_FAULTDRAIN_DIR keeps the data
+directory and every process's log there (default: a temporary directory). Run:
 `.venv/bin/python -m tests.benchmarks faultdrain`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -65,8 +67,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.benchmarks import rig
-from tests.benchmarks.storage_tap import StorageTap
-from tests.benchmarks.terminal_faults import TerminalFaults
+from tests.benchmarks.storage_tap import Outages, StorageTap
+from tests.benchmarks.terminal_faults import TerminalFaults, TerminalWrite
 
 PROJECT = "fault-drain"
 BUCKET = "fault-drain-media"
@@ -84,14 +86,21 @@ RETRY_LATER_DELAY_S = 60  # JOBS_RETRY_LATER_DELAY_S, its minimum
 FREEZE_AT, KILL_AT = 0.2, 0.4  # fractions of the jobs completed
 FREEZE_AT_LEAST_S = 2.5 * LEASE_S
 REUPLOADS = 10
+RETRY_LATER_AFTER_ATTEMPTS = 2  # JOBS_WORKER_RETRY_LATER_AFTER_ATTEMPTS (default 5)
+# Jobs that meet their own action's faults, so every kind of terminal write happens:
+RELEASE_EVERY = 10  # the first delivery's deletes answer 503: released, redelivered
+RETRY_LATER_EVERY = 25  # the first two deliveries' deletes answer 503: deferred (retry_later)
+FAIL_EVERY = 50  # params name another bucket than the worker's: failed, permanent (fail)
+OTHER_BUCKET = "another-media-bucket"
 DRAIN_TIMEOUT_S = 600.0
 HOST = "127.0.0.1"
 
 
 def main() -> None:
     count = int(os.environ.get("JOBS_BENCH_FAULTDRAIN_JOBS", DEFAULT_JOBS))
+    kept = os.environ.get("JOBS_BENCH_FAULTDRAIN_DIR")  # keep the data and logs there
     with tempfile.TemporaryDirectory() as folder:
-        report = FaultDrain(count, Path(folder)).run()
+        report = FaultDrain(count, Path(kept or folder)).run()
     print(report.text())
 
 
@@ -119,6 +128,12 @@ class Report:
     outcomes: dict[str, Counter[str]] = field(default_factory=dict)
     refused_412: int = 0
     storage_unreachable: int = 0
+    storage_injected: int = 0
+
+    @property
+    def faults_by_write(self) -> Counter[str]:
+        """The faults by the store call that wrote them (told apart by the state written)."""
+        return Counter({_WRITES.get(s, s): n for s, n in self.faults_by_state.items()})
 
     @property
     def repeated(self) -> int:
@@ -135,7 +150,7 @@ class Report:
 
     def text(self) -> str:
         faults = ", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items()))
-        by_state = ", ".join(f"{s} {n}" for s, n in sorted(self.faults_by_state.items()))
+        by_write = ", ".join(f"{w} {n}" for w, n in sorted(self.faults_by_write.items()))
         outcomes = "; ".join(
             f"{name}: " + ", ".join(f"{k} {n}" for k, n in sorted(c.items()))
             for name, c in self.outcomes.items()
@@ -143,7 +158,8 @@ class Report:
         lines = [
             f"fault drain, {self.count} jobs, {self.elapsed_s:.0f} s (TEST SETTINGS: lease "
             f"{LEASE_S} s, push ack deadline {ACK_DEADLINE_S} s, scan every {CADENCE_S:g} s, "
-            f"{MAX_PER_RUN} per run, claim timeout {CLAIM_TIMEOUT_S} s)",
+            f"{MAX_PER_RUN} per run, claim timeout {CLAIM_TIMEOUT_S} s, retry later after "
+            f"{RETRY_LATER_AFTER_ATTEMPTS} deliveries, {RETRY_LATER_DELAY_S} s later)",
             f"  jobs lost: {len(self.lost)} (expect 0) {self.lost[:10]}",
             f"  side effects repeated on a different generation: {self.repeated} (expect 0): "
             f"re-uploaded objects removed {len(self.reuploads_removed)}, objects deleted "
@@ -155,27 +171,41 @@ class Report:
             f"writes acknowledged to the worker {len(self.missing_terminal)} of "
             f"{self.acknowledged_terminal}, completions acknowledged before the SIGKILL and "
             f"not completed just after the restart {len(self.missing_after_restart)}",
-            f"  final states {dict(self.states)}; legitimately failed {len(self.legit_failed)}",
-            f"  faults on terminal writes: {faults} (by state written: {by_state})",
+            f"  final states {dict(self.states)}; legitimately failed {len(self.legit_failed)} "
+            f"(params naming another bucket: a permanent error, 1 job in {FAIL_EVERY})",
+            f"  faults on terminal writes: {faults} (by write: {by_write})",
             f"  SIGKILL of the emulators: {self.kill}",
             f"  SIGSTOP of worker A: {self.freeze}",
-            f"  storage requests answered 503 while the emulator was down: "
-            f"{self.storage_unreachable}",
+            f"  deletes answered 503 by the storage taps: {self.storage_injected} injected, "
+            f"{self.storage_unreachable} while the emulator was down",
             f"  worker outcomes (from their logs): {outcomes}",
         ]
         return "\n".join(lines)
 
 
+# The state each terminal write leaves (services/jobs/transitions.py) -> the store call.
+_WRITES = {
+    "completed": "complete",
+    "failed": "fail",
+    "enqueued": "release",
+    "deferred": "retry_later",
+    "cancelled": "cancel_running",
+}
+
+
 class FaultDrain:
     """One run; `run()` returns its Report and leaves nothing running."""
 
-    def __init__(self, count: int, folder: Path) -> None:
+    def __init__(self, count: int, folder: Path, *, retry_later: bool = True) -> None:
+        """`retry_later` False: no job meets the outage that defers it (RETRY_LATER_DELAY_S,
+        at least 60 s, would then be most of a small drain's time)."""
         from emulators.launcher import free_port
         from services.jobs.names import Names
         from services.local.stack import Supervisor
         from services.local.topology import Topology
 
         self.count = count
+        self.retry_later = retry_later
         self.data = folder / "data"
         self.logs = folder / "logs"
         self.supervisor = Supervisor(self.logs)
@@ -257,8 +287,8 @@ class FaultDrain:
             self.uploaded[blob.name] = str(blob.generation)
         now = datetime.now(UTC)
         news = [
-            NewJob(job_id, rig.ACTION, f"media-{job_id}", now, {"objects": [f"src/{job_id}"]})
-            for job_id in self.ids
+            NewJob(job_id, rig.ACTION, f"media-{job_id}", now, self._params(n, job_id))
+            for n, job_id in enumerate(self.ids)
         ]
         refused = []
         for first in range(0, len(news), 500):
@@ -268,6 +298,22 @@ class FaultDrain:
                     refused.append(f"{new.job_id}: {outcome}")
         if refused:
             raise RuntimeError(f"seeding refused {len(refused)}: {refused[:3]}")
+
+    @staticmethod
+    def _params(n: int, job_id: str) -> dict[str, Any]:
+        params: dict[str, Any] = {"objects": [f"src/{job_id}"]}
+        if n % FAIL_EVERY == 5:
+            params["bucket"] = OTHER_BUCKET
+        return params
+
+    def _outages(self) -> Outages:
+        plan = {}
+        for n, job_id in enumerate(self.ids):
+            if self.retry_later and n % RETRY_LATER_EVERY == 7:
+                plan[f"src/{job_id}"] = 2
+            elif n % RELEASE_EVERY == 3:
+                plan[f"src/{job_id}"] = 1
+        return Outages(plan)
 
     def _start_services(self) -> None:
         from google.cloud import pubsub_v1
@@ -289,7 +335,9 @@ class FaultDrain:
         self.faults = faults
         self._closers.append(faults.stop)
         storage_url = self.exports["STORAGE_EMULATOR_HOST"]
-        self.taps = {name: StorageTap(storage_url, name) for name in ("A", "B")}
+        outages = self._outages()
+        self.outages = outages
+        self.taps = {name: StorageTap(storage_url, name, outages) for name in ("A", "B")}
         for tap in self.taps.values():
             tap.start()
             self._closers.append(tap.stop)
@@ -315,6 +363,7 @@ class FaultDrain:
                 worker_keys.MEDIA_BUCKET: BUCKET,
                 worker_keys.WORKER_LEASE_S: str(LEASE_S),
                 worker_keys.RETRY_LATER_DELAY_S: str(RETRY_LATER_DELAY_S),
+                worker_keys.WORKER_RETRY_LATER_AFTER_ATTEMPTS: str(RETRY_LATER_AFTER_ATTEMPTS),
             }
             self._start_service("worker", name, env, certs_url, audience)
         scan_env = {
@@ -333,7 +382,7 @@ class FaultDrain:
         for name, port in self.ports.items():
             child = self.children[name]
             self.supervisor.wait_until(
-                child, lambda port=port: port_accepts(port), timeout_s=90, what="listening"
+                child, functools.partial(port_accepts, port), timeout_s=90, what="listening"
             )
 
         self.publisher = pubsub_v1.PublisherClient()
@@ -439,30 +488,49 @@ class FaultDrain:
         a_deleted = {d.name for d in self.taps["A"].log.deletes if d.status < 500}
         held_by_a = sorted(a_reads - a_deleted)
 
-        # 3. SIGKILL the emulators mid-drain (A still frozen), restart on the same directory.
+        # 3. SIGKILL the emulators mid-drain (A still frozen), right after they acknowledged
+        #    a terminal write (its answer never reaches the worker); restart on the same
+        #    directory and ports.
         records = self._wait(
             "two fifths completed", lambda r: len(self._completed(r)) >= KILL_AT * count, 300
         )
-        acknowledged_before = {w.job_id for w in self.faults.log.acknowledged}
-        acknowledged_completed = {
-            w.job_id for w in self.faults.log.acknowledged if w.state == State.COMPLETED.value
-        }
         completed_before = len(self._completed(records))
-        assert self.emulators is not None
-        os.killpg(self.emulators.pid, signal.SIGKILL)
-        self.emulators.wait(timeout=30)
+        crashed = threading.Event()
+        acknowledged_before: list[TerminalWrite] = []
+
+        def crash() -> None:
+            # The worker's next calls wait (a network stall) until the acknowledged writes
+            # were read back, so none of its retries can re-apply what the crash lost.
+            self.faults.hold()
+            acknowledged_before.extend(self.faults.log.acknowledged)
+            assert self.emulators is not None
+            os.killpg(self.emulators.pid, signal.SIGKILL)
+            self.emulators.wait(timeout=30)
+            crashed.set()
+
+        self.faults.crash_after_next(crash)
+        if not crashed.wait(timeout=120):
+            raise RuntimeError("no terminal write to crash on")
         killed_at = time.monotonic()
         self._start_emulators()
         down_s = time.monotonic() - killed_at
         after = self._wait("the restarted emulators", lambda r: True, 60)
-        self.report.missing_after_restart = sorted(
-            j
-            for j in acknowledged_completed
-            if after.get(j) is None or after[j].state is not State.COMPLETED
+        crashed_on = self.faults.log.crashed_on
+        assert crashed_on is not None
+        survived = after.get(crashed_on.job_id)
+        if survived is None or survived.ended_lease_token != crashed_on.token:
+            self.report.missing_after_restart.append(f"{crashed_on.job_id} (crashed on)")
+        self.report.missing_after_restart += sorted(
+            w.job_id
+            for w in acknowledged_before
+            if w.state in (State.COMPLETED.value, State.FAILED.value)
+            and (after.get(w.job_id) is None or after[w.job_id].state.value != w.state)
         )
+        self.faults.resume()
         self.report.kill = {
             "at completed": completed_before,
-            "terminal writes acknowledged before it": len(acknowledged_before),
+            "right after the emulator acknowledged": f"{crashed_on.state} of {crashed_on.job_id}",
+            "terminal writes acknowledged to the worker before it": len(acknowledged_before),
             "down for s": round(down_s, 1),
         }
 
@@ -535,7 +603,12 @@ class FaultDrain:
                 report.missing_schedules.append(job_id)
             elif job.state is State.COMPLETED:
                 continue
-            elif job.state is State.FAILED and job.last_error and _permanent(job.last_error.code):
+            elif (
+                job.state is State.FAILED
+                and job.last_error
+                and _permanent(job.last_error.code)
+                and job.params.get("bucket") == OTHER_BUCKET
+            ):
                 report.legit_failed.append(job_id)
             else:
                 report.lost.append(f"{job_id}:{job.state.value}")
@@ -569,13 +642,14 @@ class FaultDrain:
         report.faults = Counter(self.faults.log.injected)
         report.faults_by_state = Counter(self.faults.log.by_state)
         report.storage_unreachable = sum(t.log.unreachable for t in self.taps.values())
+        report.storage_injected = self.outages.answered
         for name in ("worker-a", "worker-b"):
             report.outcomes[name] = _outcomes(self.children[name].log_text())
 
 
 def _permanent(code: str) -> bool:
     """A failure the action itself decided (bad params, forbidden): not a fault's doing."""
-    return code not in {"lease_expired", "store_unavailable", "attempts_exhausted"}
+    return code == "permanent"
 
 
 def _outcomes(log: str) -> Counter[str]:

@@ -9,7 +9,8 @@ next object delete calls `on_hold(name)` (which sends the instance SIGSTOP) and 
 deadline, read the generation and sent the delete, and the delete reaches Cloud Storage only
 after the instance lost its lease (a process frozen just before the send, or a request slow on
 its way, look the same to the bucket). While the storage emulator is down (SIGKILL, restart)
-the tap answers 503, as a Cloud Storage outage would.
+the tap answers 503, as a Cloud Storage outage would; `Outages` answers 503 to the deletes of the
+first deliveries of chosen objects (a transient failure the action sees).
 
 Not a benchmark itself (no `bench_` prefix).
 """
@@ -50,10 +51,37 @@ class TapLog:
     unreachable: int = 0  # requests answered 503 because the emulator was down
 
 
+class Outages:
+    """Every delete of a named object answers 503 during the first `deliveries` reads of it
+    (a delivery reads the generation, then deletes), so the action's own client retries give
+    up and the delivery ends in a transient error; shared by the taps."""
+
+    def __init__(self, plan: dict[str, int]) -> None:
+        self._plan = dict(plan)
+        self._reads: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.answered = 0
+
+    def planned(self, name: str) -> bool:
+        return name in self._plan
+
+    def note_read(self, name: str) -> None:
+        with self._lock:
+            self._reads[name] = self._reads.get(name, 0) + 1
+
+    def take(self, name: str) -> bool:
+        with self._lock:
+            if self._reads.get(name, 0) > self._plan.get(name, 0):
+                return False
+            self.answered += 1
+            return True
+
+
 class StorageTap:
-    def __init__(self, upstream: str, label: str) -> None:
+    def __init__(self, upstream: str, label: str, outages: Outages | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.label = label
+        self.outages = outages or Outages({})
         self.url = ""
         self.log = TapLog()
         self._lock = threading.Lock()
@@ -80,7 +108,8 @@ class StorageTap:
             self._thread.join(timeout=5)
 
     def hold_next_delete(self, on_hold: Callable[[str], None]) -> None:
-        """At the next object delete: `on_hold(object)`, then hold it until `release()`."""
+        """At the next object delete (of an object without planned outages): `on_hold(object)`,
+        then hold it until `release()`."""
         with self._lock:
             self._on_hold = on_hold
 
@@ -100,13 +129,22 @@ class StorageTap:
         request = Request(environ)
         raw = str(environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path)
         name = _object_of(raw)
-        if name is not None and request.method == "DELETE":
+        if (
+            name is not None
+            and request.method == "DELETE"
+            and self._on_hold is not None
+            and not self.outages.planned(name)  # held, then forwarded: it must reach the bucket
+        ):
             with self._lock:
                 on_hold, self._on_hold = self._on_hold, None
             if on_hold is not None:
                 self.held = name
                 on_hold(name)
                 self._released.wait(timeout=900)
+        if name is not None and request.method == "DELETE" and self.outages.take(name):
+            with self._lock:
+                self.log.deletes.append(Delete(name, None, 503, time.monotonic()))
+            return _unavailable("injected: storage unavailable")
         try:
             upstream = self._session.request(
                 request.method,
@@ -118,11 +156,7 @@ class StorageTap:
         except requests.RequestException:
             with self._lock:
                 self.log.unreachable += 1
-            return Response(
-                '{"error": {"code": 503, "message": "storage emulator unreachable"}}',
-                503,
-                content_type="application/json",
-            )
+            return _unavailable("storage emulator unreachable")
         headers = [(k, v) for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP]
         response = Response(upstream.content, upstream.status_code, headers=headers)
         if name is None:
@@ -135,6 +169,7 @@ class StorageTap:
             generation = str(upstream.json().get("generation", ""))
             with self._lock:
                 self.log.reads.append((name, generation))
+            self.outages.note_read(name)
         return response
 
 
@@ -145,3 +180,8 @@ def _object_of(raw_uri: str) -> str | None:
     if not path.startswith("/storage/v1/b/") or marker not in path:
         return None
     return unquote(path.split(marker, 1)[1])
+
+
+def _unavailable(message: str) -> Response:
+    body = f'{{"error": {{"code": 503, "message": "{message}"}}}}'
+    return Response(body, 503, content_type="application/json")

@@ -12,7 +12,10 @@ all set: services/jobs/fences.ended_by) is a terminal write, and the first attem
 The emulator's own fault injection is per method (the next N `Commit`s of anyone, or a delay
 past the caller's timeout), so it cannot pick out terminal writes of a worker in another
 process among the heartbeats, starts and the scan's claims; this proxy can, and it also records
-every terminal write the worker got an OK for (what must survive a crash).
+every terminal write the worker got an OK for (what must survive a crash). Armed with
+`crash_after_next`, the next terminal write is forwarded, and once the emulator has answered OK
+the callback runs (the drill's SIGKILL of the emulators) and the worker gets UNAVAILABLE: a
+write the emulator acknowledged an instant before it died, whose answer never came back.
 
 Not a benchmark itself (no `bench_` prefix).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +59,8 @@ class FaultLog:
     passed: int = 0  # terminal writes forwarded and answered OK
     # Every terminal write the worker got an OK for, in order.
     acknowledged: list[TerminalWrite] = field(default_factory=list)
+    # The terminal write the emulator acknowledged just before the crash (answer lost).
+    crashed_on: TerminalWrite | None = None
 
 
 class TerminalFaults(grpc.GenericRpcHandler):
@@ -71,6 +77,9 @@ class TerminalFaults(grpc.GenericRpcHandler):
         self._next_kind = 0
         self.log = FaultLog()
         self.enabled = True
+        self._crash: Callable[[], None] | None = None
+        self._open = threading.Event()
+        self._open.set()
         from google.cloud.firestore_v1.types import firestore as types
 
         self._commit_request = types.CommitRequest.pb()
@@ -86,6 +95,18 @@ class TerminalFaults(grpc.GenericRpcHandler):
         if self._server is not None:
             self._server.stop(grace=1).wait()
         self._upstream.close()
+
+    def hold(self) -> None:
+        """Calls wait before they are forwarded (a network stall) until `resume()`."""
+        self._open.clear()
+
+    def resume(self) -> None:
+        self._open.set()
+
+    def crash_after_next(self, crash: Callable[[], None]) -> None:
+        """Run `crash` once, right after the emulator acknowledged the next terminal write."""
+        with self._lock:
+            self._crash = crash
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         method = str(details.method)
@@ -117,6 +138,7 @@ class TerminalFaults(grpc.GenericRpcHandler):
         fault = self._fault_for(write) if write is not None else None
         if fault == self.UNAVAILABLE:
             context.abort(grpc.StatusCode.UNAVAILABLE, "injected: terminal write not applied")
+        self._open.wait(timeout=600)
         try:
             response = self._upstream.unary_unary(method)(request, **self._call_options(context))
         except grpc.RpcError as exc:
@@ -125,11 +147,19 @@ class TerminalFaults(grpc.GenericRpcHandler):
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "injected: applied, answer lost")
         if write is not None:
             with self._lock:
+                crash, self._crash = self._crash, None
+            if crash is not None:
+                self.log.crashed_on = write
+                crash()
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the emulator died after the commit")
+        if write is not None:
+            with self._lock:
                 self.log.passed += 1
                 self.log.acknowledged.append(write)
         return response
 
     def _stream(self, method: str, request: bytes, context: grpc.ServicerContext) -> Any:
+        self._open.wait(timeout=600)
         try:
             yield from self._upstream.unary_stream(method)(request, **self._call_options(context))
         except grpc.RpcError as exc:
