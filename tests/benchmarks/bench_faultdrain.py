@@ -259,13 +259,17 @@ class FaultDrain:
         os.environ.update(launched.exports)
 
     def _stop_emulators(self) -> None:
-        if self.emulators is not None and self.emulators.poll() is None:
+        if self.emulators is None:
+            return
+        if self.emulators.poll() is None:
             self.emulators.terminate()
             try:
                 self.emulators.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.emulators.kill()
                 self.emulators.wait()
+        if self.emulators.stdout is not None:
+            self.emulators.stdout.close()
 
     def _seed(self) -> None:
         import google.cloud.storage as storage
@@ -280,6 +284,7 @@ class FaultDrain:
         self._closers.append(self.client.close)
         self.store = FirestoreJobStore(self.client, SystemClock())
         self.gcs = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
+        self._closers.append(self.gcs.close)
         self.bucket = self.gcs.create_bucket(BUCKET)
         for job_id in self.ids:
             blob = self.bucket.blob(f"src/{job_id}")
@@ -386,6 +391,7 @@ class FaultDrain:
             )
 
         self.publisher = pubsub_v1.PublisherClient()
+        self._closers.append(self.publisher.stop)
         self.subscriber = pubsub_v1.SubscriberClient()
         self._closers.append(self.subscriber.close)
         create_topology(
@@ -506,6 +512,8 @@ class FaultDrain:
             assert self.emulators is not None
             os.killpg(self.emulators.pid, signal.SIGKILL)
             self.emulators.wait(timeout=30)
+            if self.emulators.stdout is not None:
+                self.emulators.stdout.close()
             crashed.set()
 
         self.faults.crash_after_next(crash)

@@ -106,6 +106,7 @@ class StorageTap:
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._session.close()
 
     def hold_next_delete(self, on_hold: Callable[[str], None]) -> None:
         """At the next object delete (of an object without planned outages): `on_hold(object)`,
