@@ -129,6 +129,7 @@ class Report:
     refused_412: int = 0
     storage_unreachable: int = 0
     storage_injected: int = 0
+    stalled: str = ""  # why the drain did not finish ("" when it did)
 
     @property
     def faults_by_write(self) -> Counter[str]:
@@ -160,6 +161,7 @@ class Report:
             f"{LEASE_S} s, push ack deadline {ACK_DEADLINE_S} s, scan every {CADENCE_S:g} s, "
             f"{MAX_PER_RUN} per run, claim timeout {CLAIM_TIMEOUT_S} s, retry later after "
             f"{RETRY_LATER_AFTER_ATTEMPTS} deliveries, {RETRY_LATER_DELAY_S} s later)",
+            f"  drain finished: {'yes' if not self.stalled else 'NO, ' + self.stalled}",
             f"  jobs lost: {len(self.lost)} (expect 0) {self.lost[:10]}",
             f"  side effects repeated on a different generation: {self.repeated} (expect 0): "
             f"re-uploaded objects removed {len(self.reuploads_removed)}, objects deleted "
@@ -191,6 +193,10 @@ _WRITES = {
     "deferred": "retry_later",
     "cancelled": "cancel_running",
 }
+
+
+class Stalled(RuntimeError):
+    """The drain cannot finish (its records are gone, or a phase timed out)."""
 
 
 class FaultDrain:
@@ -465,12 +471,26 @@ class FaultDrain:
                 if child.process.poll() is not None:
                     raise RuntimeError(f"{name} exited:\n{child.log_tail()}")
             records = self._states()
+            if records and all(job is None for job in records.values()):
+                raise Stalled(f"waiting for {what}: every job record is gone")
             if records and done(records):
                 return records
             time.sleep(0.5)
-        raise RuntimeError(f"timed out waiting for {what}")
+        raise Stalled(f"timed out after {timeout_s:g} s waiting for {what}")
 
     def _drain(self) -> None:
+        """The faults, in order, then the figures; a drain that cannot finish (records gone,
+        a phase timed out) is reported as it stands."""
+        try:
+            self._through_the_faults()
+        except Stalled as exc:
+            self.report.stalled = str(exc)
+            self.taps["A"].release()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.children["worker-a"].pid, signal.SIGCONT)
+        self._count(self._states())
+
+    def _through_the_faults(self) -> None:
         from services.jobs.state import State
 
         count = self.count
@@ -584,7 +604,6 @@ class FaultDrain:
         self.report.freeze["A's deletes arriving after SIGCONT (status)"] = dict(
             Counter(d.status for d in late)
         )
-        self._count(self._states())
 
     def _push_to(self, name: str) -> None:
         config = rig.push_config(self.urls[name])

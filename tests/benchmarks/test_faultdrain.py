@@ -35,6 +35,7 @@ def test_a_drain_through_terminal_faults_a_crash_and_a_frozen_worker_loses_nothi
     drained: Report,
 ) -> None:
     report = drained
+    assert report.stalled == ""
     # Every fault happened: both kinds on terminal writes, the crash right after the emulator
     # acknowledged one, the frozen worker's delete arriving after its lease (fenced: 412).
     assert report.faults[TerminalFaults.UNAVAILABLE] > 0
