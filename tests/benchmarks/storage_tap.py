@@ -71,7 +71,7 @@ class Outages:
 
     def take(self, name: str) -> bool:
         with self._lock:
-            if self._reads.get(name, 0) > self._plan.get(name, 0):
+            if name not in self._plan or self._reads.get(name, 0) > self._plan[name]:
                 return False
             self.answered += 1
             return True
