@@ -103,8 +103,9 @@ class TerminalFaults(grpc.GenericRpcHandler):
     def resume(self) -> None:
         self._open.set()
 
-    def crash_after_next(self, crash: Callable[[], None]) -> None:
-        """Run `crash` once, right after the emulator acknowledged the next terminal write."""
+    def crash_after_next(self, crash: Callable[[], None] | None) -> None:
+        """Run `crash` once, right after the emulator acknowledged the next terminal write
+        (None: disarm)."""
         with self._lock:
             self._crash = crash
 
