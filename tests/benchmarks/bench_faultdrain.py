@@ -33,7 +33,8 @@ Faults, in one run:
 
 Then it prints:
 
-- jobs lost: not `completed`, and not `failed` for a permanent reason of the action (expect 0);
+- jobs lost: gone, or not `completed` and not `failed` for a permanent reason of the action
+  (expect 0);
 - side effects repeated on a different generation: a re-uploaded object gone, an object
   deleted successfully more than once, or a successful delete not conditioned on the
   generation read (expect 0);
@@ -631,8 +632,9 @@ class FaultDrain:
         report = self.report
         for job_id, job in records.items():
             report.states[job.state.value if job else "gone"] += 1
-            if job is None:
+            if job is None:  # lost, and an acknowledged schedule missing
                 report.missing_schedules.append(job_id)
+                report.lost.append(f"{job_id}:gone")
             elif job.state is State.COMPLETED:
                 continue
             elif (
