@@ -1,0 +1,188 @@
+"""What one worker instance asks of Cloud Storage: an HTTP proxy before the storage emulator.
+
+The instance's STORAGE_EMULATOR_HOST points here. Everything is forwarded as it came (the raw
+request URI, so an object name's %2F stays encoded); the tap records each object read (the
+generation answered) and each object delete (the `ifGenerationMatch` it carried, the status it
+got), and can catch its instance in the middle of an action: armed (`hold_next_delete`), the
+next object delete calls `on_hold(name)` (which sends the instance SIGSTOP) and is held until
+`release()`, then forwarded. That is the window of issue 24's finding 8: the action checked its
+deadline, read the generation and sent the delete, and the delete reaches Cloud Storage only
+after the instance lost its lease (a process frozen just before the send, or a request slow on
+its way, look the same to the bucket). While the storage emulator is down (SIGKILL, restart)
+the tap answers 503, as a Cloud Storage outage would; `Outages` answers 503 to the deletes of the
+first deliveries of chosen objects (a transient failure the action sees).
+
+Not a benchmark itself (no `bench_` prefix).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import requests
+from werkzeug.serving import make_server
+from werkzeug.wrappers import Request, Response
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-encoding", "host"}
+
+
+@dataclass(frozen=True)
+class Delete:
+    name: str
+    if_generation_match: str | None
+    status: int
+    at: float  # time.monotonic() when answered
+
+
+@dataclass
+class TapLog:
+    reads: list[tuple[str, str]] = field(default_factory=list)  # (object, generation)
+    deletes: list[Delete] = field(default_factory=list)
+    in_flight: int = 0
+    unreachable: int = 0  # requests answered 503 because the emulator was down
+
+
+class Outages:
+    """Every delete of a named object answers 503 during the first `deliveries` reads of it
+    (a delivery reads the generation, then deletes), so the action's own client retries give
+    up and the delivery ends in a transient error; shared by the taps."""
+
+    def __init__(self, plan: dict[str, int]) -> None:
+        self._plan = dict(plan)
+        self._reads: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.answered = 0
+
+    def planned(self, name: str) -> bool:
+        return name in self._plan
+
+    def note_read(self, name: str) -> None:
+        with self._lock:
+            self._reads[name] = self._reads.get(name, 0) + 1
+
+    def take(self, name: str) -> bool:
+        with self._lock:
+            if name not in self._plan or self._reads.get(name, 0) > self._plan[name]:
+                return False
+            self.answered += 1
+            return True
+
+
+class StorageTap:
+    def __init__(self, upstream: str, label: str, outages: Outages | None = None) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.label = label
+        self.outages = outages or Outages({})
+        self.url = ""
+        self.log = TapLog()
+        self._lock = threading.Lock()
+        self._on_hold: Callable[[str], None] | None = None
+        self._released = threading.Event()
+        self.held: str | None = None  # the object of the delete held, once one was
+        self._session = requests.Session()
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> str:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        self._server = make_server("127.0.0.1", 0, self, threaded=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._session.close()
+
+    def hold_next_delete(self, on_hold: Callable[[str], None]) -> None:
+        """At the next object delete (of an object without planned outages): `on_hold(object)`,
+        then hold it until `release()`."""
+        with self._lock:
+            self._on_hold = on_hold
+
+    def release(self) -> None:
+        self._released.set()
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        with self._lock:
+            self.log.in_flight += 1
+        try:
+            return self._answer(environ)(environ, start_response)
+        finally:
+            with self._lock:
+                self.log.in_flight -= 1
+
+    def _answer(self, environ: WSGIEnvironment) -> Response:
+        request = Request(environ)
+        raw = str(environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path)
+        name = _object_of(raw)
+        if (
+            name is not None
+            and request.method == "DELETE"
+            and self._on_hold is not None
+            and not self.outages.planned(name)  # held, then forwarded: it must reach the bucket
+        ):
+            with self._lock:
+                on_hold, self._on_hold = self._on_hold, None
+            if on_hold is not None:
+                self.held = name
+                on_hold(name)
+                self._released.wait(timeout=900)
+        if name is not None and request.method == "DELETE" and self.outages.take(name):
+            with self._lock:
+                self.log.deletes.append(Delete(name, None, 503, time.monotonic()))
+            return _unavailable("injected: storage unavailable")
+        try:
+            upstream = self._session.request(
+                request.method,
+                self.upstream + raw,
+                data=request.get_data(),
+                headers={k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP},
+                timeout=30,
+            )
+        except requests.RequestException:
+            with self._lock:
+                self.log.unreachable += 1
+            return _unavailable("storage emulator unreachable")
+        headers = [(k, v) for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP]
+        response = Response(upstream.content, upstream.status_code, headers=headers)
+        if name is None:
+            return response
+        if request.method == "DELETE":
+            match = parse_qs(urlsplit(raw).query).get("ifGenerationMatch", [None])[0]
+            with self._lock:
+                self.log.deletes.append(Delete(name, match, upstream.status_code, time.monotonic()))
+        elif request.method == "GET" and upstream.status_code == 200:
+            generation = str(upstream.json().get("generation", ""))
+            with self._lock:
+                self.log.reads.append((name, generation))
+            self.outages.note_read(name)
+        return response
+
+
+def _object_of(raw_uri: str) -> str | None:
+    """The object name of a JSON API object request (`/storage/v1/b/B/o/NAME`), else None."""
+    path = urlsplit(raw_uri).path
+    marker = "/o/"
+    if not path.startswith("/storage/v1/b/") or marker not in path:
+        return None
+    return unquote(path.split(marker, 1)[1])
+
+
+def _unavailable(message: str) -> Response:
+    body = f'{{"error": {{"code": 503, "message": "{message}"}}}}'
+    return Response(body, 503, content_type="application/json")

@@ -1,0 +1,57 @@
+"""The fault drain (bench_faultdrain.py) at a small size, its counts asserted (issue 24).
+
+Benchmark tier: one run takes about a minute (worker A stays frozen for 2.5 leases of the test
+setting, and the push ack deadline must pass before B takes its jobs over), so it is not in the
+default run (`testpaths` leaves tests/benchmarks out). Run it with
+`.venv/bin/python -m pytest tests/benchmarks/test_faultdrain.py -p no:randomly -n 0`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.benchmarks.bench_faultdrain import FaultDrain, Report
+from tests.benchmarks.terminal_faults import TerminalFaults
+
+pytestmark = pytest.mark.benchmark
+
+
+@pytest.fixture
+def drained(tmp_path: Path) -> Iterator[Report]:
+    # The drill points this process's clients at the emulators it starts (os.environ).
+    saved = dict(os.environ)
+    try:
+        yield FaultDrain(20, tmp_path, retry_later=False).run()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_a_drain_through_terminal_faults_a_crash_and_a_frozen_worker_loses_nothing(
+    drained: Report,
+) -> None:
+    report = drained
+    assert report.stalled == ""
+    # Every fault happened: both kinds on terminal writes, the crash right after the emulator
+    # acknowledged one, the frozen worker's delete arriving after its lease (fenced: 412).
+    assert report.faults[TerminalFaults.UNAVAILABLE] > 0
+    assert report.faults[TerminalFaults.DEADLINE] > 0
+    assert {"complete", "fail", "release"} <= set(report.faults_by_write)
+    assert report.kill["right after the emulator acknowledged"]
+    assert report.refused_412 >= 1
+    assert report.freeze["frozen for s"] > report.freeze["lease s"]
+    # And nothing was lost, repeated on another generation, or missing once acknowledged.
+    assert report.lost == []
+    assert (report.reuploads_removed, report.deleted_twice, report.unfenced_deletes) == ([], [], [])
+    assert (
+        report.missing_schedules,
+        report.missing_uploads,
+        report.missing_terminal,
+        report.missing_after_restart,
+    ) == ([], [], [], [])
+    assert len(report.legit_failed) == 1  # the one job whose params name another bucket
+    assert report.states == {"completed": 19, "failed": 1}
