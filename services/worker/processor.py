@@ -511,6 +511,16 @@ class Processor:
                         and found.lease_token == lease.token
                     )
                     if not mine:
+                        if found is not None and not isinstance(exc, LostRace):
+                            # The record says the lease moved on: this delivery is stale,
+                            # whatever the failed attempt's own error was (a 503 here would
+                            # only buy a pointless redelivery).
+                            raise LeaseLost(
+                                lease.job_id,
+                                lease.owner,
+                                found.lease_owner,
+                                "the lease moved on while the outcome write failed",
+                            ) from exc
                         raise exc from None
                 # Give up while the lease still holds, so the next delivery finds it lapsed.
                 if (

@@ -7,6 +7,7 @@ that writes the outcome; the real media action on the storage emulator counts de
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -193,3 +194,32 @@ def test_a_completion_firestore_refuses_fails_the_job_with_that_code(
     job = worker.job("j")
     assert (outcome.kind, job.state) == (OutcomeKind.FAILED, State.FAILED)
     assert job.last_error is not None and job.last_error.code == "store_rejected"
+
+
+@pytest.mark.builtin_emulator("fault injection")
+def test_a_stale_delivery_whose_outcome_write_fails_is_answered_stale_not_503(
+    direct_worker: WorkerHarness, firestore_emulator: Any
+) -> None:
+    # Found by the fault drain: a worker frozen past its lease resumed, its refused outcome
+    # write met an UNAVAILABLE, and it answered 503 (a pointless redelivery) although the
+    # read-back showed another delivery had the job.
+    worker = direct_worker
+    worker.schedule("j", worker.upload("src/a.mp4"))
+    claimed = worker.claim_one("j")
+    worker.enqueue(claimed)
+    outcomes: list[Any] = []
+
+    def frozen_past_the_lease(request: ActionRequest) -> ActionResult:
+        result = worker.deleter(request)
+        worker.clock.advance(LEASE + timedelta(seconds=1))
+        outcomes.append(processor(worker, worker.deleter).process(delivery(claimed, "m-2")))
+        firestore_emulator.inject_fault("Commit", "UNAVAILABLE")
+        return result
+
+    try:
+        late = processor(worker, frozen_past_the_lease).process(delivery(claimed, "m-1"))
+    finally:
+        firestore_emulator.clear_faults()
+    assert [o.kind for o in outcomes] == [OutcomeKind.COMPLETED]
+    assert late.kind is OutcomeKind.STALE and late.acknowledged
+    assert worker.job("j").state is State.COMPLETED
