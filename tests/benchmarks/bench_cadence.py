@@ -37,6 +37,7 @@ Run: `.venv/bin/python -m tests.benchmarks cadence`.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import subprocess
 import sys
@@ -98,12 +99,12 @@ def _stack_class() -> Any:
 
     from services.local.system import HOST, LocalSystem, free_port
 
-    class ScanStack(LocalSystem):  # type: ignore[misc, valid-type]
+    class ScanStack(LocalSystem):
         """The emulators, the scan behind its front end and a pull subscription on its topic;
         the local Cloud Scheduler on `schedule`."""
 
         def __init__(self, options: Any, schedule: str, run_env: Mapping[str, str]) -> None:
-            super().__init__(options, _Quiet())
+            super().__init__(options, io.StringIO())  # its progress lines: not shown
             self.schedule = schedule
             self.run_env = dict(run_env)
 
@@ -146,14 +147,6 @@ def _stack_class() -> Any:
             super().stop()
 
     return ScanStack
-
-
-class _Quiet:
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass
 
 
 @contextmanager
