@@ -140,6 +140,9 @@ def test_schedule_many_refuses_more_than_one_batch(store: FirestoreJobStore) -> 
         store.schedule_many([new_job(f"j{n}") for n in range(501)])
 
 
+@pytest.mark.production_strict(
+    "one read_time is one snapshot for every aggregation (docs/emulators.md, F11)"
+)
 def test_stats_counts_every_state_at_one_read_time_while_jobs_move(
     store: FirestoreJobStore, firestore_client: firestore.Client, seed: Any
 ) -> None:
