@@ -146,6 +146,9 @@ def test_schedule_many_refuses_more_than_one_batch(store: FirestoreJobStore) -> 
 def test_stats_counts_every_state_at_one_read_time_while_jobs_move(
     store: FirestoreJobStore, firestore_client: firestore.Client, seed: Any
 ) -> None:
+    """Every count `stats` makes reads at the first count's `read_time`, which production
+    serves as one consistent snapshot (https://cloud.google.com/firestore/docs/reference/rpc/
+    google.firestore.v1#runaggregationqueryrequest), so a job moving mid-way is counted once."""
     ids = seed(400)
     moved = threading.Event()
     stop = threading.Event()
