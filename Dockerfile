@@ -45,11 +45,11 @@ EXPOSE 8080
 # (services/<target>/main.py, the FUNCTION_SOURCE): a bad JOBS_* value exits 2 naming every
 # bad key, before anything listens, so the revision fails its startup probe. Then exec, so
 # the server gets SIGTERM: functions-framework's app and gunicorn server with Cloud Run's header
-# limits and Google's error model on gunicorn's own refusals (services/jobs/server.py). Its
+# limits and Google's error model on gunicorn's own refusals (services/edge/server.py). Its
 # THREADS, CLOUD_RUN_TIMEOUT_SECONDS and THREADED_TIMEOUT_ENABLED (false: keep-alive,
 # docs/deploy.md "Request timeout") come from the service's environment (infra/env.py).
 # -P: the working directory (/app, where the `services` link lives) is not put first on
 # sys.path, so imports resolve to the installed package itself, as functions-framework's own
 # console script would (https://docs.python.org/3/using/cmdline.html#cmdoption-P).
 CMD python -P -m services.${FUNCTION_TARGET}.main \
-    && exec python -P -m services.jobs.server --target=${FUNCTION_TARGET} --source=${FUNCTION_SOURCE} --port=${PORT}
+    && exec python -P -m services.edge.server --target=${FUNCTION_TARGET} --source=${FUNCTION_SOURCE} --port=${PORT}

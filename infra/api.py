@@ -30,7 +30,7 @@ from infra.names import service_url
 from infra.program import Deployment
 from infra.program import build as build_core
 from services.api import settings as api_keys
-from services.jobs import settings as common
+from services.edge import settings as common
 
 FUNCTION = "api"
 RUNTIME_ROLES: tuple[str, ...] = ("roles/datastore.user",)

@@ -1,6 +1,6 @@
 """The environment variables the Pulumi program sets on the Cloud Run services.
 
-The names are the services' own constants (services/jobs/settings.py for the keys both read,
+The names are the services' own constants (services/edge/settings.py for the keys both read,
 services/scan/settings.py, services/worker/settings.py), imported, never spelled again here:
 a renamed variable changes both sides at once. Those modules are plain constants and
 dataclasses, so importing them does no work. tests/infra proves each service gets only names
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pulumi
 
 from infra.config import StackConfig
-from services.jobs import settings as common
+from services.edge import settings as common
 from services.scan import settings as scan
 from services.worker import settings as worker
 

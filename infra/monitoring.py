@@ -1,6 +1,6 @@
 """Metric descriptors, log-based metrics, notification channels, alert policies, dashboard.
 
-Every metric comes from services.jobs.metrics (the scan's gauges, the log-based metrics built
+Every metric comes from services.telemetry.metrics (the scan's gauges, the log-based metrics built
 from the services' structured log lines) or is a built-in Pub/Sub metric; nothing here names a
 metric by a string of its own.
 """
@@ -18,7 +18,7 @@ from pulumi_gcp import monitoring
 
 from infra.config import StackConfig
 from infra.names import Names
-from services.jobs import metrics
+from services.telemetry import metrics
 
 PUBSUB_UNDELIVERED = "pubsub.googleapis.com/subscription/num_undelivered_messages"
 

@@ -18,7 +18,7 @@ Each rule, with where Google states it:
   going through later scheduled times (retry-jobs page above); the execution stays outstanding
   until an attempt succeeds or retries are exhausted.
 - Every request carries `X-CloudScheduler-JobName`, and `X-CloudScheduler-ScheduleTime` equal
-  on every retry of one scheduled execution (services/jobs/scheduler_request.py).
+  on every retry of one scheduled execution (services/edge/scheduler_request.py).
 - `run_now()` is `gcloud scheduler jobs run` / jobs.run: "Cloud Scheduler will dispatch the job,
   even if the job is already running"
   (https://cloud.google.com/scheduler/docs/reference/rest/v1/projects.locations.jobs/run). A
@@ -41,7 +41,7 @@ from typing import Any
 from emulators.scheduler.attempt import Answer, HttpCall, TokenSource
 from emulators.scheduler.clock import SchedulerClock, WallClock
 from emulators.scheduler.job import HttpJob
-from services.jobs.scheduler_request import (
+from services.edge.scheduler_request import (
     CLOUD_SCHEDULER_HEADER,
     JOB_NAME_HEADER,
     SCHEDULE_TIME_HEADER,

@@ -32,24 +32,19 @@ from services.api.errors import ApiError
 from services.api.ownership import Ownership, denied
 from services.api.representation import job_resource
 from services.api.settings import ApiSettings
-from services.jobs import log
-from services.jobs.auth import (
-    AuthPolicy,
-    Caller,
-    CertsUnavailable,
-    Forbidden,
-    RequestHeaders,
-    TokenVerifier,
-    Unauthenticated,
-    allowed_emails,
-)
+from services.edge.auth import AuthPolicy, Caller, RequestHeaders, TokenVerifier, allowed_emails
+from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
+from services.edge.error_model import target_problem
+from services.edge.startup import json_response
 from services.jobs.clock import Clock, SystemClock
-from services.jobs.error_model import target_problem
 from services.jobs.errors import AlreadyTerminal, JobsError
-from services.jobs.metrics import LOG_EVENT
-from services.jobs.model import Job, NewJob, ScheduleResult, job_id_problems
-from services.jobs.startup import json_response
+from services.jobs.ids import job_id_problems
+from services.jobs.model import NewJob
+from services.jobs.record import Job
+from services.jobs.results import ScheduleResult
 from services.jobs.state import State
+from services.telemetry import log
+from services.telemetry.metrics import LOG_EVENT
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +151,7 @@ class ApiHandler:
 
     def _respond(self, request: flask.Request, seen: _Seen) -> flask.Response:
         try:
-            # Before anything else, as under functions-framework (services/jobs/startup.py):
+            # Before anything else, as under functions-framework (services/edge/startup.py):
             # a path read with U+FFFD for its bad bytes would name another job.
             problem = target_problem(request.environ)
             if problem is not None:
@@ -333,7 +328,7 @@ def create_app(
     if store is None:
         from google.cloud import firestore
 
-        from services.jobs.store import FirestoreJobStore
+        from services.store.job_store import FirestoreJobStore
 
         client = firestore_client or firestore.Client(project=settings.project)
         store = FirestoreJobStore(

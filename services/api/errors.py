@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-from services.jobs import metrics
 from services.jobs.errors import (
     AlreadyTerminal,
     InvalidRecord,
@@ -35,6 +34,7 @@ from services.jobs.errors import (
     StoreUnavailable,
     ValidationError,
 )
+from services.telemetry import metrics
 
 logger = logging.getLogger(__name__)
 

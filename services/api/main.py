@@ -1,10 +1,10 @@
 """The functions-framework entry point of the API (`--target=api`).
 
     python -m services.api.main         # the start-up check: exit 2 naming every bad key
-    python -m services.jobs.server --target=api --source=services/api/main.py
+    python -m services.edge.server --target=api --source=services/api/main.py
 
 The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
-its startup probe (services/jobs/startup.py). Nothing happens at import but registering the
+its startup probe (services/edge/startup.py). Nothing happens at import but registering the
 JSON error handler with functions-framework. The first request reads ApiSettings from the
 environment, configures JSON logging and builds the app; every later request of the instance
 reuses it.
@@ -19,8 +19,8 @@ import functions_framework
 
 from services.api.app import ApiHandler, create_app, handler_of
 from services.api.settings import ApiSettings
-from services.jobs import startup
-from services.jobs.log import configure_logging
+from services.edge import startup
+from services.telemetry.log import configure_logging
 
 SERVICE = "api"
 

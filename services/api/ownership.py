@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 from services.api.errors import ApiError
-from services.jobs.model import Job
+from services.jobs.record import Job
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ from typing import Any
 from services.api.due import DueError, parse_delay, parse_timestamp
 from services.api.errors import FieldViolation, invalid, invalid_fields
 from services.jobs.horizon import due_at_problem
-from services.jobs.model import MAX_MAP_DEPTH, MAX_SUBJECT_BYTES, NewJob, derive_job_id
+from services.jobs.ids import derive_job_id
+from services.jobs.model import MAX_SUBJECT_BYTES, NewJob
+from services.jobs.values import MAX_MAP_DEPTH
 
 SCHEDULE_FIELDS = (
     "job_id",

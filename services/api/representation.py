@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from services.api.due import format_timestamp
-from services.jobs.model import Job
+from services.jobs.record import Job
 
 
 def job_resource(job: Job) -> dict[str, Any]:

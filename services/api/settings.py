@@ -10,8 +10,8 @@ import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
-from services.jobs.settings import (
+from services.edge.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
+from services.edge.settings import (
     COMMON_KEYS,
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
@@ -24,7 +24,7 @@ from services.jobs.settings import (
 
 __all__ = ["ALL_KEYS", "PROJECT", "TERMINAL_RETENTION_S", "ApiSettings", "SettingsError"]
 
-# The API's own (the shared ones are services.jobs.settings', read through CommonSettings).
+# The API's own (the shared ones are services.edge.settings', read through CommonSettings).
 API_AUDIENCE = "JOBS_API_AUDIENCE"
 API_ALLOWED_CALLERS = "JOBS_API_ALLOWED_CALLERS"
 API_MAX_BODY_BYTES = "JOBS_API_MAX_BODY_BYTES"

@@ -19,7 +19,7 @@ from services.cli.backends import FIRESTORE_DATABASE, OPERATOR
 from services.cli.commands import backlog, control, deadletter, job, runs, shards, watch
 from services.cli.errors import ExitCode
 from services.cli.session import Session, run_command, write_error
-from services.jobs.settings import PROJECT
+from services.edge.settings import PROJECT
 
 EPILOG = """\
 exit codes: 0 done; 1 refused (not found, terminal, lost race, conflict); 2 usage or

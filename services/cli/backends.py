@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.cli.errors import BackendUnavailable, UsageError
-from services.jobs.settings import PROJECT
+from services.edge.settings import PROJECT
 
 # The CLI's own variables (the ones the services also read are their settings' constants).
 OPERATOR = "JOBS_OPERATOR"  # who the operator is in audit trails

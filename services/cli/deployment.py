@@ -7,8 +7,8 @@ from __future__ import annotations
 from services.cli.errors import UsageError
 from services.cli.session import Session
 from services.cli.timespec import TimeSpecError, parse_duration
+from services.edge.settings import SHARDS
 from services.jobs.control import Control
-from services.jobs.settings import SHARDS
 from services.scan.budget import DEFAULT_POLL_S, PACED_MARGIN_S, EnqueueBudget, enqueue_budget
 from services.scan.settings import (
     DEFAULT_INTERVAL_S,

@@ -16,8 +16,10 @@ from datetime import datetime
 from typing import Any
 
 from services.cli.timespec import TimeSpecError, parse_time
-from services.jobs.model import DEFAULT_MAX_ATTEMPTS, NewJob, derive_job_id
+from services.jobs.ids import derive_job_id
+from services.jobs.model import NewJob
 from services.jobs.params import MEDIA_DELETE_SOURCE
+from services.jobs.record import DEFAULT_MAX_ATTEMPTS
 
 KEYS = frozenset(
     {"job_id", "decision", "action", "subject", "params", "due", "max_attempts", "idempotency_key"}

@@ -19,9 +19,7 @@ from services.cli.errors import CliError, ExitCode, UsageError
 from services.cli.output import Progress, Report, write
 from services.cli.planner import PlanError
 from services.cli.timespec import TimeSpecError
-from services.jobs import errors as jobs_errors
-from services.jobs.clock import Clock, SystemClock
-from services.jobs.settings import (
+from services.edge.settings import (
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
     FIRESTORE_TIMEOUT_S,
@@ -34,8 +32,10 @@ from services.jobs.settings import (
     EnvReader,
     SettingsError,
 )
+from services.jobs import errors as jobs_errors
+from services.jobs.clock import Clock, SystemClock
 from services.jobs.shard import MAX_SHARDS
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 

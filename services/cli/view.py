@@ -22,10 +22,10 @@ from rich.text import Text
 from services.cli.planner import budget_arithmetic, format_duration
 from services.jobs.control import Control
 from services.jobs.layout import layout_line, mismatched
-from services.jobs.model import Stats
-from services.jobs.runs import ScanRun
+from services.jobs.results import Stats
 from services.jobs.state import State
 from services.scan.budget import EnqueueBudget
+from services.store.runs import ScanRun
 
 RECENT_RUNS = 5
 

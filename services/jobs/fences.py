@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from services.jobs.errors import LeaseLost, StaleGeneration
-from services.jobs.model import Job, Lease
+from services.jobs.parts import Lease
+from services.jobs.record import Job
 from services.jobs.state import State
 
 

@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # a type only: the record's modules import this one
-    from services.jobs.model import ErrorInfo, Job
+    from services.jobs.parts import ErrorInfo
+    from services.jobs.record import Job
 
 from services.jobs.values import value_problems
 

@@ -21,16 +21,12 @@ from services.jobs.ids import (
     job_id_problems,
 )
 from services.jobs.params import MEDIA_DELETE_SOURCE, params_problems
+from services.jobs.parts import CancelRequest, Claim, ErrorInfo, Lease, Result
 from services.jobs.record import (
     DEFAULT_MAX_ATTEMPTS,
     FIRST_ATTEMPT,
     SCHEMA_VERSION,
-    CancelRequest,
-    Claim,
-    ErrorInfo,
     Job,
-    Lease,
-    Result,
     as_utc,
     decode_job,
 )

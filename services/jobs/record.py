@@ -14,11 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from services.jobs.errors import InvalidRecord, NewerRecord
 from services.jobs.ids import derive_idempotency_key
-from services.jobs.parts import CancelRequest as CancelRequest
-from services.jobs.parts import Claim as Claim
-from services.jobs.parts import ErrorInfo as ErrorInfo
-from services.jobs.parts import Lease as Lease
-from services.jobs.parts import Result as Result
+from services.jobs.parts import CancelRequest, Claim, ErrorInfo, Lease, Result
 from services.jobs.shard import shard_of
 from services.jobs.state import HistoryEntry, State
 

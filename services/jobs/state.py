@@ -16,7 +16,7 @@ from services.jobs.errors import AlreadyTerminal, InvalidTransition
 from services.jobs.limits import MAX_REASON_BYTES, bounded_text
 
 if TYPE_CHECKING:
-    from services.jobs.model import Job
+    from services.jobs.record import Job
 
 DEFAULT_HISTORY_LIMIT = 20
 # The history's byte bound (its entries as stored, reasons already bounded): with the count,

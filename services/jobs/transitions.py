@@ -34,7 +34,8 @@ from services.jobs.limits import (
     progress_of,
     stamped,
 )
-from services.jobs.model import CancelRequest, Claim, ErrorInfo, Job, Lease, Result
+from services.jobs.parts import CancelRequest, Claim, ErrorInfo, Lease, Result
+from services.jobs.record import Job
 from services.jobs.state import DEFAULT_HISTORY_LIMIT, Role, State, apply_transition
 
 NO_LEASE: Mapping[str, Any] = {"lease_until": None, "lease_owner": None, "lease_token": None}

@@ -21,10 +21,11 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from emulators.launcher import DEFAULT_PROJECT
 from emulators.port_number import port_number
 from services.jobs.shard import MAX_SHARDS
 from services.local.stack import ChildDied, StackError
-from services.local.system import DEFAULT_PROJECT, ROOT, DemoTimeout, LocalSystem, Options, Ports
+from services.local.system import ROOT, DemoTimeout, LocalSystem, Options, Ports
 
 EXIT_WATCHDOG_S = 10.0  # how long the interpreter may take to exit once every child stopped
 

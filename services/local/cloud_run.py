@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.jobs.names import NAME_PREFIX
+from services.edge.resource_names import NAME_PREFIX
 from services.local.topology import Topology
 
 # infra/config.py defaults: scanAttemptDeadlineS (the scan service's request timeout),

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.jobs.model import NewJob, derive_job_id
+from services.jobs.ids import derive_job_id
+from services.jobs.model import NewJob
 from services.jobs.state import State
 
 logger = logging.getLogger(__name__)

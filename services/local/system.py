@@ -42,17 +42,18 @@ from emulators.scheduler.retry import RetryConfig
 from emulators.scheduler.scheduler import Attempt, CloudScheduler
 from services.api import settings as api_keys
 from services.cli.backends import DEAD_LETTER_SUBSCRIPTION, Backends
-from services.jobs import settings as common_keys
+from services.edge import settings as common_keys
+from services.edge.resource_names import Names
 from services.jobs.clock import SystemClock
-from services.jobs.store import FirestoreJobStore
 from services.local.cloud_run import deployments, front_end_argv
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
 from services.local.interrupts import InterruptGate
 from services.local.lock import StackLock
 from services.local.stack import Child, PortInUse, StackError, Supervisor, port_accepts
-from services.local.topology import Names, PushPolicy, Topology, create_topology
+from services.local.topology import PushPolicy, Topology, create_topology
 from services.scan import cadence
 from services.scan import settings as scan_keys
+from services.store.job_store import FirestoreJobStore
 from services.worker import settings as worker_keys
 
 logger = logging.getLogger(__name__)
@@ -402,7 +403,7 @@ class LocalSystem:
         argv = [
             sys.executable,
             "-m",
-            "services.jobs.server",
+            "services.edge.server",
             f"--target={target}",
             f"--source={ROOT / 'services' / target / 'main.py'}",
             f"--host={HOST}",

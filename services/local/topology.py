@@ -18,7 +18,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.protobuf import duration_pb2
 
-from services.jobs.names import Names
+from services.edge.resource_names import Names
 
 logger = logging.getLogger(__name__)
 

@@ -28,36 +28,16 @@ from typing import Any, Protocol
 
 import flask
 
-from services.jobs import log
-from services.jobs.auth import (
-    AuthPolicy,
-    Caller,
-    CertsUnavailable,
-    Forbidden,
-    RequestHeaders,
-    TokenVerifier,
-    Unauthenticated,
-    allowed_emails,
-)
+from services.edge.auth import AuthPolicy, Caller, RequestHeaders, TokenVerifier, allowed_emails
+from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
+from services.edge.publisher import Publisher
+from services.edge.startup import json_response
 from services.jobs.clock import Clock, SystemClock
-from services.jobs.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink, build_sink
-from services.jobs.publisher import Publisher
-from services.jobs.runs import RunFailure, RunLogError, ScanRun, ScanRunLog
-from services.jobs.scan_leases import ScanLeases
-from services.jobs.startup import json_response
-from services.scan.dependencies import LeaseKeeper
+from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder, ScanStore
+from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, StoreUnreachable
 from services.scan.pacer import Sleep
 from services.scan.queue_age import QueueAgeSource, build_queue_age
-from services.scan.scanner import (
-    JobPublisher,
-    QueueUnreachable,
-    RunRecorder,
-    ScanError,
-    Scanner,
-    ScanStore,
-    StoreRefused,
-    StoreUnreachable,
-)
+from services.scan.scanner import Scanner
 from services.scan.settings import ScanSettings
 from services.scan.summary import log_fields, response_body
 from services.scan.trigger import (
@@ -66,6 +46,10 @@ from services.scan.trigger import (
     parse_trigger,
     scheduled_execution,
 )
+from services.store.partition_leases import ScanLeases
+from services.store.runs import RunFailure, RunLogError, ScanRun, ScanRunLog
+from services.telemetry import log
+from services.telemetry.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink, build_sink
 
 logger = logging.getLogger(__name__)
 
@@ -338,7 +322,7 @@ def _firestore_client(project: str) -> Any:
 
 
 def _store(client: Any, clock: Clock, settings: ScanSettings) -> ScanStore:
-    from services.jobs.store import FirestoreJobStore
+    from services.store.job_store import FirestoreJobStore
 
     # The retention matters here too: the reclaimer fails jobs whose last lease expired, and
     # a failed job's expire_at is set from it. The timeout bounds every Firestore call.

@@ -1,6 +1,6 @@
 """What a scan run depends on, as protocols: the store, the publisher and the run log.
 
-`FirestoreJobStore`, `services.jobs.publisher.Publisher` and `services.jobs.runs.ScanRunLog`
+`FirestoreJobStore`, `services.edge.publisher.Publisher` and `services.store.runs.ScanRunLog`
 provide them; the unit tests pass hand-written fakes.
 """
 
@@ -13,10 +13,11 @@ from typing import Any, Protocol
 
 from services.jobs.control import Control, HousekeepingMark
 from services.jobs.layout import ShardCensus, ShardLayout
-from services.jobs.model import Backlog as StoreBacklog
-from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, ReclaimReport
-from services.jobs.runs import ScanRun
-from services.jobs.scan_leases import Lease, LeaseRefused
+from services.jobs.parts import ErrorInfo
+from services.jobs.results import Backlog as StoreBacklog
+from services.jobs.results import ClaimedJob, EnqueueMark, ReclaimReport
+from services.store.partition_leases import Lease, LeaseRefused
+from services.store.runs import ScanRun
 
 
 class ScanStore(Protocol):

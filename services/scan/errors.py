@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.jobs.runs import ScanRun
+from services.store.runs import ScanRun
 
 
 class ScanError(Exception):

@@ -13,12 +13,12 @@ from datetime import timedelta
 
 from services.jobs import errors
 from services.jobs.clock import Clock
-from services.jobs.metrics import MetricsSink
-from services.jobs.runs import RunLogError, ScanRun
 from services.scan.budget import ScanLimits
 from services.scan.dependencies import RunRecorder, ScanStore
 from services.scan.errors import StoreRefused, StoreUnreachable
 from services.scan.summary import Backlog, log_fields, scan_report
+from services.store.runs import RunLogError, ScanRun
+from services.telemetry.metrics import MetricsSink
 
 logger = logging.getLogger(__name__)
 

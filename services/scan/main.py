@@ -1,10 +1,10 @@
 """The functions-framework entry point of the scan service (`--target=scan`).
 
     python -m services.scan.main        # the start-up check: exit 2 naming every bad key
-    python -m services.jobs.server --target=scan --source=services/scan/main.py
+    python -m services.edge.server --target=scan --source=services/scan/main.py
 
 The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
-its startup probe (services/jobs/startup.py). Nothing happens at import but registering the
+its startup probe (services/edge/startup.py). Nothing happens at import but registering the
 JSON error handler with functions-framework. The first request reads ScanSettings, configures
 JSON logging and builds the app (clients, verifier, publisher); every later request of the
 instance reuses it. The publisher is flushed and closed when the process exits.
@@ -18,11 +18,11 @@ import os
 import flask
 import functions_framework
 
-from services.jobs import startup
-from services.jobs.log import configure_logging
-from services.jobs.publisher import Publisher
+from services.edge import startup
+from services.edge.publisher import Publisher
 from services.scan.app import ScanHandler, create_app, handler_of
 from services.scan.settings import ScanSettings
+from services.telemetry.log import configure_logging
 
 SERVICE = "scan"
 

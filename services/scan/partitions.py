@@ -2,11 +2,11 @@
 
 One scan process tops out near 2,000 claims/s however many shards it claims in parallel
 (docs/capacity.md); k partitions are k runs at once, on k Cloud Run request slots, each with
-its own lease (services/jobs/scan_leases.py) and 1/k of the catch-up rate (budget.partition_share),
-so together they drain at the rate the operator set, never k times it. Shard s belongs to
-partition s mod k: every shard in exactly one partition, and the groups differ in size by at
-most one. The Pulumi program creates one Scheduler job per partition with `{"partition": p}`
-as its body (infra/scheduler.py); both sides import this module.
+its own lease (services/store/partition_leases.py) and 1/k of the catch-up rate
+(budget.partition_share), so together they drain at the rate the operator set, never k times
+it. Shard s belongs to partition s mod k: every shard in exactly one partition, and the groups
+differ in size by at most one. The Pulumi program creates one Scheduler job per partition with
+`{"partition": p}` as its body (infra/scheduler.py); both sides import this module.
 """
 
 from __future__ import annotations

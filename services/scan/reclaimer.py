@@ -22,13 +22,13 @@ from datetime import datetime, timedelta
 
 from services.jobs import errors
 from services.jobs.clock import Clock
-from services.jobs.metrics import EVENT_JOB_FAILED, LOG_EVENT
-from services.jobs.model import Reclaimed
+from services.jobs.results import Reclaimed
 from services.jobs.state import State
 from services.scan.budget import ScanLimits
 from services.scan.dependencies import ScanStore
 from services.scan.queue_age import QueueAgeSource
 from services.scan.summary import RunTally
+from services.telemetry.metrics import EVENT_JOB_FAILED, LOG_EVENT
 
 logger = logging.getLogger(__name__)
 

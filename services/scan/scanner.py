@@ -21,9 +21,6 @@ from datetime import datetime, timedelta
 from services.jobs import errors
 from services.jobs.clock import Clock
 from services.jobs.control import Control, HousekeepingMark
-from services.jobs.metrics import LOG_EVENT, MetricsSink, NullSink
-from services.jobs.runs import ScanRun
-from services.jobs.scan_leases import Lease, LeaseRefused
 from services.scan.budget import (
     DEFAULT_ENQUEUED_TIMEOUT_S,
     EnqueueBudget,
@@ -47,6 +44,9 @@ from services.scan.shard_check import ShardCheck
 from services.scan.stager import Stager
 from services.scan.summary import Backlog, RunTally, StopReason, log_fields
 from services.scan.trigger import Execution
+from services.store.partition_leases import Lease, LeaseRefused
+from services.store.runs import ScanRun
+from services.telemetry.metrics import LOG_EVENT, MetricsSink, NullSink
 
 # The names callers import from here (the split modules hold them).
 __all__ = [

@@ -10,10 +10,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.jobs import metrics
-from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
-from services.jobs.publisher import DEFAULT_TIMEOUT_S as DEFAULT_PUBLISH_TIMEOUT_S
-from services.jobs.settings import (
+from services.edge.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
+from services.edge.publisher import DEFAULT_TIMEOUT_S as DEFAULT_PUBLISH_TIMEOUT_S
+from services.edge.settings import (
     AUTH_CLOCK_SKEW_S,
     BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,
@@ -31,6 +30,7 @@ from services.jobs.settings import (
 )
 from services.scan.budget import (
     DEFAULT_ATTEMPT_DEADLINE_S,
+    DEFAULT_ENQUEUED_TIMEOUT_S,
     DEFAULT_HOUSEKEEPING_INTERVAL_S,
     DEFAULT_POLL_S,
     MAX_ATTEMPT_DEADLINE_S,
@@ -39,9 +39,10 @@ from services.scan.budget import (
     MIN_POLL_S,
     PACED_MARGIN_S,
     SCAN_MODES,
+    ScanLimits,
     ScanMode,
 )
-from services.scan.scanner import DEFAULT_ENQUEUED_TIMEOUT_S, ScanLimits
+from services.telemetry import metrics
 
 __all__ = [
     "ALL_KEYS",
@@ -57,7 +58,7 @@ __all__ = [
     "claim_timeout_floor_s",
 ]
 
-# The scan's own (the shared ones are services.jobs.settings', read through CommonSettings).
+# The scan's own (the shared ones are services.edge.settings', read through CommonSettings).
 TOPIC = "JOBS_TOPIC"
 SCAN_AUDIENCE = "JOBS_SCAN_AUDIENCE"
 SCAN_ALLOWED_INVOKERS = "JOBS_SCAN_ALLOWED_INVOKERS"

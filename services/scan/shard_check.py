@@ -28,10 +28,10 @@ from datetime import datetime
 from services.jobs import errors
 from services.jobs.control import Control, HousekeepingMark
 from services.jobs.layout import ShardLayout
-from services.jobs.metrics import EVENT_SHARD_LAYOUT, LOG_EVENT
 from services.scan.dependencies import ScanStore
 from services.scan.errors import StoreRefused, StoreUnreachable
 from services.scan.summary import Backlog
+from services.telemetry.metrics import EVENT_SHARD_LAYOUT, LOG_EVENT
 
 logger = logging.getLogger(__name__)
 

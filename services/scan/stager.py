@@ -20,16 +20,17 @@ from concurrent import futures
 from dataclasses import dataclass
 from datetime import datetime
 
+from services.edge.publisher import PublishError
 from services.jobs import errors
 from services.jobs.clock import Clock
-from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo
-from services.jobs.publisher import PublishError
-from services.jobs.store import MARK_PAGE_SIZE
+from services.jobs.parts import ErrorInfo
+from services.jobs.results import ClaimedJob, EnqueueMark
 from services.scan.budget import EnqueueBudget, ScanLimits, TimeBudget
 from services.scan.dependencies import JobPublisher, ScanStore
 from services.scan.errors import StoreRefused, StoreUnreachable
 from services.scan.pacer import Pacer
 from services.scan.summary import RunTally, StopReason
+from services.store.claims import MARK_PAGE_SIZE
 
 logger = logging.getLogger(__name__)
 

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from services.jobs import metrics
-from services.jobs.runs import MAX_FAILED_IDS, ScanRun
+from services.store.runs import MAX_FAILED_IDS, ScanRun
+from services.telemetry import metrics
 
 # budget/time/drained: why claiming stopped; paused/dry_run: nothing was claimed; contention:
 # another run held the due records; unavailable: Firestore or Pub/Sub could not be reached;
 # overlap: another live run holds this partition's lease, so this one claimed nothing;
-# duplicate: this scheduled execution already ran or is running (services/jobs/scan_leases.py).
+# duplicate: this scheduled execution already ran or is running
+# (services/store/partition_leases.py).
 StopReason = Literal[
     "budget",
     "time",

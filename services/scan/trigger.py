@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from services.jobs.auth import RequestHeaders
+from services.edge.auth import RequestHeaders
 
 # The headers Cloud Scheduler adds to every HTTP-target request (the page cited above), named
 # once for the scan and the local Cloud Scheduler (emulators/scheduler) that sends them.
-from services.jobs.scheduler_request import JOB_NAME_HEADER, SCHEDULE_TIME_HEADER
+from services.edge.scheduler_request import JOB_NAME_HEADER, SCHEDULE_TIME_HEADER
 
 # The largest body we read; a valid one is a few dozen bytes.
 MAX_BODY_BYTES = 1024

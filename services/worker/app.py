@@ -20,19 +20,13 @@ from typing import Any, Protocol
 
 import flask
 
-from services.jobs import log, metrics
-from services.jobs.auth import (
-    AuthPolicy,
-    CertsUnavailable,
-    Forbidden,
-    RequestHeaders,
-    TokenVerifier,
-    Unauthenticated,
-)
+from services.edge.auth import AuthPolicy, RequestHeaders, TokenVerifier
+from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
+from services.edge.startup import json_response
 from services.jobs.clock import Clock, SystemClock
 from services.jobs.errors import StoreUnavailable
-from services.jobs.rejections import PAYLOAD_LIMIT, RejectionStore, rejection_of
-from services.jobs.startup import json_response
+from services.store.rejections import PAYLOAD_LIMIT, RejectionStore, rejection_of
+from services.telemetry import log, metrics
 from services.worker import envelope
 from services.worker.actions import ActionRegistry
 from services.worker.errors import MalformedDelivery
@@ -278,7 +272,7 @@ def create_app(
     if store is None or rejections is None:
         from google.cloud import firestore
 
-        from services.jobs.store import FirestoreJobStore
+        from services.store.job_store import FirestoreJobStore
 
         client = firestore.Client(project=settings.project)
         store = store or FirestoreJobStore(

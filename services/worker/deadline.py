@@ -29,7 +29,8 @@ from typing import Protocol, TypeVar
 
 from services.jobs.clock import Clock
 from services.jobs.errors import JobsError, LeaseLost
-from services.jobs.model import Job, Lease
+from services.jobs.parts import Lease
+from services.jobs.record import Job
 
 logger = logging.getLogger(__name__)
 

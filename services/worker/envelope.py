@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.jobs.model import MAX_ID_BYTES, job_id_problems
-from services.jobs.publisher import ATTR_GENERATION, ATTR_RUN_ID
+from services.edge.publisher import ATTR_GENERATION, ATTR_RUN_ID
+from services.jobs.ids import MAX_ID_BYTES, job_id_problems
 from services.worker.errors import MalformedDelivery
 
 HEADER_MESSAGE_ID = "x-goog-pubsub-message-id"

@@ -1,10 +1,10 @@
 """The functions-framework entry point of the worker (`--target=worker`).
 
     python -m services.worker.main      # the start-up check: exit 2 naming every bad key
-    python -m services.jobs.server --target=worker --source=services/worker/main.py
+    python -m services.edge.server --target=worker --source=services/worker/main.py
 
 The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
-its startup probe (services/jobs/startup.py). Nothing happens at import but registering the
+its startup probe (services/edge/startup.py). Nothing happens at import but registering the
 JSON error handler with functions-framework. The app (clients, settings, verifier) is built on
 the first request and then shared by every request of the instance.
 """
@@ -16,8 +16,8 @@ import os
 import flask
 import functions_framework
 
-from services.jobs import startup
-from services.jobs.log import configure_logging
+from services.edge import startup
+from services.telemetry.log import configure_logging
 from services.worker.app import PushHandler, create_app, handler_of
 from services.worker.settings import WorkerSettings
 

@@ -27,7 +27,7 @@ for long (`DependencyDown`), the job goes back to `deferred` with `due_at = now 
 last (`retry_later` raises AttemptsExhausted) the job fails.
 
 Every outcome is logged once, as `event=worker_outcome`, with the fields the log-based
-metrics extract (`services.jobs.metrics`).
+metrics extract (`services.telemetry.metrics`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
-from services.jobs import metrics
 from services.jobs.clock import Clock
 from services.jobs.errors import (
     AlreadyTerminal,
@@ -57,8 +56,11 @@ from services.jobs.errors import (
     StoreRejected,
     StoreUnavailable,
 )
-from services.jobs.model import ErrorInfo, IdempotencyRecord, Job, Lease, Result
+from services.jobs.parts import ErrorInfo, Lease, Result
+from services.jobs.record import Job
+from services.jobs.results import IdempotencyRecord
 from services.jobs.state import State
+from services.telemetry import metrics
 from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
 from services.worker.deadline import (
     HEARTBEATS_PER_LEASE,
@@ -594,7 +596,7 @@ def _log_failed(job: Job, error: ErrorInfo) -> None:
 
 def _log_newer_record(delivery: Delivery, exc: NewerRecord) -> None:
     """The event the log-based metric deferred_jobs_newer_records counts and the "Records
-    from a newer version" alert watches (services.jobs.metrics.NEWER_RECORDS)."""
+    from a newer version" alert watches (services.telemetry.metrics.NEWER_RECORDS)."""
     logger.error(
         "job %s left untouched: written by a newer version (%s)",
         delivery.job_id,

@@ -11,8 +11,8 @@ import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
-from services.jobs.settings import (
+from services.edge.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
+from services.edge.settings import (
     AUTH_CLOCK_SKEW_S,
     BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,
@@ -35,7 +35,7 @@ from services.worker.actions import (
 from services.worker.media import is_valid_bucket_name
 from services.worker.processor import DEFAULT_DEADLINE_MARGIN, DEFAULT_MAX_DELIVERY
 
-# The worker's own (the shared ones are services.jobs.settings', read through CommonSettings).
+# The worker's own (the shared ones are services.edge.settings', read through CommonSettings).
 WORKER_AUDIENCE = "JOBS_WORKER_AUDIENCE"
 WORKER_ALLOWED_INVOKERS = "JOBS_WORKER_ALLOWED_INVOKERS"
 WORKER_LEASE_S = "JOBS_WORKER_LEASE_S"

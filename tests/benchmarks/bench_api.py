@@ -34,7 +34,7 @@ def main() -> None:
     from emulators.oidc.server import start as start_oidc
     from services.api.app import create_app
     from services.api.settings import ApiSettings
-    from services.jobs.log import configure_logging
+    from services.telemetry.log import configure_logging
 
     calls = int(os.environ.get("JOBS_BENCH_API_CALLS", DEFAULT_CALLS))
     clients = int(os.environ.get("JOBS_BENCH_API_CLIENTS", DEFAULT_CLIENTS))

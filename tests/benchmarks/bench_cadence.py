@@ -97,7 +97,8 @@ def _stack_class() -> Any:
     """ScanStack, built on services/local's LocalSystem (imported late: no work at import)."""
     from google.cloud import pubsub_v1
 
-    from services.local.system import HOST, LocalSystem, free_port
+    from emulators.launcher import free_port
+    from services.local.system import HOST, LocalSystem
 
     class ScanStack(LocalSystem):
         """The emulators, the scan behind its front end and a pull subscription on its topic;
@@ -257,8 +258,8 @@ def drill(size: int, rate: float, shards: int) -> None:
 
     from services.cli.cadence import plan_modes
     from services.jobs.clock import SystemClock
-    from services.jobs.store import FirestoreJobStore
     from services.scan import cadence
+    from services.store.job_store import FirestoreJobStore
 
     with _stack(f"drill-{shards}", shards, "* * * * *") as stack:
         client = firestore.Client(project=stack.options.project)
@@ -402,8 +403,8 @@ def latency(mode: str, schedule: str, minutes: float) -> None:
     from google.cloud import firestore
 
     from services.jobs.clock import SystemClock
-    from services.jobs.store import FirestoreJobStore
     from services.scan import settings as scan_keys
+    from services.store.job_store import FirestoreJobStore
 
     run_env = {}
     if mode == "one-pass":

@@ -72,8 +72,8 @@ class _World:
         from google.cloud import firestore
 
         from services.jobs.clock import SystemClock
-        from services.jobs.runs import ScanRunLog
-        from services.jobs.store import FirestoreJobStore
+        from services.store.job_store import FirestoreJobStore
+        from services.store.runs import ScanRunLog
 
         self.emulators = emulators
         self.project = project

@@ -76,7 +76,7 @@ def drill(count: int, data: Path) -> str:
 
     from services.jobs.clock import SystemClock
     from services.jobs.model import NewJob
-    from services.jobs.store import FirestoreJobStore
+    from services.store.job_store import FirestoreJobStore
 
     ports = _ports()
     process, launched = _launch(data, ports)

@@ -80,7 +80,7 @@ def drill(size: int, rate: float, interval: float) -> None:
 
     from services.cli.planner import plan_drain
     from services.jobs.clock import SystemClock
-    from services.jobs.store import FirestoreJobStore
+    from services.store.job_store import FirestoreJobStore
     from tests.benchmarks.bench_worker import _separate_process
 
     with _separate_process():

@@ -1,5 +1,5 @@
 """The HTTP edge under a burst and under hostile input, as deployed: the api (and the scan and
-the worker) served by `services.jobs.server` behind the local Cloud Run front end, on the
+the worker) served by `services.edge.server` behind the local Cloud Run front end, on the
 in-process Firestore, Pub/Sub and Storage emulators.
 
 1. Burst: B connections opened at once through the front end (a barrier releases them

@@ -5,7 +5,7 @@ What runs (all on 127.0.0.1, each part as `python -m services.local` runs it):
 - `python -m emulators --data-dir D` in its own process group, on fixed free ports;
 - the scan behind the local Cloud Run front end, triggered by the local Cloud Scheduler at a
   TEST CADENCE (every `CADENCE_S` s; Cloud Scheduler cannot fire more than once a minute);
-- two instances of the worker (`services.jobs.server --target=worker`), each behind its own
+- two instances of the worker (`services.edge.server --target=worker`), each behind its own
   local Cloud Run front end, both accepting the one service audience; the push subscription
   delivers to instance A until A is frozen, then to B (Cloud Run's load balancer sending new
   requests to the instance that answers);
@@ -208,7 +208,7 @@ class FaultDrain:
         """`retry_later` False: no job meets the outage that defers it (RETRY_LATER_DELAY_S,
         at least 60 s, would then be most of a small drain's time)."""
         from emulators.launcher import free_port
-        from services.jobs.names import Names
+        from services.edge.resource_names import Names
         from services.local.stack import Supervisor
         from services.local.topology import Topology
 
@@ -286,7 +286,7 @@ class FaultDrain:
 
         from services.jobs.clock import SystemClock
         from services.jobs.model import NewJob
-        from services.jobs.store import FirestoreJobStore
+        from services.store.job_store import FirestoreJobStore
 
         self.client = firestore.Client(project=PROJECT)
         self._closers.append(self.client.close)
@@ -336,7 +336,7 @@ class FaultDrain:
         from emulators.scheduler.job import HttpJob
         from emulators.scheduler.retry import RetryConfig
         from emulators.scheduler.scheduler import CloudScheduler
-        from services.jobs import settings as common_keys
+        from services.edge import settings as common_keys
         from services.local.stack import port_accepts
         from services.local.topology import PushPolicy, create_topology
         from services.scan import cadence
@@ -434,7 +434,7 @@ class FaultDrain:
         container = [
             sys.executable,
             "-m",
-            "services.jobs.server",
+            "services.edge.server",
             f"--target={target}",
             f"--source={ROOT / 'services' / target / 'main.py'}",
             f"--host={HOST}",

@@ -33,8 +33,8 @@ def main() -> None:
     from google.cloud import firestore
 
     from services.jobs.clock import SystemClock
-    from services.jobs.store import FirestoreJobStore
     from services.scan.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S as SPACED_S
+    from services.store.job_store import FirestoreJobStore
 
     future = int(os.environ.get("JOBS_BENCH_IDLE_FUTURE", DEFAULT_FUTURE))
     project = "bench-idle"

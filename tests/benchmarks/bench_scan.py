@@ -19,14 +19,16 @@ from typing import Any
 
 from emulators.firestore.server import start as start_firestore
 from emulators.pubsub.server import start as start_pubsub
+from services.edge.publisher import Publisher
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.metrics import InMemorySink
-from services.jobs.model import Job, NewJob
-from services.jobs.publisher import Publisher
-from services.jobs.runs import ScanRunLog
-from services.jobs.store import FirestoreJobStore
-from services.scan.scanner import ScanLimits, Scanner
+from services.jobs.model import NewJob
+from services.jobs.record import Job
+from services.scan.budget import ScanLimits
+from services.scan.scanner import Scanner
+from services.store.job_store import FirestoreJobStore
+from services.store.runs import ScanRunLog
+from services.telemetry.metrics import InMemorySink
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BACKLOG = 20_000

@@ -92,9 +92,9 @@ def _side_by_side(jobs: int, project: str, emulator_cpu: Callable[[], float]) ->
     CPU per job of this process (plus the emulator process's, when it has its own)."""
     from google.cloud import firestore
 
+    from services.edge.publisher import Publisher
     from services.jobs.clock import SystemClock
-    from services.jobs.publisher import Publisher
-    from services.jobs.store import FirestoreJobStore
+    from services.store.job_store import FirestoreJobStore
 
     client = firestore.Client(project=project)
     clock = SystemClock()
@@ -177,9 +177,10 @@ def _read(store: Any, client: Any, now: datetime, jobs: int) -> tuple[float, int
     protobufs, no decoding), committed with no writes. Nothing is claimed, so each run reads
     the same first page: the same work per document as reading the next one, which the claim
     reaches without a cursor too."""
-    from services.jobs.gateway import Gateway
-    from services.jobs.queries import due_query
-    from services.jobs.transactions import CallBounds, TransactionRunner
+    from services.store.bounds import CallBounds
+    from services.store.gateway import Gateway
+    from services.store.queries import due_query
+    from services.store.transactions import TransactionRunner
 
     runner = TransactionRunner(Gateway(client, None, CallBounds(timeout_s=30)))
     query = store._documents.query(due_query(now, LIMITS["page_size"]))

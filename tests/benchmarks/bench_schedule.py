@@ -29,7 +29,7 @@ import requests
 from services.cli.app import main as jobsctl
 from services.jobs.clock import SystemClock
 from services.jobs.model import NewJob
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 
 JOBS = 2000
 

@@ -57,7 +57,7 @@ def _flow(emulator: Any, project: str, shards: int, count: int) -> None:
     from google.cloud import firestore
 
     from services.jobs.clock import SystemClock
-    from services.jobs.store import FirestoreJobStore
+    from services.store.job_store import FirestoreJobStore
 
     client = firestore.Client(project=project)
     clock = SystemClock()
@@ -96,7 +96,8 @@ def _work(client: Any, store: Any) -> int:
     """`start` then `complete` on every enqueued job, as the worker does after a push."""
     from google.cloud.firestore_v1.base_query import FieldFilter
 
-    from services.jobs.model import Job, Result
+    from services.jobs.parts import Result
+    from services.jobs.record import Job
 
     query = client.collection("jobs").where(filter=FieldFilter("state", "==", "enqueued"))
     enqueued = [Job.from_document(s.id, s.to_dict() or {}) for s in query.stream()]

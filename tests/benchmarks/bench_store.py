@@ -16,8 +16,11 @@ from typing import Any
 from emulators.firestore.server import Emulator, start
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.model import ClaimedJob, Job, NewJob, Result
-from services.jobs.store import FirestoreJobStore
+from services.jobs.model import NewJob
+from services.jobs.parts import Result
+from services.jobs.record import Job
+from services.jobs.results import ClaimedJob
+from services.store.job_store import FirestoreJobStore
 from tests.fixtures.store import mark_enqueued
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -164,8 +164,8 @@ def _worker_in_process(project: str, emulators: Emulators, storage_client: Any) 
     from google.cloud import firestore
 
     from services.jobs.clock import SystemClock
-    from services.jobs.rejections import RejectionStore
-    from services.jobs.store import FirestoreJobStore
+    from services.store.job_store import FirestoreJobStore
+    from services.store.rejections import RejectionStore
     from services.worker import media
     from services.worker.actions import ActionRegistry
     from services.worker.app import create_app, read_environment_once
@@ -212,7 +212,7 @@ def _deployed_worker(instances: int, concurrency: int) -> WorkerFactory:
         from emulators.launcher import free_port
         from infra.config import SETTINGS_BY_NAME
         from infra.env import server_environment
-        from services.jobs import settings as common
+        from services.edge import settings as common
         from services.worker import settings as worker_settings
 
         port = free_port("127.0.0.1")
@@ -297,9 +297,9 @@ def _run(jobs: int, emulators: Emulators, project: str, start_worker: WorkerFact
     from google.cloud import firestore, pubsub_v1
 
     from services.jobs.clock import SystemClock
-    from services.jobs.log import configure_logging
     from services.jobs.model import NewJob
-    from services.jobs.store import FirestoreJobStore
+    from services.store.job_store import FirestoreJobStore
+    from services.telemetry.log import configure_logging
     from services.worker import media
     from tests.fixtures.store import mark_enqueued
 

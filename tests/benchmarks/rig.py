@@ -211,9 +211,9 @@ def serve_worker(project: str, emulators: Emulators, client: Any) -> WorkerServe
     from google.auth.credentials import AnonymousCredentials
 
     from services.jobs.clock import SystemClock
-    from services.jobs.log import configure_logging
-    from services.jobs.rejections import RejectionStore
-    from services.jobs.store import FirestoreJobStore
+    from services.store.job_store import FirestoreJobStore
+    from services.store.rejections import RejectionStore
+    from services.telemetry.log import configure_logging
     from services.worker import media
     from services.worker.actions import ActionRegistry
     from services.worker.app import create_app
@@ -307,7 +307,8 @@ def seed_due(
     from concurrent.futures import ThreadPoolExecutor
 
     from services.jobs import schema
-    from services.jobs.model import Job, NewJob
+    from services.jobs.model import NewJob
+    from services.jobs.record import Job
 
     ids = [f"{prefix}-{n:07d}" for n in range(count)]
     collection = client.collection(schema.JOBS)
@@ -406,10 +407,11 @@ def scanner(
     store: Any, client: Any, project: str, topic_name: str, clock: Any, **limits: Any
 ) -> tuple[Any, Any]:
     """The real Scanner on `store` with a real Publisher; returns (scanner, publisher)."""
-    from services.jobs.metrics import InMemorySink
-    from services.jobs.publisher import Publisher
-    from services.jobs.runs import ScanRunLog
-    from services.scan.scanner import ScanLimits, Scanner
+    from services.edge.publisher import Publisher
+    from services.scan.budget import ScanLimits
+    from services.scan.scanner import Scanner
+    from services.store.runs import ScanRunLog
+    from services.telemetry.metrics import InMemorySink
 
     publisher = Publisher.create(project, topic_name, timeout_s=30)
     runs = limits.pop("runs", None) or ScanRunLog(client, retention=timedelta(days=30))

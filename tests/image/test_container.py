@@ -18,7 +18,7 @@ import pytest
 
 from emulators.cloudrun import image as container_image
 from services.api import settings as api_keys
-from services.jobs import settings as common_keys
+from services.edge import settings as common_keys
 from services.scan import settings as scan_keys
 from services.worker import settings as worker_keys
 from tests.image import podman

@@ -18,7 +18,7 @@ from infra.config import parse_config
 from infra.errors import InfraConfigError
 from services.api import settings as api_keys
 from services.api.settings import ApiSettings
-from services.jobs.settings import BEHIND_CLOUD_RUN_IAM, PREFIX
+from services.edge.settings import BEHIND_CLOUD_RUN_IAM, PREFIX
 from tests.infra.conftest import DEPLOYER_CONFIG, ROOT, StackRun, run_with_api, stack_config
 
 SERVICE = "cloudrunv2/service:Service"

@@ -168,8 +168,10 @@ def test_the_growing_timestamps_of_the_jobs_collection_are_not_indexed() -> None
 def test_the_declared_fields_are_the_fields_the_documents_have() -> None:
     from datetime import UTC, datetime
 
-    from services.jobs.model import IdempotencyRecord, Job, NewJob
-    from services.jobs.rejections import rejection_of
+    from services.jobs.model import NewJob
+    from services.jobs.record import Job
+    from services.jobs.results import IdempotencyRecord
+    from services.store.rejections import rejection_of
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
     job = Job.create(NewJob("job-1", "media.delete_source", "s", now), now)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from infra import env
-from services.jobs.settings import CLOUD_RUN_SERVICE
+from services.edge.settings import CLOUD_RUN_SERVICE
 from services.scan import settings as scan_keys
 from services.scan.settings import ScanSettings
 from services.worker import settings as worker_keys
@@ -109,7 +109,7 @@ def test_worker_settings_built_from_the_stack_carry_its_values(stack: StackRun) 
 
 
 def test_both_services_keep_terminal_records_for_the_configured_days() -> None:
-    from services.jobs.settings import TERMINAL_RETENTION_S
+    from services.edge.settings import TERMINAL_RETENTION_S
 
     run = run_stack("dev", overrides={"terminalRetentionDays": 9, "enqueuedTimeoutS": 12_345})
     for service, (declared, _, from_env) in SERVICES.items():

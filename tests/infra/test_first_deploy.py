@@ -18,10 +18,12 @@ from typing import Any
 import pytest
 
 from infra import cloudrun
-from infra.config import SETTINGS, InfraConfigError, image_problems
-from services.jobs import metrics, schema
-from services.jobs.settings import BEHIND_CLOUD_RUN_IAM
+from infra.config import SETTINGS, image_problems
+from infra.errors import InfraConfigError
+from services.edge.settings import BEHIND_CLOUD_RUN_IAM
+from services.jobs import schema
 from services.scan.settings import ScanSettings
+from services.telemetry import metrics
 from services.worker.settings import WorkerSettings
 from tests.infra.conftest import (
     PROJECT,
@@ -265,7 +267,7 @@ def test_both_services_run_behind_cloud_run_iam_and_are_told_so(
 
 
 def test_common_settings_read_the_behind_iam_key() -> None:
-    from services.jobs.settings import CommonSettings, EnvReader
+    from services.edge.settings import CommonSettings, EnvReader
 
     assert CommonSettings.read(EnvReader({"JOBS_PROJECT": "p"})).behind_cloud_run_iam is False
     on = CommonSettings.read(

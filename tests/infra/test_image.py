@@ -75,8 +75,8 @@ def test_the_app_user_has_a_home_of_its_own() -> None:
 def test_cmd_starts_functions_framework_with_the_target_and_port_from_the_environment() -> None:
     cmds = [arg for op, arg in _instructions() if op == "CMD"]
     assert len(cmds) == 1
-    # functions-framework's app and server, with Cloud Run's limits (services/jobs/server.py).
-    assert "python -P -m services.jobs.server" in cmds[0]
+    # functions-framework's app and server, with Cloud Run's limits (services/edge/server.py).
+    assert "python -P -m services.edge.server" in cmds[0]
     assert "--target=${FUNCTION_TARGET}" in cmds[0]
     assert "--source=${FUNCTION_SOURCE}" in cmds[0]
     assert "--port=${PORT}" in cmds[0]

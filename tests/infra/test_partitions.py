@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from services.jobs.settings import CLOUD_RUN_SERVICE
+from services.edge.settings import CLOUD_RUN_SERVICE
 from services.scan.partitions import PartitionError, partition_shards, shards_of
 from services.scan.settings import SCAN_PARTITIONS, ScanSettings
 from tests.infra.conftest import run_stack

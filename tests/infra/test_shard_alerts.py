@@ -1,4 +1,4 @@
-"""The shard check's two gauges (services/jobs/metrics.py) and their alert policies agree: the
+"""The shard check's two gauges (services/telemetry/metrics.py) and their alert policies agree: the
 scan writes a point of each on the resource the alerts watch, and each alert names the gauge
 the scan writes, with the threshold and wait docs/runbook.md gives."""
 
@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from infra.monitoring import SCAN_GAUGE_RESOURCE, SHARD_LAYOUT_FOR_S
-from services.jobs import metrics
-from services.jobs.metrics import CloudMonitoringSink, ScanReport
-from services.jobs.runs import ScanRun
 from services.scan.summary import scan_report
+from services.store.runs import ScanRun
+from services.telemetry import metrics
+from services.telemetry.metrics import CloudMonitoringSink, ScanReport
 from tests.infra.conftest import StackRun
 
 AT = datetime(2026, 12, 2, tzinfo=UTC)

@@ -8,8 +8,8 @@ import pytest
 from infra.config import SETTINGS_BY_NAME, parse_config
 from infra.errors import InfraConfigError
 from services.api.settings import ApiSettings
+from services.edge.settings import SHARDS
 from services.jobs import schema
-from services.jobs.settings import SHARDS
 from services.jobs.shard import MAX_SHARDS
 from services.scan.settings import ScanSettings
 from services.worker.settings import WorkerSettings

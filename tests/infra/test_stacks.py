@@ -10,8 +10,8 @@ import pytest
 
 from infra import env
 from infra.config import SECRET_KEYS, SETTINGS_BY_NAME
-from services.jobs import metrics
 from services.scan import settings as scan_keys
+from services.telemetry import metrics
 from services.worker import settings as worker_keys
 from tests.infra.conftest import PROJECT, PROJECT_NUMBER, StackRun, run_stack, stack_config
 
@@ -360,7 +360,7 @@ def test_every_alert_filter_names_a_metric_and_a_resource_type(stack: StackRun) 
 
 def test_gauge_alerts_watch_the_resource_the_scan_writes_its_gauges_on() -> None:
     from infra.monitoring import SCAN_GAUGE_RESOURCE
-    from services.jobs.metrics import CloudMonitoringSink, ScanReport
+    from services.telemetry.metrics import CloudMonitoringSink, ScanReport
 
     report = ScanReport("run-1", 0.0, 0, 0, 0, 0, 0, 0, 0.0)
     series = CloudMonitoringSink(client=None, project="p").time_series(report)

@@ -102,7 +102,7 @@ def test_the_image_runs_the_check_before_functions_framework() -> None:
     (cmd,) = [line for line in text.splitlines() if line.startswith("CMD ")]
     check, _, serve = cmd.removeprefix("CMD ").partition("&&")
     assert check.split() == ["python", "-P", "-m", "services.${FUNCTION_TARGET}.main"]
-    assert serve.split()[:5] == ["exec", "python", "-P", "-m", "services.jobs.server"]
+    assert serve.split()[:5] == ["exec", "python", "-P", "-m", "services.edge.server"]
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_functions_framework_answers_json_to_errors(target: str, no_jobs_environ
 
 
 def test_an_exception_escaping_the_function_is_a_json_500() -> None:
-    from services.jobs import startup
+    from services.edge import startup
 
     app = flask.Flask("probe")
     startup.install_json_errors(app.errorhandler)

@@ -165,7 +165,7 @@ from google.cloud.firestore_v1 import _helpers
 from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 import google.cloud._helpers
 from google.cloud import firestore
-from services.jobs.gateway import Gateway
+from services.store.gateway import Gateway
 
 
 class Bounded(firestore.Transaction):

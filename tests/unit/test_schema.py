@@ -1,6 +1,7 @@
 import pytest
 
-from services.jobs import metrics, schema
+from services.jobs import schema
+from services.telemetry import metrics
 
 
 @pytest.mark.parametrize("shards", [1, 2, 64])

@@ -16,10 +16,11 @@ from services.cli.output import Report, fields, table
 from services.cli.planner import budget_arithmetic, describe, format_duration, plan_drain
 from services.cli.session import Session
 from services.cli.timespec import parse_duration
+from services.edge.settings import SettingsError
 from services.jobs.control import MAX_CLAIM_TIMEOUT, Control
 from services.jobs.layout import ShardCensus, layout_line, mismatched
-from services.jobs.model import Job, Reclaimed
-from services.jobs.settings import SettingsError
+from services.jobs.record import Job
+from services.jobs.results import Reclaimed
 from services.jobs.state import State
 from services.scan.budget import effective_claim_timeout, enqueue_budget
 from services.scan.settings import (

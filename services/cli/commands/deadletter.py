@@ -20,7 +20,7 @@ from services.cli.backends import DEAD_LETTER_SUBSCRIPTION
 from services.cli.errors import BackendUnavailable, Refused, UsageError
 from services.cli.output import Report, table
 from services.cli.session import Session
-from services.jobs.names import Names
+from services.edge.resource_names import Names
 from services.scan.settings import TOPIC
 
 # infra's names for its default namePrefix (JOBS_TOPIC / JOBS_DEAD_LETTER_SUBSCRIPTION override).

@@ -13,15 +13,11 @@ from services.cli.output import Report, fields, table, timestamp_text
 from services.cli.session import Session
 from services.cli.timespec import parse_time
 from services.jobs.errors import AlreadyTerminal
-from services.jobs.model import (
-    DEFAULT_MAX_ATTEMPTS,
-    Job,
-    NewJob,
-    ScheduleResult,
-    derive_job_id,
-    document_id_problems,
-)
+from services.jobs.ids import derive_job_id, document_id_problems
+from services.jobs.model import NewJob
 from services.jobs.params import SCHEMAS
+from services.jobs.record import DEFAULT_MAX_ATTEMPTS, Job
+from services.jobs.results import ScheduleResult
 from services.jobs.state import State
 
 PAGE = 50  # one page on screen

@@ -12,8 +12,8 @@ from services.cli.output import Report, table
 from services.cli.session import Session
 from services.cli.view import effective_run_rate
 from services.jobs.errors import StoreUnavailable
-from services.jobs.rejections import RejectionStore
-from services.jobs.runs import RunLogError, ScanRun, ScanRunLog
+from services.store.rejections import RejectionStore
+from services.store.runs import RunLogError, ScanRun, ScanRunLog
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:

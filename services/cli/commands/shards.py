@@ -4,7 +4,7 @@ record whose shard is missing or another, before (and after) a deployment change
 A dry run unless --apply, like `reclaim` and `dead-letters replay`: it reads every non-terminal
 record and counts what would change. With --apply each write is conditioned on the record's
 update_time, so a record changed meanwhile is re-read and decided again, never clobbered
-(services/jobs/backfill.py), and a pass that reaches the end records N as the shard layout the
+(services/store/backfill.py), and a pass that reaches the end records N as the shard layout the
 scan compares with its JOBS_SHARDS (services/jobs/layout.py). An interrupted run prints the
 position to pass to --resume; a re-run from the start is safe too (records already right are
 only counted).
@@ -18,11 +18,11 @@ from typing import Any
 from services.cli.errors import UsageError
 from services.cli.output import Report, fields
 from services.cli.session import Session, store_bounds
-from services.jobs.backfill import MAX_BATCH, BackfillCounts, Position, ShardBackfill
+from services.edge.settings import SHARDS
 from services.jobs.errors import JobsError, ValidationError
-from services.jobs.settings import SHARDS
 from services.jobs.shard import MAX_SHARDS
-from services.jobs.transactions import CallBounds
+from services.store.backfill import MAX_BATCH, BackfillCounts, Position, ShardBackfill
+from services.store.bounds import CallBounds
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:

@@ -18,9 +18,9 @@ from services.cli.errors import UsageError
 from services.cli.output import Report, to_json
 from services.cli.session import Session
 from services.cli.view import RECENT_RUNS, Snapshot, render
+from services.edge.settings import SettingsError
 from services.jobs.errors import StoreUnavailable
-from services.jobs.runs import RunLogError, ScanRunLog
-from services.jobs.settings import SettingsError
+from services.store.runs import RunLogError, ScanRunLog
 
 DEFAULT_EVERY_S = 2.0
 MIN_EVERY_S = 0.5

@@ -1,6 +1,6 @@
 """A producer whose configured audience has a trailing slash (Google's service-to-service
 sample uses that form) is accepted by Cloud Run's invoker check and then by the API itself,
-through the front end and directly: the audience rule lives in services/jobs/auth.py for all
+through the front end and directly: the audience rule lives in services/edge/auth.py for all
 three services (https://cloud.google.com/run/docs/authenticating/service-to-service)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 import requests
 
 from emulators.cloudrun.contract import SIGNATURE_REMOVED
-from services.jobs.auth import SERVERLESS_AUTHORIZATION
+from services.edge.auth import SERVERLESS_AUTHORIZATION
 from tests.integration.api.conftest import ApiRig
 from tests.unit.api.contract import schedule_body
 

@@ -14,7 +14,7 @@ from google.cloud import firestore
 
 from services.jobs.clock import FakeClock
 from services.jobs.model import NewJob
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.api.conftest import CALLER, T0, ApiRig, _rig
 from tests.unit.api.contract import ACTION, PARAMS, schedule_body
 

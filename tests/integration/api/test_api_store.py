@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.jobs.model import derive_job_id
+from services.jobs.ids import derive_job_id
 from tests.integration.api.conftest import CALLER, T0, ApiRig, fields_of
 from tests.unit.api.contract import ACTION, schedule_body
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from services.jobs import metrics, schema
+from services.jobs import schema
+from services.telemetry import metrics
 from tests.integration.api.conftest import ApiRig
 from tests.unit.api.contract import schedule_body
 

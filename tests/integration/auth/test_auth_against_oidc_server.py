@@ -10,13 +10,8 @@ import requests
 
 from emulators.oidc.issuer import Issuer
 from emulators.oidc.server import OidcServer, start
-from services.jobs.auth import (
-    AuthPolicy,
-    CertsUnavailable,
-    Forbidden,
-    TokenVerifier,
-    Unauthenticated,
-)
+from services.edge.auth import AuthPolicy, TokenVerifier
+from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
 
 AUDIENCE = "https://scan.example.run.app/"
 EMAIL = "scheduler@deferred-jobs-local.iam.gserviceaccount.com"

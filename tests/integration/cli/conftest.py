@@ -13,7 +13,7 @@ import pytest
 from services.cli.app import main
 from services.jobs.clock import FakeClock, SystemClock
 from services.jobs.model import NewJob
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 
 
 @dataclass(frozen=True)

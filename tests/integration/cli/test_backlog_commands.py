@@ -9,9 +9,9 @@ from typing import Any
 from services.cli.errors import ExitCode
 from services.jobs import schema
 from services.jobs.record import SCHEMA_VERSION
-from services.jobs.rejections import RejectionStore, rejection_of
-from services.jobs.runs import ScanRun, ScanRunLog
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
+from services.store.rejections import RejectionStore, rejection_of
+from services.store.runs import ScanRun, ScanRunLog
 from tests.integration.cli.conftest import Jobsctl
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.cli.errors import ExitCode
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.cli.conftest import Jobsctl
 
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.cli.errors import ExitCode
-from services.jobs.model import derive_job_id
-from services.jobs.store import FirestoreJobStore
+from services.jobs.ids import derive_job_id
+from services.store.job_store import FirestoreJobStore
 from tests.integration.cli.conftest import Jobsctl
 
 
@@ -200,7 +200,7 @@ def test_a_cancelled_job_expires_after_the_configured_terminal_retention(
     store: FirestoreJobStore,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from services.jobs.settings import TERMINAL_RETENTION_S
+    from services.edge.settings import TERMINAL_RETENTION_S
 
     seed("short", due=timedelta(days=1))
     monkeypatch.setenv(TERMINAL_RETENTION_S, "2d")
@@ -214,7 +214,7 @@ def test_a_cancelled_job_expires_after_the_configured_terminal_retention(
 def test_an_invalid_terminal_retention_is_a_usage_error(
     jobsctl: Jobsctl, seed: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from services.jobs.settings import TERMINAL_RETENTION_S
+    from services.edge.settings import TERMINAL_RETENTION_S
 
     seed("j", due=timedelta(days=1))
     monkeypatch.setenv(TERMINAL_RETENTION_S, "-1")

@@ -8,8 +8,8 @@ from typing import Any
 
 from services.cli.errors import ExitCode
 from services.jobs.ramp import DEFAULT_START_RATE
-from services.jobs.runs import ScanRun, ScanRunLog
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
+from services.store.runs import ScanRun, ScanRunLog
 
 
 def test_plan_with_due_uses_the_deployed_cap(jobsctl: Any, monkeypatch: Any) -> None:

@@ -15,12 +15,12 @@ from google.cloud import firestore
 
 from emulators.firestore.server import Emulator
 from services.jobs import schema
-from services.jobs.backfill import ShardBackfill
 from services.jobs.clock import SystemClock
 from services.jobs.model import NewJob
 from services.jobs.shard import shard_of
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.backfill import ShardBackfill
+from services.store.job_store import FirestoreJobStore
 from tests.integration.cli.conftest import Jobsctl
 
 N = 4

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from services.cli.errors import ExitCode
-from services.jobs.runs import ScanRun, ScanRunLog
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
+from services.store.runs import ScanRun, ScanRunLog
 from tests.integration.cli.conftest import Jobsctl
 
 OBJECT = "object=media-1/source.mp4"

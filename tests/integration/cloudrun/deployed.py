@@ -1,5 +1,5 @@
 """A service target run as Cloud Run runs it, for tests and benchmarks: `python -m
-services.jobs.server` (the image's server) as the container of a local Cloud Run front end
+services.edge.server` (the image's server) as the container of a local Cloud Run front end
 (`python -m emulators.cloudrun`), configured only through JOBS_* variables, behind IAM.
 
 `Deployed.url` is the service URL (the front end); `container_url` reaches the container as
@@ -21,7 +21,7 @@ from pathlib import Path
 from emulators.cloudrun.__main__ import READY_LINE
 from emulators.launcher import free_port
 from services.api import settings as api_keys
-from services.jobs import settings as common
+from services.edge import settings as common
 from services.scan import settings as scan_keys
 from services.worker import settings as worker_keys
 
@@ -99,7 +99,7 @@ def deploy(
             "--",
             sys.executable,
             "-m",
-            "services.jobs.server",
+            "services.edge.server",
             f"--target={target}",
             f"--source=services/{target}/main.py",
             "--host=127.0.0.1",

@@ -171,7 +171,7 @@ def test_the_invoker_check_needs_an_issuer_and_invokers_unless_disabled() -> Non
 def test_the_front_end_env_names_are_the_services_reading_them() -> None:
     # The container contract is read back by the worker (K_REVISION) and the settings.
     from emulators.cloudrun import contract
-    from services.jobs import auth
+    from services.edge import auth
 
     assert contract.SIGNATURE_REMOVED == auth.SIGNATURE_REMOVED
     assert contract.SERVERLESS_AUTHORIZATION == auth.SERVERLESS_AUTHORIZATION

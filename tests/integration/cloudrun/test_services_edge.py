@@ -1,4 +1,4 @@
-"""Every answer of the api, scan and worker, as the image serves them (`services.jobs.server`)
+"""Every answer of the api, scan and worker, as the image serves them (`services.edge.server`)
 behind a local Cloud Run front end, is either a success, Google's error body
 (https://cloud.google.com/apis/design/errors), or a refusal of the front end itself (Google's
 HTML page, as Cloud Run answers before the container): also the answers functions-framework,
@@ -154,7 +154,7 @@ def test_the_apis_own_token_limit_answers_where_gunicorn_did(
     deployed: dict[str, Deployed],
 ) -> None:
     # A 20 KB bearer value: gunicorn's 8,190-byte default refused it with a 431 page; now the
-    # API's 16 KiB token limit (services/jobs/auth.py) answers, in Google's error model.
+    # API's 16 KiB token limit (services/edge/auth.py) answers, in Google's error model.
     api = deployed["api"]
     status, _, body = send(api.container_url, _get(b"/v1/jobs/x")("a" * 20_000))
     error = json.loads(body)["error"]

@@ -323,8 +323,7 @@ def test_the_emulator_and_the_schemas_own_check_agree_on_every_store_query_shape
 ) -> None:
     """services/jobs/schema.py decides statically which store queries are served (the unit
     tests rely on it); the strict emulator decides at run time. They must agree."""
-    from services.jobs.queries import structured_query
-    from services.jobs.store import QuerySpec
+    from services.store.queries import QuerySpec, structured_query
 
     spec = QuerySpec(
         schema.JOBS,

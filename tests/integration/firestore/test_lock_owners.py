@@ -16,7 +16,7 @@ from emulators.firestore.server import Emulator, start
 from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.errors import LostRace
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.fixtures.firestore import seed_due_jobs
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

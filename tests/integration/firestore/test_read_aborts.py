@@ -15,9 +15,10 @@ from emulators.firestore import indexes
 from emulators.firestore.server import Emulator, start
 from emulators.launcher import PROJECT_INDEXES
 from services.jobs.clock import FakeClock
-from services.jobs.model import NewJob, Result
+from services.jobs.model import NewJob
+from services.jobs.parts import Result
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.fixtures.firestore import seed_due_jobs
 from tests.fixtures.store import mark_enqueued
 

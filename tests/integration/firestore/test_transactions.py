@@ -32,7 +32,7 @@ def _again_after_read_aborts(body: Any, client: Any, *args: Any) -> Any:
     """Run the @transactional ``body`` in fresh transactions until it neither meets a
     read-time ABORTED (@transactional retries only an ABORTED commit) nor runs out of its 5
     commit attempts (ValueError from Aborted): production's callers must retry both, as
-    services/jobs/store/ does with its contention rounds."""
+    services/store/ does with its contention rounds."""
     for _ in range(99):
         try:
             return body(client.transaction(), *args)

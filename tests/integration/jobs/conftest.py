@@ -12,9 +12,10 @@ from google.cloud import firestore
 
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.model import Job, NewJob
-from services.jobs.queries import QuerySpec
-from services.jobs.store import FirestoreJobStore
+from services.jobs.model import NewJob
+from services.jobs.record import Job
+from services.store.job_store import FirestoreJobStore
+from services.store.queries import QuerySpec
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ACTION = "media.delete_source"

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from services.jobs.clock import FakeClock
-from services.jobs.model import Result
+from services.jobs.parts import Result
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, QueryLog, new_job
 

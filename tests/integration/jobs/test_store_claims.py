@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from services.jobs.clock import FakeClock
-from services.jobs.model import ClaimedJob
+from services.jobs.results import ClaimedJob
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import T0, new_job, run_together
 
 

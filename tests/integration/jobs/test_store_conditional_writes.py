@@ -12,9 +12,10 @@ from google.cloud import firestore
 
 from services.jobs.clock import FakeClock
 from services.jobs.errors import AlreadyTerminal, JobNotFound, LeaseHeld, LeaseLost
-from services.jobs.model import Job, Lease, Result
+from services.jobs.parts import Lease, Result
+from services.jobs.record import Job
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import LEASE, WORKER, new_job
 
 

@@ -23,9 +23,10 @@ from services.jobs.errors import (
     LeaseLost,
     StaleGeneration,
 )
-from services.jobs.model import ErrorInfo, Job, Lease, Result
+from services.jobs.parts import ErrorInfo, Lease, Result
+from services.jobs.record import Job
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from services.worker.processor import WorkerStore
 from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import LEASE, T0, new_job

@@ -16,7 +16,7 @@ from services.api.app import ApiStore
 from services.jobs.clock import FakeClock
 from services.jobs.errors import AlreadyTerminal, JobNotFound, ScheduleConflict, ValidationError
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import T0, new_job
 from tests.unit.api.fakes import FakeStore
 

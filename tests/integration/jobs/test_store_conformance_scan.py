@@ -15,9 +15,9 @@ from google.cloud import firestore
 
 from services.jobs.clock import FakeClock
 from services.jobs.control import HousekeepingMark
-from services.jobs.model import ErrorInfo
-from services.jobs.store import FirestoreJobStore
+from services.jobs.parts import ErrorInfo
 from services.scan.dependencies import ScanStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import new_job
 from tests.unit.scan.fakes import T0, FakeStore
 

@@ -11,9 +11,9 @@ import pytest
 
 from services.jobs.clock import FakeClock
 from services.jobs.errors import InvalidTransition, JobNotFound, StaleGeneration, ValidationError
-from services.jobs.model import Result
+from services.jobs.parts import Result
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
 
 TIMEOUT = timedelta(minutes=10)

@@ -24,11 +24,12 @@ from services.jobs.errors import (
     ValidationError,
 )
 from services.jobs.limits import MAX_ERROR_MESSAGE_BYTES
-from services.jobs.model import ErrorInfo, Job, Lease, Result
+from services.jobs.parts import ErrorInfo, Lease, Result
+from services.jobs.record import Job
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
-from services.jobs.store.reclaims import Reclaims
 from services.jobs.transitions import INVALID_RECORD
+from services.store.job_store import FirestoreJobStore
+from services.store.reclaims import Reclaims
 from tests.fixtures.store import mark_enqueued, stored_document
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
 

@@ -11,7 +11,7 @@ from services.jobs.clock import FakeClock
 from services.jobs.errors import ValidationError
 from services.jobs.horizon import EARLIEST_DUE_AT, MAX_AHEAD
 from services.jobs.model import NewJob
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import T0
 
 PARAMS = {"bucket": "media-src", "object": "m/source.mp4"}

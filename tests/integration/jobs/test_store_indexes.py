@@ -14,7 +14,7 @@ from google.cloud import firestore
 from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import QueryLog, new_job
 from tests.unit.jobs.test_indexes import every_store_query
 

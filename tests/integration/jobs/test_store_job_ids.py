@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from services.jobs.errors import ValidationError
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from services.worker.envelope import job_id_from
 from services.worker.errors import MalformedDelivery
 from tests.integration.jobs.conftest import new_job

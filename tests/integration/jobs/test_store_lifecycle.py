@@ -25,9 +25,11 @@ from services.jobs.errors import (
     StoreUnavailable,
     ValidationError,
 )
-from services.jobs.model import ErrorInfo, Job, Lease, NewJob, Result
+from services.jobs.model import NewJob
+from services.jobs.parts import ErrorInfo, Lease, Result
+from services.jobs.record import Job
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import ACTION, LEASE, T0, WORKER, new_job
 

@@ -62,7 +62,7 @@ from hypothesis.stateful import (
 )
 
 from emulators.firestore.server import Emulator
-from services.jobs import metrics, schema
+from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.errors import (
     AttemptsExhausted,
@@ -71,10 +71,13 @@ from services.jobs.errors import (
     NewerRecord,
     StoreUnavailable,
 )
-from services.jobs.model import ErrorInfo, Job, Lease, NewJob, Result, ScheduleResult, decode_job
-from services.jobs.record import SCHEMA_VERSION
+from services.jobs.model import NewJob
+from services.jobs.parts import ErrorInfo, Lease, Result
+from services.jobs.record import SCHEMA_VERSION, Job, decode_job
+from services.jobs.results import ScheduleResult
 from services.jobs.state import TERMINAL, TRANSITIONS, State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
+from services.telemetry import metrics
 from services.worker.actions import ActionRegistry
 from services.worker.app import _STATUS as WORKER_STATUS
 from services.worker.envelope import Delivery as Push

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from google.cloud import firestore
 
-from services.jobs import metrics, schema
+from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.errors import InvalidRecord, NewerRecord
 from services.jobs.record import SCHEMA_VERSION, decode_job
 from services.jobs.state import Role
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
+from services.telemetry import metrics
 from tests.integration.jobs.conftest import T0, new_job
 
 # What a next version might write, as changes to a record this version wrote.

@@ -14,9 +14,10 @@ from google.cloud import firestore
 
 from services.jobs import schema
 from services.jobs.errors import ScheduleConflict, ValidationError
-from services.jobs.model import NewJob, ScheduleResult
+from services.jobs.model import NewJob
+from services.jobs.results import ScheduleResult
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import T0, new_job
 
 

@@ -20,7 +20,7 @@ from services.jobs.clock import FakeClock
 from services.jobs.errors import StoreRejected
 from services.jobs.shard import shard_of
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import T0, QueryLog, new_job
 
 SHARDS = 4

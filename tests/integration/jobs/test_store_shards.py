@@ -14,9 +14,10 @@ from google.cloud import firestore
 
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.model import ClaimedJob, Job
+from services.jobs.record import Job
+from services.jobs.results import ClaimedJob
 from services.jobs.shard import shard_of
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import T0, QueryLog, new_job, run_together
 
 SHARDS = 4

@@ -12,9 +12,10 @@ from google.cloud import firestore
 from services.jobs import schema
 from services.jobs.clock import FakeClock
 from services.jobs.errors import InvalidTransition, LeaseHeld, LeaseLost
-from services.jobs.model import ErrorInfo, Job, Lease, Result
+from services.jobs.parts import ErrorInfo, Lease, Result
+from services.jobs.record import Job
 from services.jobs.state import TRANSITIONS, State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
 

@@ -18,9 +18,9 @@ from google.cloud import firestore
 
 from services.jobs.clock import FakeClock
 from services.jobs.errors import StoreUnavailable
-from services.jobs.model import ErrorInfo, Lease, Result
-from services.jobs.rejections import RejectionStore, rejection_of
-from services.jobs.store import FirestoreJobStore
+from services.jobs.parts import ErrorInfo, Lease, Result
+from services.store.job_store import FirestoreJobStore
+from services.store.rejections import RejectionStore, rejection_of
 from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import LEASE, T0, WORKER, new_job
 

@@ -22,7 +22,7 @@ from emulators.pubsub import server as pubsub_server
 from emulators.storage import server as storage_server
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from tests.fixtures.firestore import seed_due_jobs
 from tests.fixtures.store import mark_enqueued
 from tests.integration.launcher.test_launcher import ALL_FREE, REPO, Launcher

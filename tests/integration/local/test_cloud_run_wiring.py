@@ -14,8 +14,9 @@ import requests
 
 from infra import api as infra_api
 from infra.config import SETTINGS
+from services.edge.resource_names import Names
 from services.local import cloud_run
-from services.local.topology import Names, Topology
+from services.local.topology import Topology
 from tests.integration.local.test_local_stack import TIMEOUT_S, _start
 
 # It starts whole local stacks: one at a time (see tests/unit/test_make.py).
@@ -147,7 +148,7 @@ def test_with_invoker_iam_disabled_the_services_verify_every_signature_themselve
         proc.terminate()
         proc.communicate(timeout=30)
     assert no_token.status_code == 401
-    # The scan's own answer, in Google's error model (services/jobs/error_model.py).
+    # The scan's own answer, in Google's error model (services/edge/error_model.py).
     assert no_token.json()["error"]["status"] == "UNAUTHENTICATED"
     assert stripped.status_code == 401
     assert "not configured as behind Cloud Run IAM" in stripped.json()["error"]["message"]

@@ -9,7 +9,8 @@ import pytest
 from google.api_core.exceptions import InvalidArgument
 
 from infra.names import Names as InfraNames
-from services.local.topology import Names, PushPolicy, Topology, create_topology
+from services.edge.resource_names import Names
+from services.local.topology import PushPolicy, Topology, create_topology
 
 
 def test_local_names_are_the_infra_names_for_the_default_prefix() -> None:

@@ -28,17 +28,18 @@ from google.cloud import firestore, pubsub_v1
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from emulators.cloudrun.proxy import FrontEnd
+from services.edge.publisher import ATTR_GENERATION, Publisher
 from services.jobs import schema
 from services.jobs.clock import FakeClock
-from services.jobs.metrics import InMemorySink
-from services.jobs.model import Job, NewJob
-from services.jobs.publisher import ATTR_GENERATION, Publisher
-from services.jobs.runs import ScanRunLog
-from services.jobs.scan_leases import ScanLeases
-from services.jobs.store import FirestoreJobStore
+from services.jobs.model import NewJob
+from services.jobs.record import Job
 from services.local.cloud_run import SCAN_CONCURRENCY, SCAN_TIMEOUT_S
 from services.scan.app import create_app
 from services.scan.settings import ScanSettings
+from services.store.job_store import FirestoreJobStore
+from services.store.partition_leases import ScanLeases
+from services.store.runs import ScanRunLog
+from services.telemetry.metrics import InMemorySink
 from tests.fixtures.cloudrun import front_end
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)

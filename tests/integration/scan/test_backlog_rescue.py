@@ -25,15 +25,15 @@ from google.cloud import firestore, pubsub_v1
 from emulators.monitoring.server import MonitoringEmulator, pubsub_admin_source
 from emulators.monitoring.server import start as start_monitoring
 from emulators.pubsub.server import PubsubEmulator
+from services.edge.publisher import ATTR_GENERATION
 from services.jobs.clock import FakeClock
 from services.jobs.model import NewJob
-from services.jobs.publisher import ATTR_GENERATION
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
 from services.scan.budget import ScanLimits
 from services.scan.queue_age import MonitoringQueueAge, monitoring_client
 from services.scan.reclaimer import REASON_RESCUE_SKIPPED, Reclaimer
 from services.scan.summary import RunTally
+from services.store.job_store import FirestoreJobStore
 from tests.fixtures.store import mark_enqueued
 
 pytestmark = pytest.mark.builtin_emulator(

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from services.edge.publisher import Publisher
 from services.jobs.clock import FakeClock
-from services.jobs.publisher import Publisher
 from services.jobs.state import State
 from tests.integration.scan.conftest import T0, TOPIC, Rig
 

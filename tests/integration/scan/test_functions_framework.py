@@ -1,4 +1,4 @@
-"""`python -m services.jobs.server --target=scan --source=services/scan/main.py`
+"""`python -m services.edge.server --target=scan --source=services/scan/main.py`
 (functions-framework's app and server) serves the scan: settings from JOBS_* variables, real
 clients on the emulators, a real token from the local issuer."""
 
@@ -82,7 +82,7 @@ def served(rig: Rig) -> Iterator[Served]:
         [
             sys.executable,
             "-m",
-            "services.jobs.server",
+            "services.edge.server",
             "--target=scan",
             "--source=services/scan/main.py",
             "--host=127.0.0.1",

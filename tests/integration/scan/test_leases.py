@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from services.edge.scheduler_request import JOB_NAME_HEADER, SCHEDULE_TIME_HEADER
 from services.jobs import schema
-from services.jobs.scan_leases import lease_document_id
-from services.scan.trigger import JOB_NAME_HEADER, SCHEDULE_TIME_HEADER
+from services.store.partition_leases import lease_document_id
 from tests.integration.scan.conftest import Rig
 
 JOB = "deferred-jobs-scan"

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from services.jobs.metrics import EVENT_SCAN_RUN
 from services.scan.summary import SUMMARY_KEYS
+from services.telemetry.metrics import EVENT_SCAN_RUN
 from tests.integration.scan.conftest import T0, Rig
 
 

@@ -20,8 +20,9 @@ import pytest
 from google.cloud import firestore
 
 from services.cli.app import main
-from services.jobs import metrics, schema
+from services.jobs import schema
 from services.jobs.shard import shard_of
+from services.telemetry import metrics
 from tests.integration.scan.conftest import T0, Rig
 
 DUE = T0 + timedelta(hours=1)

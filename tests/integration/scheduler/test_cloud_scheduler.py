@@ -23,7 +23,7 @@ from emulators.scheduler.clock import ManualClock
 from emulators.scheduler.job import HttpJob
 from emulators.scheduler.retry import RetryConfig
 from emulators.scheduler.scheduler import Attempt, CloudScheduler, ForcedScheduleTime
-from services.jobs.scheduler_request import (
+from services.edge.scheduler_request import (
     JOB_NAME_HEADER,
     SCHEDULE_TIME_HEADER,
     parse_schedule_time,

@@ -31,10 +31,12 @@ from google.protobuf import duration_pb2
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from services.jobs.clock import FakeClock
-from services.jobs.model import ClaimedJob, Job, NewJob
-from services.jobs.rejections import RejectionStore
-from services.jobs.store import FirestoreJobStore
+from services.jobs.model import NewJob
+from services.jobs.record import Job
+from services.jobs.results import ClaimedJob
 from services.local.cloud_run import WORKER_CONCURRENCY, WORKER_TIMEOUT_S
+from services.store.job_store import FirestoreJobStore
+from services.store.rejections import RejectionStore
 from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
 from services.worker.app import create_app
 from services.worker.errors import TransientError

@@ -13,11 +13,11 @@ import google.cloud.storage as storage
 import pytest
 from google.cloud import firestore
 
-from services.jobs import startup
+from services.edge import startup
 from services.jobs.clock import SystemClock
 from services.jobs.model import NewJob
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from services.worker import main
 from services.worker import settings as keys
 from tests.fixtures.store import mark_enqueued

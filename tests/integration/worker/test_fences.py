@@ -17,7 +17,7 @@ import pytest
 from google.cloud import firestore
 
 from services.jobs import schema
-from services.jobs.model import ClaimedJob
+from services.jobs.results import ClaimedJob
 from services.jobs.state import State
 from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
 from services.worker.envelope import Delivery

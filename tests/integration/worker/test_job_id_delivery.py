@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from services.jobs.model import is_valid_job_id
-from services.jobs.publisher import Publisher
+from services.edge.publisher import Publisher
+from services.jobs.ids import is_valid_job_id
 from services.worker.envelope import Delivery, parse
 
 

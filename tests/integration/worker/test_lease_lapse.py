@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from services.jobs import metrics
 from services.jobs.state import State
+from services.telemetry import metrics
 from services.worker.actions import ActionRequest
 from services.worker.errors import PermanentError, TransientError
 from tests.integration.worker.harness import LEASE, WorkerHarness, envelope

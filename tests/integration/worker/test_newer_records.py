@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from google.cloud import firestore
 
-from services.jobs import metrics, schema
+from services.jobs import schema
 from services.jobs.record import SCHEMA_VERSION
+from services.telemetry import metrics
 from tests.integration.worker.harness import WorkerHarness, envelope
 
 # What a next version might write, as changes to an enqueued record this version wrote.

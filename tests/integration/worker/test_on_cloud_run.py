@@ -18,11 +18,11 @@ from google.cloud import firestore
 
 from emulators.cloudrun.__main__ import READY_LINE
 from emulators.launcher import free_port
-from services.jobs import settings as common
+from services.edge import settings as common
 from services.jobs.clock import SystemClock
 from services.jobs.model import NewJob
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from services.worker import settings as keys
 from tests.fixtures.store import mark_enqueued
 from tests.integration.worker.harness import PUSHER, envelope
@@ -58,7 +58,7 @@ def service_url(firestore_project: str, oidc_server: Any) -> Iterator[str]:
             "--",
             sys.executable,
             "-m",
-            "services.jobs.server",
+            "services.edge.server",
             "--target=worker",
             "--source=services/worker/main.py",
             "--host=127.0.0.1",

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from google.cloud import firestore
 
-from services.jobs.rejections import RejectionStore, rejection_of
+from services.store.rejections import RejectionStore, rejection_of
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 

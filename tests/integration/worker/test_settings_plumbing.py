@@ -9,7 +9,7 @@ from typing import Any
 from google.cloud import firestore
 
 from services.jobs.clock import FakeClock
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
 from services.worker.app import create_app
 from services.worker.media import ACTION_NAME

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from services.jobs import metrics
 from services.jobs.clock import FakeClock
+from services.telemetry import metrics
 from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
 from services.worker.app import create_app
 from services.worker.media import ACTION_NAME

@@ -14,9 +14,9 @@ import pytest
 from google.cloud import firestore
 
 from services.jobs.errors import JobsError
-from services.jobs.model import ClaimedJob
+from services.jobs.results import ClaimedJob
 from services.jobs.state import State
-from services.jobs.store import FirestoreJobStore
+from services.store.job_store import FirestoreJobStore
 from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
 from services.worker.envelope import Delivery
 from services.worker.media import ACTION_NAME

@@ -9,9 +9,10 @@ from datetime import timedelta
 import pytest
 from google.cloud import pubsub_v1
 
-from services.jobs.publisher import Publisher
+from services.edge.publisher import Publisher
 from services.jobs.state import State
-from services.scan.scanner import ScanLimits, Scanner
+from services.scan.budget import ScanLimits
+from services.scan.scanner import Scanner
 from tests.integration.worker.harness import PushTopic, WorkerHarness, wait_until
 
 PushFactory = Callable[..., PushTopic]

@@ -11,18 +11,15 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
-from services.jobs.auth import (
-    Caller,
-    Forbidden,
-    RequestHeaders,
-    Unauthenticated,
-    invoker_authorization,
-)
+from services.edge.auth import Caller, RequestHeaders, invoker_authorization
+from services.edge.auth_errors import Forbidden, Unauthenticated
 from services.jobs.clock import FakeClock
 from services.jobs.errors import AlreadyTerminal, JobNotFound
-from services.jobs.model import Job, NewJob, ScheduleResult
+from services.jobs.model import NewJob
+from services.jobs.record import Job
+from services.jobs.results import ScheduleResult
 from services.jobs.state import Role, State, apply_transition
-from services.jobs.store import same_decision
+from services.store.scheduling import same_decision
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 CALLER = "producer@test-project.iam.gserviceaccount.com"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.jobs.model import derive_job_id
+from services.jobs.ids import derive_job_id
 from services.jobs.state import State
 from tests.unit.api.conftest import Api
 from tests.unit.api.contract import ACTION, DUE, PARAMS, schedule_body

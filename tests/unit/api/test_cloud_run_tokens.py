@@ -15,9 +15,9 @@ import pytest
 from emulators.oidc.issuer import Issuer
 from services.api.app import create_app
 from services.api.settings import API_ALLOWED_CALLERS, API_AUDIENCE, ApiSettings
-from services.jobs.auth import SERVERLESS_AUTHORIZATION, SIGNATURE_REMOVED
+from services.edge.auth import SERVERLESS_AUTHORIZATION, SIGNATURE_REMOVED
+from services.edge.settings import BEHIND_CLOUD_RUN_IAM, PROJECT
 from services.jobs.clock import FakeClock
-from services.jobs.settings import BEHIND_CLOUD_RUN_IAM, PROJECT
 from tests.unit.api.conftest import SETTINGS
 from tests.unit.api.fakes import CALLER, T0, FakeStore
 

@@ -8,7 +8,7 @@ from services.api.settings import (
     API_MAX_BODY_BYTES,
     ApiSettings,
 )
-from services.jobs.settings import PROJECT, SettingsError
+from services.edge.settings import PROJECT, SettingsError
 
 GOOD = {
     PROJECT: "p",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from services.cli.jobfile import parse_line, read_lines
-from services.jobs.model import derive_job_id
+from services.jobs.ids import derive_job_id
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -17,19 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emulators.oidc.issuer import Issuer
-from services.jobs.auth import (
+from services.edge.auth import (
     SIGNATURE_REMOVED,
     AuthPolicy,
-    CertsCache,
-    CertsUnavailable,
-    Forbidden,
     TokenVerifier,
-    Unauthenticated,
     accepted_audiences,
     allowed_emails,
     bearer_token,
     invoker_authorization,
 )
+from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
+from services.edge.certs import CertsCache
 
 CERTS_URL = "https://certs.example/oauth2/v1/certs"
 AUDIENCE = "https://worker.example.run.app/push"
@@ -540,7 +538,7 @@ class _CountingVerify:
     """google-auth's verify_token, counted: the signature checks a verifier really makes."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from services.jobs import auth
+        from services.edge import auth
 
         self.calls = 0
         real = auth.id_token.verify_token

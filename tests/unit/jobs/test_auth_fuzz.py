@@ -17,15 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulators.oidc.issuer import Issuer
-from services.jobs.auth import (
-    SIGNATURE_REMOVED,
-    AuthPolicy,
-    Caller,
-    CertsCache,
-    Forbidden,
-    TokenVerifier,
-    Unauthenticated,
-)
+from services.edge.auth import SIGNATURE_REMOVED, AuthPolicy, Caller, TokenVerifier
+from services.edge.auth_errors import Forbidden, Unauthenticated
+from services.edge.certs import CertsCache
 
 CERTS_URL = "https://certs.example/oauth2/v1/certs"
 AUDIENCE = "https://scan.example.run.app/"

@@ -20,9 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
 
-from services.jobs.decoding import decode_fields, update_time
-from services.jobs.model import Job, NewJob, decode_job
+from services.jobs.model import NewJob
+from services.jobs.record import Job, decode_job
 from services.jobs.transitions import Transitions
+from services.store.decoding import decode_fields, update_time
 
 Value = document_types.Value.pb()
 Document = document_types.Document.pb()

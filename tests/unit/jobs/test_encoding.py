@@ -15,7 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proto.datetime_helpers import DatetimeWithNanoseconds as ProtoDatetimeWithNanoseconds
 
-from services.jobs.encoding import (
+from services.jobs.model import NewJob
+from services.jobs.parts import Result
+from services.jobs.record import Job
+from services.jobs.transitions import Transitions
+from services.store.documents import appended_fields, changed_fields
+from services.store.encoding import (
     _timestamp,
     create_write,
     delete_write,
@@ -24,9 +29,6 @@ from services.jobs.encoding import (
     set_write,
     update_write,
 )
-from services.jobs.model import Job, NewJob, Result
-from services.jobs.store.documents import appended_fields, changed_fields
-from services.jobs.transitions import Transitions
 
 PATH = "projects/p/databases/(default)/documents/jobs/job-1"
 NOW = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)

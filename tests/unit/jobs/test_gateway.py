@@ -15,11 +15,11 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
 from google.cloud.firestore_v1.types import firestore as rpc
 
-from services.jobs import gateway as gateway_module
-from services.jobs.bounds import CallBounds
-from services.jobs.database import Database
-from services.jobs.gateway import STREAM_RESUMES, Gateway
-from services.jobs.queries import due_query
+from services.store import gateway as gateway_module
+from services.store.bounds import CallBounds
+from services.store.database import Database
+from services.store.gateway import STREAM_RESUMES, Gateway
+from services.store.queries import due_query
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
 DOCUMENTS = "projects/p/databases/(default)/documents"

@@ -12,7 +12,9 @@ import pytest
 
 from services.jobs import schema
 from services.jobs.errors import ValidationError
-from services.jobs.queries import (
+from services.jobs.record import SCHEMA_VERSION
+from services.jobs.state import State
+from services.store.queries import (
     QuerySpec,
     all_jobs_query,
     due_probe_query,
@@ -28,8 +30,6 @@ from services.jobs.queries import (
     out_of_range_query,
     state_query,
 )
-from services.jobs.record import SCHEMA_VERSION
-from services.jobs.state import State
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 SHARD_COUNTS = (1, 4)

@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.jobs.model import Claim, Job, NewJob
+from services.jobs.model import NewJob
+from services.jobs.parts import Claim
+from services.jobs.record import Job
 from services.jobs.state import State
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)

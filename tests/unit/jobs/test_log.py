@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from services.jobs.log import (
+from services.telemetry.log import (
     SPAN_KEY,
     TRACE_KEY,
     JsonFormatter,

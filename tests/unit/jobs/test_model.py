@@ -7,19 +7,16 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from services.jobs.errors import ValidationError
-from services.jobs.model import (
-    CancelRequest,
-    Claim,
-    ErrorInfo,
-    Job,
-    NewJob,
-    Result,
+from services.jobs.ids import (
     derive_idempotency_key,
     derive_job_id,
     document_id_problems,
     is_valid_job_id,
     job_id_problems,
 )
+from services.jobs.model import NewJob
+from services.jobs.parts import CancelRequest, Claim, ErrorInfo, Result
+from services.jobs.record import Job
 from services.jobs.state import HistoryEntry, State
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

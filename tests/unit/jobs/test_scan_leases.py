@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from services.jobs.scan_leases import decide, lease_document_id
+from services.store.partition_leases import decide, lease_document_id
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 KEY = "scan@2026-06-01T12:00:00+00:00"

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from services.jobs.scheduler_request import (
+from services.edge.scheduler_request import (
     SchedulerHeaderError,
     format_schedule_time,
     job_id_from_header,

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from services.jobs.auth import GOOGLE_CERTS_URL
-from services.jobs.settings import (
+from services.edge.auth import GOOGLE_CERTS_URL
+from services.edge.settings import (
     AUTH_CLOCK_SKEW_S,
     BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.jobs.model import Job, NewJob, decode_job
-from services.jobs.settings import SHARDS, CommonSettings, EnvReader, SettingsError
+from services.edge.settings import SHARDS, CommonSettings, EnvReader, SettingsError
+from services.jobs.model import NewJob
+from services.jobs.record import Job, decode_job
 from services.jobs.shard import MAX_SHARDS, read_parts, shard_of, spend_over_shards, split_budget
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

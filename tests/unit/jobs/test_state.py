@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.jobs.errors import AlreadyTerminal, InvalidTransition
-from services.jobs.model import Job, NewJob
+from services.jobs.model import NewJob
+from services.jobs.record import Job
 from services.jobs.state import (
     TERMINAL,
     TRANSITIONS,

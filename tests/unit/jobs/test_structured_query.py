@@ -12,7 +12,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from services.jobs.queries import (
+from services.jobs.state import State
+from services.store.queries import (
     QuerySpec,
     due_probe_query,
     due_query,
@@ -24,7 +25,6 @@ from services.jobs.queries import (
     state_query,
     structured_query,
 )
-from services.jobs.state import State
 
 CLIENT = firestore.Client(project="p", credentials=AnonymousCredentials())
 DOCUMENTS = "projects/p/databases/(default)/documents"
@@ -82,7 +82,7 @@ def test_an_equality_on_none_is_the_clients_is_null() -> None:
 
 
 def test_the_backfills_id_ordered_pages_are_the_clients() -> None:
-    from services.jobs.queries import NAME
+    from services.store.queries import NAME
 
     jobs = CLIENT.collection("jobs")
     base = jobs.where(filter=FieldFilter("state", "==", "deferred")).order_by(NAME).limit(500)

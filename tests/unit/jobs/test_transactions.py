@@ -22,10 +22,11 @@ from google.cloud.firestore_v1.types import firestore as rpc
 from google.cloud.firestore_v1.types import query as query_types
 from google.cloud.firestore_v1.types import write as write_types
 
-from services.jobs.database import DEFAULT_DATABASE, Database, connect
 from services.jobs.errors import LostRace, StoreMisconfigured, StoreRejected, StoreUnavailable
-from services.jobs.gateway import CallBounds, Gateway
-from services.jobs.transactions import (
+from services.store.bounds import CallBounds
+from services.store.database import DEFAULT_DATABASE, Database, connect
+from services.store.gateway import Gateway
+from services.store.transactions import (
     TRANSACTION_ATTEMPTS,
     Transaction,
     TransactionRunner,

@@ -13,14 +13,8 @@ from datetime import UTC, datetime, timedelta
 from services.jobs import errors
 from services.jobs.control import Control, HousekeepingMark
 from services.jobs.layout import ShardCensus, ShardLayout
-from services.jobs.model import (
-    Backlog,
-    ClaimedJob,
-    EnqueueMark,
-    ErrorInfo,
-    Reclaimed,
-    ReclaimReport,
-)
+from services.jobs.parts import ErrorInfo
+from services.jobs.results import Backlog, ClaimedJob, EnqueueMark, Reclaimed, ReclaimReport
 from services.jobs.state import State
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)

@@ -10,21 +10,15 @@ from typing import Any
 import flask
 import pytest
 
-from services.jobs.auth import (
-    Caller,
-    CertsUnavailable,
-    Forbidden,
-    RequestHeaders,
-    Unauthenticated,
-    invoker_authorization,
-)
+from services.edge.auth import Caller, RequestHeaders, invoker_authorization
+from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
 from services.jobs.clock import FakeClock
-from services.jobs.log import JsonFormatter
-from services.jobs.metrics import InMemorySink
-from services.jobs.runs import MAX_FAILURE_MESSAGE, RunLogError, ScanRun
 from services.scan.app import EVENT_SCAN_RUN_UNRECORDED, create_app
 from services.scan.settings import ScanSettings
 from services.scan.summary import SUMMARY_KEYS
+from services.store.runs import MAX_FAILURE_MESSAGE, RunLogError, ScanRun
+from services.telemetry.log import JsonFormatter
+from services.telemetry.metrics import InMemorySink
 from tests.unit.scan.fakes import T0, FakePublisher, FakeStore
 
 SETTINGS = ScanSettings(
@@ -197,8 +191,8 @@ def test_the_built_store_gets_the_terminal_retention_and_firestore_timeout() -> 
     from dataclasses import replace
     from datetime import timedelta
 
-    from services.jobs.store import FirestoreJobStore
     from services.scan.app import handler_of
+    from services.store.job_store import FirestoreJobStore
 
     settings = replace(SETTINGS, terminal_retention_s=3 * 86400.0, firestore_timeout_s=2.5)
     app = create_app(

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.jobs.clock import FakeClock
-from services.jobs.metrics import NullSink
 from services.scan.app import EVENT_SCAN_CRASHED, create_app
 from services.scan.trigger import MAX_BODY_BYTES
+from services.telemetry.metrics import NullSink
 from tests.unit.scan.fakes import T0, FakePublisher, FakeStore
 from tests.unit.scan.test_app import GOOD, SETTINGS, FakeVerifier, JsonLines, Recorder
 

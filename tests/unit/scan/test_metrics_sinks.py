@@ -7,8 +7,8 @@ import pytest
 from google.api import metric_pb2
 from google.cloud import monitoring_v3
 
-from services.jobs import metrics
-from services.jobs.metrics import (
+from services.telemetry import metrics
+from services.telemetry.metrics import (
     MAX_SERIES_PER_REQUEST,
     CloudMonitoringSink,
     InMemorySink,

@@ -11,7 +11,6 @@ import pytest
 
 from services.jobs.clock import FakeClock
 from services.jobs.control import Control
-from services.jobs.metrics import InMemorySink
 from services.jobs.ramp import Ramp
 from services.scan.budget import (
     EnqueueBudget,
@@ -22,6 +21,7 @@ from services.scan.budget import (
 )
 from services.scan.pacer import Pacer, pace_page
 from services.scan.scanner import Scanner
+from services.telemetry.metrics import InMemorySink
 from tests.unit.scan.fakes import T0, FakePublisher, FakeStore
 
 PACED = ScanLimits(

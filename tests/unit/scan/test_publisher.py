@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from services.jobs.publisher import ATTR_GENERATION, ATTR_RUN_ID, Publisher, PublishError
+from services.edge.publisher import ATTR_GENERATION, ATTR_RUN_ID, Publisher, PublishError
 
 
 class FakeClient:

@@ -9,18 +9,15 @@ from datetime import timedelta
 
 import pytest
 
-from services.jobs import errors, metrics
+from services.jobs import errors
 from services.jobs.clock import FakeClock
 from services.jobs.control import Control
-from services.jobs.metrics import InMemorySink
-from services.scan.scanner import (
-    EVENT_SCAN_FAILED,
-    QueueUnreachable,
-    ScanLimits,
-    Scanner,
-    StoreUnreachable,
-)
+from services.scan.budget import ScanLimits
+from services.scan.errors import QueueUnreachable, StoreUnreachable
+from services.scan.scanner import EVENT_SCAN_FAILED, Scanner
 from services.scan.summary import response_body
+from services.telemetry import metrics
+from services.telemetry.metrics import InMemorySink
 from tests.unit.scan.fakes import T0, Crash, CrashingPublisher, FakePublisher, FakeStore
 
 LIMITS = ScanLimits(
@@ -247,7 +244,7 @@ def test_run_ids_are_unique_and_sort_by_time() -> None:
 def test_a_lease_the_reclaimer_fails_is_logged_as_job_failed_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from services.jobs.metrics import EVENT_JOB_FAILED
+    from services.telemetry.metrics import EVENT_JOB_FAILED
 
     store = FakeStore(due=ids(2), expired=["stuck"], expired_last_attempt=["dead-1", "dead-2"])
     scanner, _, _ = make(store)

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from services.jobs.auth import GOOGLE_CERTS_URL
+from services.edge.auth import GOOGLE_CERTS_URL
+from services.edge.settings import SettingsError
 from services.scan import settings as scan_settings
 from services.scan.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S, ScanLimits
-from services.scan.settings import ALL_KEYS, ScanSettings, SettingsError
+from services.scan.settings import ALL_KEYS, ScanSettings
 
 VALID = {
     "JOBS_PROJECT": "p1",

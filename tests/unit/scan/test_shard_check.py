@@ -10,13 +10,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.jobs import metrics
 from services.jobs.control import Control
 from services.jobs.layout import ShardLayout, mismatched
 from services.scan.errors import StoreUnreachable
 from services.scan.housekeeping import Housekeeping
 from services.scan.shard_check import ShardCheck, ShardFigures
 from services.scan.summary import Backlog
+from services.telemetry import metrics
 from tests.unit.scan.fakes import FakeStore
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

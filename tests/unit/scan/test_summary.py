@@ -2,8 +2,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from services.jobs import metrics
-from services.jobs.runs import MAX_FAILED_IDS, ScanRun
 from services.scan.summary import (
     SUMMARY_KEYS,
     Backlog,
@@ -12,6 +10,8 @@ from services.scan.summary import (
     response_body,
     scan_report,
 )
+from services.store.runs import MAX_FAILED_IDS, ScanRun
+from services.telemetry import metrics
 from tests.unit.scan.fakes import T0
 
 
@@ -122,7 +122,7 @@ def test_a_run_that_took_no_time_has_a_zero_drain_rate() -> None:
 
 
 def test_a_failed_runs_document_round_trips_its_failure_with_the_message_bounded() -> None:
-    from services.jobs.runs import MAX_FAILURE_MESSAGE, RunFailure
+    from services.store.runs import MAX_FAILURE_MESSAGE, RunFailure
 
     failure = RunFailure.of(503, "firestore_unavailable", "down " * MAX_FAILURE_MESSAGE)
     assert len(failure.message) == MAX_FAILURE_MESSAGE and failure.message.endswith("…")

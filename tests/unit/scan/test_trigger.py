@@ -41,7 +41,7 @@ def test_anything_else_is_refused_with_the_reason(body: bytes, reason: str) -> N
 def test_scheduler_headers_name_the_execution() -> None:
     from datetime import UTC, datetime
 
-    from services.scan.trigger import JOB_NAME_HEADER, SCHEDULE_TIME_HEADER
+    from services.edge.scheduler_request import JOB_NAME_HEADER, SCHEDULE_TIME_HEADER
 
     headers = {JOB_NAME_HEADER: "scan-p0", SCHEDULE_TIME_HEADER: "2026-10-16T05:00:00-07:00"}
     trigger = parse_trigger(b'{"partition": 1}', headers)

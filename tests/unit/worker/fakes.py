@@ -16,7 +16,10 @@ from services.jobs.clock import Clock
 from services.jobs.errors import (
     JobNotFound,
 )
-from services.jobs.model import Claim, ErrorInfo, IdempotencyRecord, Job, Lease, NewJob, Result
+from services.jobs.model import NewJob
+from services.jobs.parts import Claim, ErrorInfo, Lease, Result
+from services.jobs.record import Job
+from services.jobs.results import IdempotencyRecord
 from services.jobs.state import State
 from services.jobs.transitions import Transitions
 

@@ -12,12 +12,12 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
-from services.jobs import metrics
-from services.jobs.auth import CertsUnavailable, Forbidden, Unauthenticated
+from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
 from services.jobs.clock import FakeClock
 from services.jobs.errors import StoreUnavailable
-from services.jobs.rejections import Rejection
 from services.jobs.state import State
+from services.store.rejections import Rejection
+from services.telemetry import metrics
 from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
 from services.worker.app import create_app
 from services.worker.errors import TransientError

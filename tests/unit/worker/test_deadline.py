@@ -9,7 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 from services.jobs.clock import FakeClock
 from services.jobs.errors import LeaseHeld, LeaseLost, StoreUnavailable
-from services.jobs.model import CancelRequest, Job, Lease, NewJob
+from services.jobs.model import NewJob
+from services.jobs.parts import CancelRequest, Lease
+from services.jobs.record import Job
 from services.jobs.state import State
 from services.worker.deadline import (
     STOP_CANCEL,

@@ -130,7 +130,8 @@ def test_an_unwrapped_job_id_that_looks_like_json_is_read_as_a_job_id() -> None:
 
 
 def test_the_envelope_uses_the_models_job_id_rule_and_the_publishers_attribute_names() -> None:
-    from services.jobs import model, publisher
+    from services.edge import publisher
+    from services.jobs import model
     from services.worker import envelope
 
     assert envelope.job_id_problems is model.job_id_problems

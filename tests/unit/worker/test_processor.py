@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.jobs import metrics
 from services.jobs.clock import FakeClock
-from services.jobs.model import CancelRequest, IdempotencyRecord
+from services.jobs.parts import CancelRequest
+from services.jobs.results import IdempotencyRecord
 from services.jobs.state import State
+from services.telemetry import metrics
 from services.worker.actions import (
     Action,
     ActionRegistry,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import datetime
 
-from services.jobs.rejections import PAYLOAD_LIMIT, kept_headers, rejection_of
+from services.store.rejections import PAYLOAD_LIMIT, kept_headers, rejection_of
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 

@@ -6,8 +6,9 @@ import datetime
 
 import pytest
 
+from services.edge.settings import SettingsError
 from services.worker import settings as s
-from services.worker.settings import SettingsError, WorkerSettings
+from services.worker.settings import WorkerSettings
 
 MINIMAL = {
     s.PROJECT: "demo",
@@ -92,7 +93,7 @@ def test_key_constants_carry_the_jobs_prefix() -> None:
 
 
 def test_the_shared_key_names_are_the_jobs_settings_constants() -> None:
-    from services.jobs import settings as common
+    from services.edge import settings as common
 
     for name in (
         "PROJECT",

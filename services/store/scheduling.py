@@ -14,10 +14,12 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 
 from services.jobs.errors import InvalidRecord, LostRace, ScheduleConflict, ValidationError
-from services.jobs.model import Job, NewJob, ScheduleResult, decode_job
+from services.jobs.model import NewJob
+from services.jobs.record import Job, decode_job
+from services.jobs.results import ScheduleResult
 from services.jobs.state import HistoryEntry, Role, State
-from services.jobs.store.documents import Documents, require_due_in_horizon
-from services.jobs.transactions import store_errors
+from services.store.documents import Documents, require_due_in_horizon
+from services.store.transactions import store_errors
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ Google's APIs answer an error with one JSON shape (https://cloud.google.com/apis
 (https://cloud.google.com/apis/design/errors#handling_errors). The API builds these itself
 (services/api/errors.py); this module gives the same shape to what answers before or around
 the services' own code: functions-framework's routing, werkzeug, gunicorn's parser
-(services/jobs/server.py), and the scan's and worker's own refusals at the process edge
-(services/jobs/startup.py).
+(services/edge/server.py), and the scan's and worker's own refusals at the process edge
+(services/edge/startup.py).
 
 It also holds the one rule on request paths every service applies before anything else: a path
 whose percent-decoded bytes are not UTF-8 is refused, never read with U+FFFD in place of the

@@ -13,8 +13,20 @@ from typing import Any
 from services.jobs.control import HOUSEKEEPING_FIELD, Control, HousekeepingMark
 from services.jobs.errors import InvalidRecord, ValidationError
 from services.jobs.layout import LAYOUT_FIELD, ShardCensus, ShardLayout
-from services.jobs.model import Backlog, Job, Page, Stats
-from services.jobs.queries import (
+from services.jobs.record import SCHEMA_VERSION, Job
+from services.jobs.results import Backlog, NewerRecords, Page, Stats
+from services.jobs.shard import Part, fan_out
+from services.jobs.state import State
+from services.store.documents import (
+    Documents,
+    decoded,
+    require_aware,
+    require_due_in_horizon,
+    require_short,
+    require_text,
+)
+from services.store.merge import merged
+from services.store.queries import (
     all_jobs_query,
     decode_cursor,
     due_query,
@@ -29,20 +41,7 @@ from services.jobs.queries import (
     out_of_range_query,
     state_query,
 )
-from services.jobs.record import SCHEMA_VERSION
-from services.jobs.results import NewerRecords
-from services.jobs.shard import Part, fan_out
-from services.jobs.state import State
-from services.jobs.store.documents import (
-    Documents,
-    decoded,
-    require_aware,
-    require_due_in_horizon,
-    require_short,
-    require_text,
-)
-from services.jobs.store.merge import merged
-from services.jobs.transactions import Transaction, store_errors
+from services.store.transactions import Transaction, store_errors
 
 _MAX_LIST_LIMIT = 500
 

@@ -24,12 +24,6 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud.firestore_v1.base_document import DocumentSnapshot
 
 from services.jobs import schema
-
-# The bounds are imported from here too (the settings, the CLI).
-from services.jobs.bounds import DEFAULT_CALL_TIMEOUT_S as DEFAULT_CALL_TIMEOUT_S
-from services.jobs.bounds import CallBounds as CallBounds
-from services.jobs.bounds import bounded_retry as bounded_retry
-from services.jobs.decoding import update_time
 from services.jobs.errors import (
     JobsError,
     LostRace,
@@ -38,9 +32,12 @@ from services.jobs.errors import (
     StoreRejected,
     StoreUnavailable,
 )
-from services.jobs.gateway import Gateway
-from services.jobs.model import Job
-from services.jobs.queries import QuerySpec
+from services.jobs.record import Job
+
+# The bounds are imported from here too (the settings, the CLI).
+from services.store.decoding import update_time
+from services.store.gateway import Gateway
+from services.store.queries import QuerySpec
 
 logger = logging.getLogger(__name__)
 # Our own generator: backoff jitter must not move the global `random` state other code (and

@@ -198,7 +198,7 @@ class ScanRunLog:
         self._collection = collection
         self._bounds: dict[str, Any] = {}
         if timeout_s is not None:
-            from services.jobs.transactions import CallBounds
+            from services.store.bounds import CallBounds
 
             # A set is idempotent, so the read bounds' retry of transient errors is safe here.
             self._bounds = CallBounds(timeout_s).kwargs

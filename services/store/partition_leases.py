@@ -32,14 +32,9 @@ from google.cloud import firestore
 
 from services.jobs import schema
 from services.jobs.errors import JobsError
-from services.jobs.gateway import Gateway
-from services.jobs.transactions import (
-    CallBounds,
-    Transaction,
-    TransactionRunner,
-    as_datetime,
-    store_errors,
-)
+from services.store.bounds import CallBounds
+from services.store.gateway import Gateway
+from services.store.transactions import Transaction, TransactionRunner, as_datetime, store_errors
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +123,7 @@ class ScanLeases:
     ) -> None:
         self._client = client
         self._bounds = CallBounds(timeout_s)
-        # Transactions through the public GAPIC client, as the store's (services/jobs/gateway).
+        # Transactions through the public GAPIC client, as the store's (services/store/gateway).
         self._tx = TransactionRunner(Gateway(client, database, self._bounds))
 
     def _ref(self, partition: int) -> Any:

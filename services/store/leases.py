@@ -23,9 +23,11 @@ from services.jobs.errors import (
     StoreUnavailable,
     ValidationError,
 )
-from services.jobs.model import ErrorInfo, IdempotencyRecord, Job, Lease, Result
+from services.jobs.parts import ErrorInfo, Lease, Result
+from services.jobs.record import Job
+from services.jobs.results import IdempotencyRecord
 from services.jobs.state import Role, State
-from services.jobs.store.documents import (
+from services.store.documents import (
     HISTORY,
     Documents,
     appended_fields,
@@ -35,8 +37,8 @@ from services.jobs.store.documents import (
     require_text,
     write_changes,
 )
-from services.jobs.store.shared_keys import hold_key, require_key
-from services.jobs.transactions import Transaction, store_errors
+from services.store.shared_keys import hold_key, require_key
+from services.store.transactions import Transaction, store_errors
 
 # A start whose answer was lost is tried once more with the same token (see `start`).
 START_ATTEMPTS = 2

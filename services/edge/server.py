@@ -1,7 +1,7 @@
 """The process that serves one target: functions-framework's app under gunicorn, with gunicorn's
 limits set to Cloud Run's and its own error answers in Google's error model.
 
-    python -m services.jobs.server --target=api --source=services/api/main.py --port=8080
+    python -m services.edge.server --target=api --source=services/api/main.py --port=8080
 
 It is `functions-framework --target ... --source ... --port ...` (same options, same
 FUNCTION_TARGET / FUNCTION_SOURCE / HOST / PORT environment, same app and gunicorn server,
@@ -9,14 +9,14 @@ built by functions-framework's own `create_app` and `create_server`) with two di
 
 - gunicorn's header limits. By default gunicorn refuses a header field over 8,190 bytes or more
   than 100 fields with its own 431/400 HTML page, before the service's code runs; the service's
-  own limits (the 16 KiB token limit in services/jobs/auth.py) could never answer. Cloud Run's
+  own limits (the 16 KiB token limit in services/edge/auth.py) could never answer. Cloud Run's
   front end passes a request line and headers of up to 64 KiB in total
   (https://cloud.google.com/run/quotas, "HTTP/1 ... request headers"); so gunicorn here takes
   any field of up to that size and as many fields as fit in it, and what Cloud Run passes
   reaches the service.
 - gunicorn's own refusals (a malformed request line or header, which only a client that
   reaches the container without Cloud Run's front end can send) are answered in Google's error
-  model (services/jobs/error_model.py) instead of gunicorn's HTML page.
+  model (services/edge/error_model.py) instead of gunicorn's HTML page.
 
 No work at import: `main()` reads the options and builds the app.
 """
@@ -35,7 +35,7 @@ from functions_framework._http import create_server
 from functions_framework._http.gunicorn import GThreadWorkerWithTimeoutSupport
 from gunicorn.workers.gthread import ThreadWorker
 
-from services.jobs.error_model import error_bytes
+from services.edge.error_model import error_bytes
 
 # Cloud Run's HTTP/1 limit on the request line and headers together
 # (https://cloud.google.com/run/quotas); emulators/cloudrun/contract.py holds the same figure
@@ -92,7 +92,7 @@ def worker_class(environ: Mapping[str, str]) -> str:
 
 
 def parse_args(argv: list[str] | None, environ: Any) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m services.jobs.server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m services.edge.server", description=__doc__)
     parser.add_argument("--target", default=environ.get("FUNCTION_TARGET"))
     parser.add_argument("--source", default=environ.get("FUNCTION_SOURCE"))
     # functions-framework's default host: every interface of the container.

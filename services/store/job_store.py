@@ -24,34 +24,31 @@ from google.cloud import firestore
 from services.jobs.clock import Clock
 from services.jobs.control import Control, HousekeepingMark
 from services.jobs.layout import ShardCensus, ShardLayout
-from services.jobs.model import (
-    DEFAULT_ACTIONS,
+from services.jobs.model import DEFAULT_ACTIONS, NewJob
+from services.jobs.parts import ErrorInfo, Lease, Result
+from services.jobs.record import Job
+from services.jobs.results import (
     Backlog,
     ClaimedJob,
     EnqueueMark,
-    ErrorInfo,
     IdempotencyRecord,
-    Job,
-    Lease,
-    NewJob,
+    NewerRecords,
     Page,
     ReclaimReport,
-    Result,
     ScheduleResult,
     Stats,
 )
-from services.jobs.queries import QuerySpec
-from services.jobs.results import NewerRecords
 from services.jobs.state import DEFAULT_HISTORY_LIMIT, State
-from services.jobs.store import shared_keys
-from services.jobs.store.claims import MARK_PAGE_SIZE, Claims
-from services.jobs.store.documents import CLAIM_PAGE_SIZE, Documents
-from services.jobs.store.leases import Leases
-from services.jobs.store.reads import Reads
-from services.jobs.store.reclaims import Reclaims
-from services.jobs.store.scheduling import ScheduleOutcome, Scheduling
-from services.jobs.transactions import DEFAULT_CALL_TIMEOUT_S
 from services.jobs.transitions import DEFAULT_TERMINAL_RETENTION
+from services.store import shared_keys
+from services.store.bounds import DEFAULT_CALL_TIMEOUT_S
+from services.store.claims import MARK_PAGE_SIZE, Claims
+from services.store.documents import CLAIM_PAGE_SIZE, Documents
+from services.store.leases import Leases
+from services.store.queries import QuerySpec
+from services.store.reads import Reads
+from services.store.reclaims import Reclaims
+from services.store.scheduling import ScheduleOutcome, Scheduling
 
 
 class FirestoreJobStore:

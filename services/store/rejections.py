@@ -21,7 +21,7 @@ from google.cloud import firestore
 
 from services.jobs.errors import StoreUnavailable
 from services.jobs.schema import EXPIRE_AT, REJECTED
-from services.jobs.transactions import DEFAULT_CALL_TIMEOUT_S, CallBounds
+from services.store.bounds import DEFAULT_CALL_TIMEOUT_S, CallBounds
 
 PAYLOAD_LIMIT = 4096
 DEFAULT_RETENTION = datetime.timedelta(days=30)

@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 
-from services.jobs.model import Job
+from services.jobs.record import Job
 
 DEFAULT_CAPACITY = 50_000
 

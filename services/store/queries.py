@@ -18,10 +18,10 @@ from typing import Any
 from google.cloud.firestore_v1.types import query as query_types
 
 from services.jobs import schema
-from services.jobs.encoding import encode_value
 from services.jobs.errors import ValidationError
 from services.jobs.shard import Part
 from services.jobs.state import State
+from services.store.encoding import encode_value
 
 NAME = "__name__"  # the document's name: a field to order by
 

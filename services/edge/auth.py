@@ -53,12 +53,8 @@ import google.auth.transport
 import google.auth.transport.requests
 from google.oauth2 import id_token
 
-from services.jobs.auth_errors import AuthError as AuthError
-from services.jobs.auth_errors import CertsUnavailable as CertsUnavailable
-from services.jobs.auth_errors import Forbidden as Forbidden
-from services.jobs.auth_errors import Unauthenticated as Unauthenticated
-from services.jobs.certs import CachedCertsRequest
-from services.jobs.certs import CertsCache as CertsCache
+from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
+from services.edge.certs import CachedCertsRequest, CertsCache
 
 logger = logging.getLogger(__name__)
 

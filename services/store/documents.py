@@ -19,9 +19,8 @@ from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry
 from google.cloud import firestore
 
-from services.jobs import metrics, schema
+from services.jobs import schema
 from services.jobs.clock import Clock
-from services.jobs.decoding import decode_fields, update_time
 from services.jobs.errors import (
     InvalidRecord,
     JobNotFound,
@@ -29,21 +28,18 @@ from services.jobs.errors import (
     NewerRecord,
     ValidationError,
 )
-from services.jobs.gateway import Gateway
 from services.jobs.horizon import due_at_problem
 from services.jobs.limits import MAX_REASON_BYTES
-from services.jobs.model import Job, decode_job
-from services.jobs.queries import QuerySpec
+from services.jobs.record import Job, decode_job
 from services.jobs.shard import read_parts, require_shards
 from services.jobs.state import Role
-from services.jobs.transactions import (
-    CallBounds,
-    Transaction,
-    TransactionRunner,
-    as_datetime,
-    store_errors,
-)
 from services.jobs.transitions import Transitions
+from services.store.bounds import CallBounds
+from services.store.decoding import decode_fields, update_time
+from services.store.gateway import Gateway
+from services.store.queries import QuerySpec
+from services.store.transactions import Transaction, TransactionRunner, as_datetime, store_errors
+from services.telemetry import metrics
 
 logger = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from services.jobs.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
+from services.edge.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
 from services.jobs.shard import MAX_SHARDS
-from services.jobs.store import DEFAULT_TERMINAL_RETENTION
-from services.jobs.transactions import DEFAULT_CALL_TIMEOUT_S
+from services.jobs.transitions import DEFAULT_TERMINAL_RETENTION
+from services.store.bounds import DEFAULT_CALL_TIMEOUT_S
 
 PREFIX = "JOBS_"
 

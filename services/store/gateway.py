@@ -27,10 +27,10 @@ from google.cloud.firestore import DocumentSnapshot
 from google.cloud.firestore_v1.types import firestore as rpc
 from google.cloud.firestore_v1.types import query as query_types
 
-from services.jobs.bounds import RETRYABLE, CallBounds
-from services.jobs.database import Database, database_path, for_client
-from services.jobs.decoding import create_time, decode_fields, read_time_of, update_time
-from services.jobs.encoding import (
+from services.store.bounds import RETRYABLE, CallBounds
+from services.store.database import Database, database_path, for_client
+from services.store.decoding import create_time, decode_fields, read_time_of, update_time
+from services.store.encoding import (
     create_write,
     delete_write,
     merge_write,
@@ -38,7 +38,7 @@ from services.jobs.encoding import (
     set_write,
     update_write,
 )
-from services.jobs.queries import NAME, QuerySpec, structured_query
+from services.store.queries import NAME, QuerySpec, structured_query
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import Any
 
 from services.jobs import schema
-from services.jobs.decoding import decode_fields, update_time
 from services.jobs.errors import (
     InvalidRecord,
     JobNotFound,
@@ -27,11 +26,13 @@ from services.jobs.errors import (
     StoreUnavailable,
     ValidationError,
 )
-from services.jobs.model import ClaimedJob, EnqueueMark, ErrorInfo, Job
-from services.jobs.queries import due_probe_query, due_query
+from services.jobs.parts import ErrorInfo
+from services.jobs.record import Job
+from services.jobs.results import ClaimedJob, EnqueueMark
 from services.jobs.shard import MAX_IN_VALUES, shard_groups, spend_over_shards
 from services.jobs.state import Role
-from services.jobs.store.documents import (
+from services.store.decoding import decode_fields, update_time
+from services.store.documents import (
     CLAIM_PAGE_SIZE,
     Documents,
     changed_fields,
@@ -40,8 +41,9 @@ from services.jobs.store.documents import (
     text_ok,
     write_changes,
 )
-from services.jobs.transactions import Transaction, as_datetime, store_errors
-from services.jobs.written import WrittenRecords
+from services.store.queries import due_probe_query, due_query
+from services.store.transactions import Transaction, as_datetime, store_errors
+from services.store.written import WrittenRecords
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +57,7 @@ class Claims:
     def __init__(self, docs: Documents) -> None:
         self._docs = docs
         # Claims this process wrote, so their enqueue mark can be one write conditioned on the
-        # claim commit's update_time instead of a read and a write (services/jobs/written.py).
+        # claim commit's update_time instead of a read and a write (services/store/written.py).
         self._written = WrittenRecords()
         self._pending = threading.local()
 

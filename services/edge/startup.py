@@ -7,7 +7,7 @@ is bad it writes one CRITICAL JSON line naming every bad key (event `settings_in
 the process exits 2, so the port never opens, Cloud Run's startup probe fails and the revision
 never takes traffic (infra/cloudrun.py). A bad value fails the deploy, not the first request.
 
-At the HTTP edge, every error answer is in Google's error model (services/jobs/error_model.py,
+At the HTTP edge, every error answer is in Google's error model (services/edge/error_model.py,
 https://cloud.google.com/apis/design/errors). functions-framework answers an exception that
 escapes the function, and the paths it keeps for itself (/robots.txt, /favicon.ico) or cannot
 route (a path with a newline), with HTML. `install_json_errors` registers one handler on
@@ -34,16 +34,16 @@ import flask
 import werkzeug.routing
 from werkzeug.exceptions import HTTPException
 
-from services.jobs import log
-from services.jobs.error_model import (
+from services.edge.error_model import (
     as_error_body,
     error_body,
     error_bytes,
     error_info,
     target_problem,
 )
-from services.jobs.metrics import LOG_EVENT
-from services.jobs.settings import SettingsError
+from services.edge.settings import SettingsError
+from services.telemetry import log
+from services.telemetry.metrics import LOG_EVENT
 
 logger = logging.getLogger(__name__)
 

@@ -24,24 +24,25 @@ from services.jobs.errors import (
     StoreUnavailable,
     ValidationError,
 )
-from services.jobs.model import Job, Reclaimed, ReclaimReport
-from services.jobs.queries import (
-    QuerySpec,
-    enqueued_query,
-    expired_claims_query,
-    expired_leases_query,
-    misfiled_due_queries,
-)
+from services.jobs.record import Job
+from services.jobs.results import Reclaimed, ReclaimReport
 from services.jobs.shard import Part, fan_out, spend_over_shards
 from services.jobs.state import Role, State
-from services.jobs.store.documents import (
+from services.store.documents import (
     CLAIM_PAGE_SIZE,
     Documents,
     decoded,
     require_text,
     write_changes,
 )
-from services.jobs.transactions import Transaction, store_errors
+from services.store.queries import (
+    QuerySpec,
+    enqueued_query,
+    expired_claims_query,
+    expired_leases_query,
+    misfiled_due_queries,
+)
+from services.store.transactions import Transaction, store_errors
 
 logger = logging.getLogger(__name__)
 

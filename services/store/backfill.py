@@ -33,12 +33,13 @@ from google.cloud import firestore
 from services.jobs import schema
 from services.jobs.clock import Clock, SystemClock
 from services.jobs.errors import ValidationError
-from services.jobs.gateway import Gateway
 from services.jobs.layout import LAYOUT_FIELD, ShardLayout
-from services.jobs.queries import NAME, QuerySpec
 from services.jobs.shard import require_shards, shard_of
 from services.jobs.state import State
-from services.jobs.transactions import CallBounds, store_errors
+from services.store.bounds import CallBounds
+from services.store.gateway import Gateway
+from services.store.queries import NAME, QuerySpec
+from services.store.transactions import store_errors
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,11 @@ from datetime import datetime
 
 from services.jobs import schema
 from services.jobs.errors import LeaseHeld, LeaseLost
-from services.jobs.model import IdempotencyRecord, Job, Lease
-from services.jobs.store.documents import Documents
-from services.jobs.transactions import Transaction, store_errors
+from services.jobs.parts import Lease
+from services.jobs.record import Job
+from services.jobs.results import IdempotencyRecord
+from services.store.documents import Documents
+from services.store.transactions import Transaction, store_errors
 
 
 def get_idempotency(docs: Documents, key: str) -> IdempotencyRecord | None:

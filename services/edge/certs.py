@@ -17,7 +17,7 @@ import google.auth.exceptions
 import google.auth.transport
 import google.auth.transport.requests
 
-from services.jobs.auth_errors import CertsUnavailable
+from services.edge.auth_errors import CertsUnavailable
 
 logger = logging.getLogger(__name__)
 
