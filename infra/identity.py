@@ -19,7 +19,7 @@ from infra.names import Names
 
 # Project-level roles per runtime, only those its code uses. Firestore has no IAM finer than
 # the project: roles/datastore.user is the narrowest grant that reads and writes documents.
-# Only the scan writes time series (its gauges, services/telemetry/metrics.py CloudMonitoringSink)
+# Only the scan writes time series (its gauges, services/edge/monitoring.py CloudMonitoringSink)
 # and reads one (the push subscription's oldest unacked age, services/scan/queue_age.py:
 # monitoring.timeSeries.list, in roles/monitoring.viewer); the worker's metrics are log-based.
 # Neither needs roles/logging.logWriter: Cloud Run sends

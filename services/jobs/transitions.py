@@ -4,8 +4,9 @@
 retention) and turns a decoded `Job` into the next one through `state.apply_transition`, or
 raises the refusal: the checks of every operation (generation, lease token, attempts, cancel
 requests) live here and nowhere else, the two fences through `fences.py`. Nothing here reads
-or writes Firestore; the store loads the record in a transaction, calls one of these, and
-writes the difference — and a store for tests can call the very same functions.
+or writes Firestore (standard library only): the store reads the record (in a transaction, or
+trusts the copy it last wrote and conditions its write on that copy's update_time), calls one
+of these, and writes the difference; a store for tests calls the very same functions.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import dataclasses
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
-
-from google.cloud import firestore
 
 from services.jobs import schema
 from services.jobs.errors import (
@@ -382,12 +381,12 @@ class Transitions:
 
     # -- quarantine --------------------------------------------------------------------------
 
-    def quarantine_fields(
+    def quarantine(
         self, raw: Mapping[str, Any], problem: str, now: datetime, by: str
-    ) -> dict[str, Any]:
-        """The raw update that moves an undecodable document to failed/invalid_record. Only
-        fields with a fixed shape are written; the rest of the document stays as found, for
-        the operator to inspect."""
+    ) -> Quarantine:
+        """What moves an undecodable document to failed/invalid_record. Only fields with a
+        fixed shape are written; the rest of the document stays as found, for the operator to
+        inspect."""
         message = bounded_text(problem, MAX_ERROR_MESSAGE_BYTES)
         from_state = raw.get("state") if isinstance(raw.get("state"), str) else None
         entry = {
@@ -397,17 +396,30 @@ class Transitions:
             "by": by,
             "reason": bounded_text(f"quarantined: {message}", MAX_REASON_BYTES),
         }
-        history = raw.get("history")
-        return {
-            "state": State.FAILED.value,
-            "last_error": {"code": INVALID_RECORD, "message": message, "at": now},
-            "quarantine": {"at": now, "by": by, "from_state": from_state, "problem": message},
+        return Quarantine(
+            fields={
+                "state": State.FAILED.value,
+                "last_error": {"code": INVALID_RECORD, "message": message, "at": now},
+                "quarantine": {"at": now, "by": by, "from_state": from_state, "problem": message},
+                **NO_LEASE,
+                "updated_at": now,
+                schema.EXPIRE_AT: self.expiry(now),
+            },
+            history_entry=entry,
             # Appended to a history that is an array (kept as found); otherwise replaced.
-            "history": firestore.ArrayUnion([entry]) if isinstance(history, list) else [entry],
-            **NO_LEASE,
-            "updated_at": now,
-            schema.EXPIRE_AT: self.expiry(now),
-        }
+            append_to_history=isinstance(raw.get("history"), list),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Quarantine:
+    """The update that quarantines a record: `fields` to set, and its history entry, appended to
+    the stored history when that is an array (the store writes the append), else the whole new
+    history."""
+
+    fields: dict[str, Any]
+    history_entry: dict[str, Any]
+    append_to_history: bool
 
 
 def attempt_left(job: Job) -> bool:

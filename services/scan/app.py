@@ -30,6 +30,7 @@ import flask
 
 from services.edge.auth import AuthPolicy, Caller, RequestHeaders, TokenVerifier, allowed_emails
 from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
+from services.edge.monitoring import build_sink
 from services.edge.publisher import Publisher
 from services.edge.startup import json_response
 from services.jobs.clock import Clock, SystemClock
@@ -49,7 +50,7 @@ from services.scan.trigger import (
 from services.store.partition_leases import ScanLeases
 from services.store.runs import RunFailure, RunLogError, ScanRun, ScanRunLog
 from services.telemetry import log
-from services.telemetry.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink, build_sink
+from services.telemetry.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink
 
 logger = logging.getLogger(__name__)
 

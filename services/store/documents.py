@@ -109,7 +109,10 @@ class Documents:
             else:
                 return None
             now = self.clock.now()
-            transaction.update(ref, self.rules.quarantine_fields(raw, problem, now, f"{role}:{by}"))
+            quarantine = self.rules.quarantine(raw, problem, now, f"{role}:{by}")
+            entry = quarantine.history_entry
+            history = firestore.ArrayUnion([entry]) if quarantine.append_to_history else [entry]
+            transaction.update(ref, {**quarantine.fields, HISTORY: history})
             return problem
 
         try:

@@ -7,16 +7,9 @@ import pytest
 from google.api import metric_pb2
 from google.cloud import monitoring_v3
 
+from services.edge.monitoring import MAX_SERIES_PER_REQUEST, CloudMonitoringSink, build_sink
 from services.telemetry import metrics
-from services.telemetry.metrics import (
-    MAX_SERIES_PER_REQUEST,
-    CloudMonitoringSink,
-    InMemorySink,
-    LogSink,
-    NullSink,
-    ScanReport,
-    build_sink,
-)
+from services.telemetry.metrics import InMemorySink, LogSink, NullSink, ScanReport
 
 REPORT = ScanReport(
     run_id="r1",
