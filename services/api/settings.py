@@ -10,11 +10,12 @@ import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.edge.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
 from services.edge.settings import (
     COMMON_KEYS,
+    DEFAULT_CLOCK_SKEW_S,
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
+    GOOGLE_CERTS_URL,
     PROJECT,
     TERMINAL_RETENTION_S,
     CommonSettings,

@@ -55,10 +55,10 @@ from google.oauth2 import id_token
 
 from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
 from services.edge.certs import CachedCertsRequest, CertsCache
+from services.edge.settings import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
 
 logger = logging.getLogger(__name__)
 
-GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 # What Cloud Run puts in place of a token's signature after its own invoker check
 # (https://cloud.google.com/run/docs/troubleshooting#signature-removed).
 SIGNATURE_REMOVED = "SIGNATURE_REMOVED_BY_GOOGLE"
@@ -67,7 +67,6 @@ AUTHORIZATION = "Authorization"
 # (https://cloud.google.com/run/docs/authenticating/service-to-service).
 SERVERLESS_AUTHORIZATION = "X-Serverless-Authorization"
 GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
-DEFAULT_CLOCK_SKEW_S = 10
 
 # Google's ID tokens are about 1 KiB; anything far larger is not one and is not worth parsing.
 _MAX_TOKEN_CHARS = 16 * 1024

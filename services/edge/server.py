@@ -4,8 +4,10 @@ limits set to Cloud Run's and its own error answers in Google's error model.
     python -m services.edge.server --target=api --source=services/api/main.py --port=8080
 
 It is `functions-framework --target ... --source ... --port ...` (same options, same
-FUNCTION_TARGET / FUNCTION_SOURCE / HOST / PORT environment, same app and gunicorn server,
-built by functions-framework's own `create_app` and `create_server`) with two differences:
+FUNCTION_TARGET / FUNCTION_SOURCE / HOST / PORT environment, the app built by
+functions-framework's public `create_app`, served by gunicorn in one process of THREADS threads
+with CLOUD_RUN_TIMEOUT_SECONDS as gunicorn's `timeout`, as functions-framework serves it) with
+three differences:
 
 - gunicorn's header limits. By default gunicorn refuses a header field over 8,190 bytes or more
   than 100 fields with its own 431/400 HTML page, before the service's code runs; the service's
@@ -17,6 +19,10 @@ built by functions-framework's own `create_app` and `create_server`) with two di
 - gunicorn's own refusals (a malformed request line or header, which only a client that
   reaches the container without Cloud Run's front end can send) are answered in Google's error
   model (services/edge/error_model.py) instead of gunicorn's HTML page.
+- the gunicorn application is our own, on gunicorn's public `BaseApplication`, not
+  functions-framework's private `_http` package; so THREADED_TIMEOUT_ENABLED is not read:
+  functions-framework's timeout worker closes every kept-alive connection after one request
+  (tests/infra/test_server.py shows it), and the stack leaves it off (infra/env.py).
 
 No work at import: `main()` reads the options and builds the app.
 """
@@ -30,9 +36,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import functions_framework
+import gunicorn.app.base
 import gunicorn.util
-from functions_framework._http import create_server
-from functions_framework._http.gunicorn import GThreadWorkerWithTimeoutSupport
 from gunicorn.workers.gthread import ThreadWorker
 
 from services.edge.error_model import error_bytes
@@ -77,18 +82,36 @@ class GoogleErrorsThreadWorker(_GoogleErrors, ThreadWorker):
     """gunicorn's threaded worker (functions-framework's default), Google-shaped errors."""
 
 
-class GoogleErrorsTimeoutWorker(_GoogleErrors, GThreadWorkerWithTimeoutSupport):
-    """functions-framework's worker with THREADED_TIMEOUT_ENABLED, Google-shaped errors."""
+def server_options(environ: Mapping[str, str], host: str, port: int) -> dict[str, Any]:
+    """gunicorn's settings as functions-framework derives them from the environment (one
+    process of THREADS threads, default 4 x CPUs; CLOUD_RUN_TIMEOUT_SECONDS as `timeout`, 0 for
+    none; GUNICORN_LOG_LEVEL), with Cloud Run's limits and our worker."""
+    return {
+        "bind": f"{host}:{port}",
+        "workers": int(environ.get("WORKERS", 1)),
+        "threads": int(environ.get("THREADS", (os.cpu_count() or 1) * 4)),
+        "timeout": int(environ.get("CLOUD_RUN_TIMEOUT_SECONDS", 0)),
+        "loglevel": environ.get("GUNICORN_LOG_LEVEL", "error"),
+        **gunicorn_limits(),
+        "worker_class": f"{__name__}.{GoogleErrorsThreadWorker.__name__}",
+    }
 
 
-def worker_class(environ: Mapping[str, str]) -> str:
-    """The worker functions-framework would pick (its timeout worker when
-    CLOUD_RUN_TIMEOUT_SECONDS > 0, THREADS > 1 and THREADED_TIMEOUT_ENABLED=true), ours."""
-    threads = int(environ.get("THREADS", (os.cpu_count() or 1) * 4))
-    timeout = int(environ.get("CLOUD_RUN_TIMEOUT_SECONDS", 0))
-    enabled = environ.get("THREADED_TIMEOUT_ENABLED", "False").lower() == "true"
-    chosen = GoogleErrorsTimeoutWorker if timeout > 0 and threads > 1 and enabled else None
-    return f"{__name__}.{(chosen or GoogleErrorsThreadWorker).__name__}"
+class ServiceServer(gunicorn.app.base.BaseApplication):
+    """gunicorn serving one WSGI app with the given settings (gunicorn's documented way to
+    embed it: https://docs.gunicorn.org/en/stable/custom.html)."""
+
+    def __init__(self, app: Any, options: Mapping[str, Any]) -> None:
+        self._app = app
+        self._options = dict(options)
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self._app
 
 
 def parse_args(argv: list[str] | None, environ: Any) -> argparse.Namespace:
@@ -107,8 +130,7 @@ def parse_args(argv: list[str] | None, environ: Any) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv, os.environ)
     app = functions_framework.create_app(args.target, args.source)
-    options = {**gunicorn_limits(), "worker_class": worker_class(os.environ)}
-    create_server(app, False, **options).run(args.host, args.port)
+    ServiceServer(app, server_options(os.environ, args.host, args.port)).run()
 
 
 if __name__ == "__main__":

@@ -24,10 +24,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from services.edge.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
 from services.jobs.shard import MAX_SHARDS
 from services.jobs.transitions import DEFAULT_TERMINAL_RETENTION
 from services.store.bounds import DEFAULT_CALL_TIMEOUT_S
+
+# Where Google publishes the keys its ID tokens are signed with (JSON {kid: x509 PEM}), and the
+# leeway on `iat`/`exp` the verifier allows; defined here, not in auth.py, so reading settings
+# does not import google.auth.
+GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
+DEFAULT_CLOCK_SKEW_S = 10
 
 PREFIX = "JOBS_"
 

@@ -47,7 +47,7 @@ from services.scan.trigger import (
     parse_trigger,
     scheduled_execution,
 )
-from services.store.partition_leases import ScanLeases
+from services.store.partition_leases import PartitionLeases
 from services.store.runs import RunFailure, RunLogError, ScanRun, ScanRunLog
 from services.telemetry import log
 from services.telemetry.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink
@@ -265,7 +265,7 @@ def create_app(
         # Whenever the app talks to Firestore itself (always, in production: main.py
         # injects only the publisher). Tests that inject a fake store and run log keep no
         # leases unless they pass some.
-        leases = ScanLeases(firestore_client, timeout_s=settings.firestore_timeout_s)
+        leases = PartitionLeases(firestore_client, timeout_s=settings.firestore_timeout_s)
     if store is None:
         store = _store(firestore_client, clock, settings)
     if runs is None:

@@ -16,7 +16,7 @@ from services.jobs.layout import ShardCensus, ShardLayout
 from services.jobs.parts import ErrorInfo
 from services.jobs.results import Backlog as StoreBacklog
 from services.jobs.results import ClaimedJob, EnqueueMark, ReclaimReport
-from services.store.partition_leases import Lease, LeaseRefused
+from services.store.partition_leases import PartitionLease, PartitionLeaseRefused
 from services.store.runs import ScanRun
 
 
@@ -68,7 +68,7 @@ class ScanStore(Protocol):
 
 
 class LeaseKeeper(Protocol):
-    """The partitions' leases (leases.ScanLeases keeps them in Firestore)."""
+    """The partitions' leases (leases.PartitionLeases keeps them in Firestore)."""
 
     def acquire(
         self,
@@ -77,9 +77,9 @@ class LeaseKeeper(Protocol):
         now: datetime,
         hold: timedelta,
         execution: str | None = None,
-    ) -> Lease | LeaseRefused: ...
+    ) -> PartitionLease | PartitionLeaseRefused: ...
 
-    def release(self, lease: Lease, now: datetime, *, finished: bool) -> bool: ...
+    def release(self, lease: PartitionLease, now: datetime, *, finished: bool) -> bool: ...
 
 
 class JobPublisher(Protocol):

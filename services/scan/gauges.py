@@ -16,7 +16,7 @@ from services.jobs.clock import Clock
 from services.scan.budget import ScanLimits
 from services.scan.dependencies import RunRecorder, ScanStore
 from services.scan.errors import StoreRefused, StoreUnreachable
-from services.scan.summary import Backlog, log_fields, scan_report
+from services.scan.summary import RunBacklog, log_fields, scan_report
 from services.store.runs import RunLogError, ScanRun
 from services.telemetry.metrics import MetricsSink
 
@@ -40,7 +40,7 @@ class Gauges:
         self._metrics = metrics
         self._runs = runs
 
-    def measure(self, claim_timeout: timedelta) -> Backlog:
+    def measure(self, claim_timeout: timedelta) -> RunBacklog:
         enqueued_timeout = timedelta(seconds=self._limits.enqueued_timeout_s)
         try:
             # Counts and limit-1 queries over the live states only: its cost does not grow
@@ -50,7 +50,7 @@ class Gauges:
             raise StoreUnreachable(f"cannot measure the backlog: {exc}") from exc
         except errors.StoreRejected as exc:
             raise StoreRefused(f"cannot measure the backlog: {exc}") from exc
-        return Backlog(
+        return RunBacklog(
             due_count=found.due_count,
             oldest_overdue_age_s=found.oldest_overdue_age_s or 0.0,
             stuck_claims=found.stuck_claims,

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from services.jobs.control import BACKLOG_FIGURES, HousekeepingMark
-from services.scan.summary import Backlog
+from services.scan.summary import RunBacklog
 
 
 class Housekeeping:
@@ -46,7 +46,7 @@ class Housekeeping:
         )
 
     @staticmethod
-    def mark(at: datetime, backlog: Backlog, layout_unknown: bool = False) -> HousekeepingMark:
+    def mark(at: datetime, backlog: RunBacklog, layout_unknown: bool = False) -> HousekeepingMark:
         """The mark of a housekeeping at `at`: its backlog figures and shard census
         (services/scan/shard_check.py), which the idle runs after it repeat."""
         measured = {
@@ -59,10 +59,10 @@ class Housekeeping:
         return HousekeepingMark(at=at, backlog={name: measured[name] for name in BACKLOG_FIGURES})
 
     @staticmethod
-    def idle_backlog(last: HousekeepingMark | None) -> Backlog:
+    def idle_backlog(last: HousekeepingMark | None) -> RunBacklog:
         """The last measured backlog, with nothing due."""
         figures: Mapping[str, float] = last.backlog if last is not None else {}
-        return Backlog(
+        return RunBacklog(
             due_count=0,
             oldest_overdue_age_s=0.0,
             stuck_claims=int(figures.get("stuck_claims", 0)),

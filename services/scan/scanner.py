@@ -42,9 +42,9 @@ from services.scan.queue_age import QueueAgeSource
 from services.scan.reclaimer import REASON_LEASE_EXPIRED, Reclaimer
 from services.scan.shard_check import ShardCheck
 from services.scan.stager import Stager
-from services.scan.summary import Backlog, RunTally, StopReason, log_fields
+from services.scan.summary import RunBacklog, RunTally, StopReason, log_fields
 from services.scan.trigger import Execution
-from services.store.partition_leases import Lease, LeaseRefused
+from services.store.partition_leases import PartitionLease, PartitionLeaseRefused
 from services.store.runs import ScanRun
 from services.telemetry.metrics import LOG_EVENT, MetricsSink, NullSink
 
@@ -137,7 +137,7 @@ class Scanner:
         pace_per_s = pace_rate(budget, self._limits.time_budget_s) if paced else 0.0
         note = ""
 
-        def finish(backlog: Backlog, reason: StopReason) -> ScanRun:
+        def finish(backlog: RunBacklog, reason: StopReason) -> ScanRun:
             return tally.finish(
                 run_id=run_id,
                 started_at=started_at,
@@ -177,14 +177,14 @@ class Scanner:
                     stopped = "drained"
                 else:
                     lease = self._acquire(partition, run_id, started_at, execution)
-                    if isinstance(lease, LeaseRefused):
+                    if isinstance(lease, PartitionLeaseRefused):
                         note = lease.describe()
                         logger.warning(
                             "scan run claims nothing: %s",
                             note,
                             extra={"fields": {"reason": f"lease_{lease.reason}"}},
                         )
-                        run = finish(Backlog(), lease.reason)
+                        run = finish(RunBacklog(), lease.reason)
                         # No gauges: this run measured nothing, and zeros would hide the
                         # backlog the run that holds the lease reports.
                         self.gauges.report(run, sink=False)
@@ -220,13 +220,13 @@ class Scanner:
                 mark = self.housekeeping.mark(started_at, backlog, shard_figures.unknown)
                 self._record_housekeeping(mark)
         except StoreRefused as exc:
-            exc.run = finish(Backlog(), "unavailable")
+            exc.run = finish(RunBacklog(), "unavailable")
             raise
         except StoreUnreachable as exc:
             # What the run did before Firestore went away (its published messages are real)
             # goes in the 503 body and an ERROR line. No gauges: the backlog is unknown, and
             # zeros would hide the overdue alert. No `scan_run` event: this run did not finish.
-            exc.run = finish(Backlog(), "unavailable")
+            exc.run = finish(RunBacklog(), "unavailable")
             logger.error(
                 "scan run stopped: Firestore unavailable",
                 extra={"fields": {**log_fields(exc.run), LOG_EVENT: EVENT_SCAN_FAILED}},
@@ -277,7 +277,7 @@ class Scanner:
 
     def _acquire(
         self, partition: int, run_id: str, now: datetime, execution: Execution | None
-    ) -> Lease | LeaseRefused | None:
+    ) -> PartitionLease | PartitionLeaseRefused | None:
         """The partition's lease (None when the scanner keeps none: unit tests' fakes)."""
         if self._leases is None:
             return None
@@ -296,9 +296,9 @@ class Scanner:
         except errors.LostRace:
             # Another run is taking the same lease this instant: it wins, this one claims
             # nothing, as an overlap.
-            return LeaseRefused("overlap", partition, None, None, None)
+            return PartitionLeaseRefused("overlap", partition, None, None, None)
 
-    def _release(self, lease: Lease | None, finished: bool) -> None:
+    def _release(self, lease: PartitionLease | None, finished: bool) -> None:
         if lease is None or self._leases is None:
             return
         try:

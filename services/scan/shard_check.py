@@ -30,7 +30,7 @@ from services.jobs.control import Control, HousekeepingMark
 from services.jobs.layout import ShardLayout
 from services.scan.dependencies import ScanStore
 from services.scan.errors import StoreRefused, StoreUnreachable
-from services.scan.summary import Backlog
+from services.scan.summary import RunBacklog
 from services.telemetry.metrics import EVENT_SHARD_LAYOUT, LOG_EVENT
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class ShardCheck:
         return result
 
     @staticmethod
-    def apply(backlog: Backlog, figures: ShardFigures) -> Backlog:
+    def apply(backlog: RunBacklog, figures: ShardFigures) -> RunBacklog:
         return dataclasses.replace(
             backlog, shard_stranded=figures.stranded, shard_layout_mismatch=figures.mismatch
         )

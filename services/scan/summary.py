@@ -45,7 +45,7 @@ STOP_REASONS: tuple[StopReason, ...] = (
 
 
 @dataclass(frozen=True)
-class Backlog:
+class RunBacklog:
     """What the store reported about due and stuck work at the end of the run."""
 
     due_count: int = 0
@@ -111,7 +111,7 @@ class RunTally:
         paused: bool,
         dry_run: bool,
         budget: int,
-        backlog: Backlog,
+        backlog: RunBacklog,
         mode: str = "one-pass",
         partition: int = 0,
         rate_per_s: float = 0.0,

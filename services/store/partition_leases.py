@@ -53,7 +53,7 @@ def lease_document_id(partition: int) -> str:
 
 
 @dataclass(frozen=True)
-class Lease:
+class PartitionLease:
     """A partition's lease, held by `run_id` until `until`."""
 
     partition: int
@@ -66,7 +66,7 @@ class Lease:
 
 
 @dataclass(frozen=True)
-class LeaseRefused:
+class PartitionLeaseRefused:
     """Why a run may not claim: another live run holds the partition (`overlap`), or this
     scheduled execution already ran or is running (`duplicate`)."""
 
@@ -97,7 +97,7 @@ def _commit_time(transaction: Any) -> datetime | None:
 
 def decide(
     data: Mapping[str, Any] | None, now: datetime, execution: str | None
-) -> LeaseRefused | None:
+) -> PartitionLeaseRefused | None:
     """The lease rules on the stored document: None when a run may take it."""
     data = data or {}
     partition = int(data.get("partition", 0))
@@ -107,15 +107,17 @@ def decide(
     held = bool(holder) and until is not None and until > now
     if execution is not None:
         if held and data.get("execution") == execution:
-            return LeaseRefused("duplicate", partition, holder, until, execution)
+            return PartitionLeaseRefused("duplicate", partition, holder, until, execution)
         if execution in (data.get("finished") or ()):
-            return LeaseRefused("duplicate", partition, data.get("finished_by"), None, execution)
+            return PartitionLeaseRefused(
+                "duplicate", partition, data.get("finished_by"), None, execution
+            )
     if held:
-        return LeaseRefused("overlap", partition, holder, until, execution)
+        return PartitionLeaseRefused("overlap", partition, holder, until, execution)
     return None
 
 
-class ScanLeases:
+class PartitionLeases:
     """The partitions' lease documents in Firestore."""
 
     def __init__(
@@ -136,12 +138,12 @@ class ScanLeases:
         now: datetime,
         hold: timedelta,
         execution: str | None = None,
-    ) -> Lease | LeaseRefused:
+    ) -> PartitionLease | PartitionLeaseRefused:
         """Take the partition's lease for `hold`, or say why not (overlap or duplicate)."""
         ref = self._ref(partition)
         used: list[Any] = []
 
-        def body(transaction: Transaction) -> Lease | LeaseRefused:
+        def body(transaction: Transaction) -> PartitionLease | PartitionLeaseRefused:
             used[:] = [transaction]
             snapshot = self._tx.get_in(transaction, ref)
             data = snapshot.to_dict() if snapshot.exists else None
@@ -160,12 +162,12 @@ class ScanLeases:
                     "finished_by": (data or {}).get("finished_by"),
                 },
             )
-            return Lease(partition, run_id, now + hold, execution, now)
+            return PartitionLease(partition, run_id, now + hold, execution, now)
 
         result = self._tx.run(body)
-        if isinstance(result, LeaseRefused):
+        if isinstance(result, PartitionLeaseRefused):
             return result
-        return Lease(
+        return PartitionLease(
             result.partition,
             result.run_id,
             result.until,
@@ -174,7 +176,7 @@ class ScanLeases:
             _commit_time(used[0] if used else None),
         )
 
-    def release(self, lease: Lease, now: datetime, *, finished: bool) -> bool:
+    def release(self, lease: PartitionLease, now: datetime, *, finished: bool) -> bool:
         """Give the lease back; when `finished`, remember its execution as done (a later
         duplicate does nothing). False when the lease had moved on (taken over after expiry):
         then nothing is written."""

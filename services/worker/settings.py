@@ -11,14 +11,15 @@ import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.edge.auth import DEFAULT_CLOCK_SKEW_S, GOOGLE_CERTS_URL
 from services.edge.settings import (
     AUTH_CLOCK_SKEW_S,
     BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,
+    DEFAULT_CLOCK_SKEW_S,
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
     FIRESTORE_TIMEOUT_S,
+    GOOGLE_CERTS_URL,
     LOG_LEVEL,
     OIDC_CERTS_URL,
     PROJECT,

@@ -37,7 +37,7 @@ from services.local.cloud_run import SCAN_CONCURRENCY, SCAN_TIMEOUT_S
 from services.scan.app import create_app
 from services.scan.settings import ScanSettings
 from services.store.job_store import FirestoreJobStore
-from services.store.partition_leases import ScanLeases
+from services.store.partition_leases import PartitionLeases
 from services.store.runs import ScanRunLog
 from services.telemetry.metrics import InMemorySink
 from tests.fixtures.cloudrun import front_end
@@ -266,7 +266,7 @@ def scan_rig(
             publisher=publisher,
             metrics=sink,
             runs=runs,
-            leases=ScanLeases(firestore_client, timeout_s=settings.firestore_timeout_s),
+            leases=PartitionLeases(firestore_client, timeout_s=settings.firestore_timeout_s),
             sleep=sleep or advance,
         )
         if cloud_run:

@@ -8,12 +8,12 @@ from datetime import timedelta
 
 import pytest
 
-from services.edge.auth import GOOGLE_CERTS_URL
 from services.edge.settings import (
     AUTH_CLOCK_SKEW_S,
     BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,
     FIRESTORE_TIMEOUT_S,
+    GOOGLE_CERTS_URL,
     LOG_LEVEL,
     OIDC_CERTS_URL,
     PROJECT,

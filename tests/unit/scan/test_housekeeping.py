@@ -9,7 +9,7 @@ import pytest
 
 from services.jobs.control import Control, HousekeepingMark
 from services.scan.housekeeping import Housekeeping
-from services.scan.summary import Backlog
+from services.scan.summary import RunBacklog
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -31,7 +31,7 @@ def test_with_an_interval_it_is_due_when_unmarked_elapsed_or_the_clock_went_back
 
 
 def test_an_idle_run_reports_the_marked_backlog_with_nothing_due() -> None:
-    measured = Backlog(
+    measured = RunBacklog(
         due_count=7,
         oldest_overdue_age_s=30.0,
         stuck_claims=2,
@@ -39,14 +39,14 @@ def test_an_idle_run_reports_the_marked_backlog_with_nothing_due() -> None:
         oldest_enqueued_age_s=12.5,
     )
     mark = Housekeeping.mark(T0, measured)
-    assert Housekeeping.idle_backlog(mark) == Backlog(
+    assert Housekeeping.idle_backlog(mark) == RunBacklog(
         stuck_claims=2, stale_enqueued=3, oldest_enqueued_age_s=12.5
     )
-    assert Housekeeping.idle_backlog(None) == Backlog()
+    assert Housekeeping.idle_backlog(None) == RunBacklog()
 
 
 def test_the_mark_round_trips_through_the_control_document_and_operator_changes() -> None:
-    mark = Housekeeping.mark(T0, Backlog(stuck_claims=1, oldest_enqueued_age_s=4.0))
+    mark = Housekeeping.mark(T0, RunBacklog(stuck_claims=1, oldest_enqueued_age_s=4.0))
     control = Control(housekeeping=mark)
     changed = control.changed(by="ops", reason="slow down", at=T0, catch_up_rate=5)
     read_back = Control.from_document(changed.to_document())

@@ -15,7 +15,7 @@ from services.jobs.layout import ShardLayout, mismatched
 from services.scan.errors import StoreUnreachable
 from services.scan.housekeeping import Housekeeping
 from services.scan.shard_check import ShardCheck, ShardFigures
-from services.scan.summary import Backlog
+from services.scan.summary import RunBacklog
 from services.telemetry import metrics
 from tests.unit.scan.fakes import FakeStore
 
@@ -69,7 +69,7 @@ def test_without_a_layout_records_out_of_reach_are_reported_and_nothing_is_adopt
     assert store.control.shard_layout is None
     assert "no shard layout recorded and 9" in _errors(caplog)[0].getMessage()
     # The idle runs after it repeat the marked figures without a census.
-    mark = Housekeeping.mark(T0, check.apply(Backlog(), figures), figures.unknown)
+    mark = Housekeeping.mark(T0, check.apply(RunBacklog(), figures), figures.unknown)
     again = check.figures(store.control, T0, census=False, last=mark)
     assert again == figures and store.census_calls == [True]
 
@@ -123,7 +123,7 @@ def test_what_counts_as_a_mismatch(
 
 
 def test_the_figures_reach_the_backlog_the_run_reports() -> None:
-    backlog = ShardCheck.apply(Backlog(due_count=3), ShardFigures(211, True))
+    backlog = ShardCheck.apply(RunBacklog(due_count=3), ShardFigures(211, True))
     assert backlog == dataclasses.replace(
-        Backlog(due_count=3), shard_stranded=211, shard_layout_mismatch=True
+        RunBacklog(due_count=3), shard_stranded=211, shard_layout_mismatch=True
     )

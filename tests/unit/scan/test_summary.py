@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from services.scan.summary import (
     SUMMARY_KEYS,
-    Backlog,
+    RunBacklog,
     RunTally,
     log_fields,
     response_body,
@@ -30,7 +30,7 @@ def finished_run() -> ScanRun:
         paused=False,
         dry_run=False,
         budget=100,
-        backlog=Backlog(
+        backlog=RunBacklog(
             due_count=7,
             oldest_overdue_age_s=12.5,
             stuck_claims=1,
