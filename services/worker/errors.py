@@ -46,3 +46,12 @@ class Interrupted(ActionError):
 
 class PermanentError(ActionError):
     """The action can never succeed as scheduled; the job fails at once."""
+
+
+class RetryAfter(TransientError):
+    """The dependency asked to be called again after `delay_s` seconds (429 or 503 with
+    `Retry-After`): the job waits that long, without spending an attempt."""
+
+    def __init__(self, delay_s: float, message: str | None = None) -> None:
+        super().__init__(message or f"the dependency asked to wait {delay_s:g} s")
+        self.delay_s = delay_s
