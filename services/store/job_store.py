@@ -2,21 +2,24 @@
 
 The store is its roles, each a class on the one shared `documents.Documents`, inherited here
 so that `store.claim_due(...)` is `Claims.claim_due` itself: no method is written twice.
-Each role's method documents its contract (docs/job-record.md, "Where things are"):
+Each role's method documents its contract (docs/state-machine.md, "Where things are"):
 `scheduling.Scheduling` (the application's creates), `administration.Administration` (the
 operator's reads and changes, the control document), `claims.Claims`, `reclaims.Reclaims`
 (the scan), `leases.Leases` and `shared_keys.SharedKeys` (the worker). Roles never import
 each other (tests/unit/test_layers.py), and no two define the same name
 (tests/unit/jobs/test_job_store_roles.py).
 
-Every change re-reads or conditions on the document and asks `transitions.Transitions` for
-the new record (which asks `state.apply_transition`: the only place the rules live), writing
-only the fields that changed. Most changes run in a Firestore transaction
-(`transactions.py`); the scan's enqueue marks and some of the worker's lease changes are
-instead writes conditioned on the document's update_time (a precondition, no transaction),
-and `record_housekeeping` is one unconditional merge: each role's docstring says which. The
-query shapes live in `queries.py` (as `QuerySpec` values a test proves are served by a
-declared index).
+Every change of a job asks `transitions.Transitions` for the new record (which asks
+`state.apply_transition`: the only place the rules live) and writes only the fields that
+changed, but not every change is a transaction. `schedule` creates (a write refused when the
+document exists). Most transitions run in a Firestore transaction that re-reads the document
+(`transactions.py`). The worker's `start` and `complete` first try one write conditioned on
+the update_time of their own read or last write (a compare-and-set; a transaction decides
+when it cannot), and `mark_enqueued_many` marks the claims this store wrote itself in one
+batch of writes each conditioned on its claim's update_time (each applied or refused on its
+own). `record_housekeeping` is one unconditional merge of its map. Each role's docstring says
+which. The query shapes live in `queries.py` (as `QuerySpec` values a test proves are served
+by a declared index).
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ The order of checks is the whole safety argument:
 2. A cancel request is honoured before anything happens.
 3. An idempotency document for the job's key means the side effect already happened under
    another delivery or job: complete with its result, never act twice.
-4. Run the action; complete (result + idempotency document in one transaction).
+4. Run the action; complete (one write conditioned on this delivery's last write; with a
+   supplied key, or when the record changed since, result + idempotency document in one
+   transaction).
 
 Every outcome (the transition out of running) is written while the lease is still held:
 retried on a transient error inside the lease, each failed attempt settled by reading back
