@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 import flask
@@ -39,12 +39,13 @@ from services.edge.startup import json_response
 from services.jobs.clock import Clock, SystemClock
 from services.jobs.errors import AlreadyTerminal, JobsError
 from services.jobs.ids import job_id_problems
-from services.jobs.model import NewJob
 from services.jobs.record import Job
-from services.jobs.results import ScheduleResult
 from services.jobs.state import State
 from services.telemetry import log
 from services.telemetry.metrics import LOG_EVENT
+
+if TYPE_CHECKING:
+    from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -62,17 +63,6 @@ class Verifier(Protocol):
     """Checks a request's Authorization / X-Serverless-Authorization (auth.TokenVerifier)."""
 
     def verify_request(self, headers: RequestHeaders) -> Caller: ...
-
-
-class ApiStore(Protocol):
-    """What the API needs of FirestoreJobStore."""
-
-    def schedule(
-        self, new_job: NewJob, *, by: str = ..., producer: str | None = ...
-    ) -> ScheduleResult: ...
-    def get(self, job_id: str) -> Job | None: ...
-    def cancel(self, job_id: str, reason: str, by: str) -> Job: ...
-    def reschedule(self, job_id: str, due_at: Any, reason: str, by: str) -> Job: ...
 
 
 @dataclass
@@ -100,7 +90,7 @@ class ApiHandler:
 
     def __init__(
         self,
-        store: ApiStore,
+        store: FirestoreJobStore,
         verifier: Verifier,
         clock: Clock,
         *,
@@ -319,7 +309,7 @@ def create_app(
     settings: ApiSettings,
     *,
     clock: Clock | None = None,
-    store: ApiStore | None = None,
+    store: FirestoreJobStore | None = None,
     verifier: Verifier | None = None,
     firestore_client: Any = None,
 ) -> flask.Flask:

@@ -24,7 +24,7 @@ import dataclasses
 import logging
 from datetime import datetime, timedelta
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import flask
 
@@ -34,7 +34,7 @@ from services.edge.monitoring import build_sink
 from services.edge.publisher import Publisher
 from services.edge.startup import json_response
 from services.jobs.clock import Clock, SystemClock
-from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder, ScanStore
+from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder
 from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, StoreUnreachable
 from services.scan.pacer import Sleep
 from services.scan.queue_age import QueueAgeSource, build_queue_age
@@ -51,6 +51,9 @@ from services.store.partition_leases import PartitionLeases
 from services.store.runs import RunFailure, RunLogError, ScanRun, ScanRunLog
 from services.telemetry import log
 from services.telemetry.metrics import EVENT_STORE_REJECTED, LOG_EVENT, MetricsSink
+
+if TYPE_CHECKING:
+    from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -244,7 +247,7 @@ def create_app(
     settings: ScanSettings,
     *,
     clock: Clock | None = None,
-    store: ScanStore | None = None,
+    store: FirestoreJobStore | None = None,
     publisher: JobPublisher | None = None,
     metrics: MetricsSink | None = None,
     verifier: Verifier | None = None,
@@ -322,12 +325,12 @@ def _firestore_client(project: str) -> Any:
     return firestore.Client(project=project)
 
 
-def _store(client: Any, clock: Clock, settings: ScanSettings) -> ScanStore:
+def _store(client: Any, clock: Clock, settings: ScanSettings) -> FirestoreJobStore:
     from services.store.job_store import FirestoreJobStore
 
     # The retention matters here too: the reclaimer fails jobs whose last lease expired, and
     # a failed job's expire_at is set from it. The timeout bounds every Firestore call.
-    store: ScanStore = FirestoreJobStore(
+    store: FirestoreJobStore = FirestoreJobStore(
         client,
         clock,
         terminal_retention=timedelta(seconds=settings.terminal_retention_s),

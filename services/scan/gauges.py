@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from services.jobs import errors
 from services.jobs.clock import Clock
 from services.scan.budget import ScanLimits
-from services.scan.dependencies import RunRecorder, ScanStore
+from services.scan.dependencies import RunRecorder
 from services.scan.errors import StoreRefused, StoreUnreachable
 from services.scan.summary import RunBacklog, log_fields, scan_report
 from services.store.runs import RunLogError, ScanRun
 from services.telemetry.metrics import MetricsSink
+
+if TYPE_CHECKING:
+    from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +32,7 @@ class Gauges:
 
     def __init__(
         self,
-        store: ScanStore,
+        store: FirestoreJobStore,
         clock: Clock,
         limits: ScanLimits,
         metrics: MetricsSink,

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from services.jobs import errors
 from services.jobs.clock import Clock
 from services.jobs.results import Reclaimed
 from services.jobs.state import State
 from services.scan.budget import ScanLimits
-from services.scan.dependencies import ScanStore
 from services.scan.queue_age import QueueAgeSource
 from services.scan.summary import RunTally
 from services.telemetry.metrics import EVENT_JOB_FAILED, LOG_EVENT
+
+if TYPE_CHECKING:
+    from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ class Reclaimer:
 
     def __init__(
         self,
-        store: ScanStore,
+        store: FirestoreJobStore,
         clock: Clock,
         limits: ScanLimits,
         queue_age: QueueAgeSource | None = None,

@@ -17,6 +17,7 @@ import logging
 import time
 import uuid
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from services.jobs import errors
 from services.jobs.clock import Clock
@@ -32,7 +33,7 @@ from services.scan.budget import (
     pace_rate,
     partition_share,
 )
-from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder, ScanStore
+from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder
 from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, StoreUnreachable
 from services.scan.gauges import Gauges
 from services.scan.housekeeping import Housekeeping
@@ -48,6 +49,9 @@ from services.store.partition_leases import PartitionLease, PartitionLeaseRefuse
 from services.store.runs import ScanRun
 from services.telemetry.metrics import LOG_EVENT, MetricsSink, NullSink
 
+if TYPE_CHECKING:
+    from services.store.job_store import FirestoreJobStore
+
 # The names callers import from here (the split modules hold them).
 __all__ = [
     "DEFAULT_ENQUEUED_TIMEOUT_S",
@@ -58,7 +62,6 @@ __all__ = [
     "RunRecorder",
     "ScanError",
     "ScanLimits",
-    "ScanStore",
     "Scanner",
     "StoreRefused",
     "StoreUnreachable",
@@ -75,7 +78,7 @@ class Scanner:
 
     def __init__(
         self,
-        store: ScanStore,
+        store: FirestoreJobStore,
         publisher: JobPublisher,
         clock: Clock,
         limits: ScanLimits,

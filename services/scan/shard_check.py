@@ -24,14 +24,17 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from services.jobs import errors
 from services.jobs.control import Control, HousekeepingMark
 from services.jobs.layout import ShardLayout
-from services.scan.dependencies import ScanStore
 from services.scan.errors import StoreRefused, StoreUnreachable
 from services.scan.summary import RunBacklog
 from services.telemetry.metrics import EVENT_SHARD_LAYOUT, LOG_EVENT
+
+if TYPE_CHECKING:
+    from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ class ShardFigures:
 class ShardCheck:
     """Stateless over the control document, so overlapping runs and instances agree."""
 
-    def __init__(self, store: ScanStore, shards: int) -> None:
+    def __init__(self, store: FirestoreJobStore, shards: int) -> None:
         self._store = store
         self._shards = shards
 

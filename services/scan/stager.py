@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from services.edge.publisher import PublishError
 from services.jobs import errors
@@ -26,11 +27,14 @@ from services.jobs.clock import Clock
 from services.jobs.parts import ErrorInfo
 from services.jobs.results import ClaimedJob, EnqueueMark
 from services.scan.budget import EnqueueBudget, ScanLimits, TimeBudget
-from services.scan.dependencies import JobPublisher, ScanStore
+from services.scan.dependencies import JobPublisher
 from services.scan.errors import StoreRefused, StoreUnreachable
 from services.scan.pacer import Pacer
 from services.scan.summary import RunTally, StopReason
 from services.store.claims import MARK_PAGE_SIZE
+
+if TYPE_CHECKING:
+    from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +46,7 @@ class Stager:
     """Claims, publishes and marks for one scan run at a time (thread-safe)."""
 
     def __init__(
-        self, store: ScanStore, publisher: JobPublisher, clock: Clock, limits: ScanLimits
+        self, store: FirestoreJobStore, publisher: JobPublisher, clock: Clock, limits: ScanLimits
     ) -> None:
         self._store = store
         self._publisher = publisher

@@ -292,7 +292,8 @@ class Claims:
         page_size: int = MARK_PAGE_SIZE,
     ) -> list[EnqueueMark]:
         """Claimed → enqueued with the message ID (publish acknowledged at `at`), for many
-        (job_id, generation, message_id), one transaction per page.
+        (job_id, generation, message_id): conditional writes for the claims this store wrote,
+        one transaction per page for the rest.
 
         Already enqueued, or the worker got the push first (running or terminal, same
         generation): only the message ID is recorded; the job never moves backwards. Each item

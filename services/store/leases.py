@@ -37,7 +37,7 @@ from services.store.documents import (
     require_text,
     write_changes,
 )
-from services.store.shared_keys import hold_key, require_key
+from services.store.key_holds import hold_key, require_key
 from services.store.transactions import Transaction, store_errors
 
 # A start whose answer was lost is tried once more with the same token (see `start`).

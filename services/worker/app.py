@@ -16,7 +16,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import flask
 
@@ -30,8 +30,11 @@ from services.telemetry import log, metrics
 from services.worker import envelope
 from services.worker.actions import ActionRegistry
 from services.worker.errors import MalformedDelivery
-from services.worker.processor import Outcome, OutcomeKind, Processor, WorkerStore
+from services.worker.processor import Outcome, OutcomeKind, Processor
 from services.worker.settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -261,7 +264,7 @@ def create_app(
     settings: WorkerSettings,
     *,
     clock: Clock | None = None,
-    store: WorkerStore | None = None,
+    store: FirestoreJobStore | None = None,
     actions: ActionRegistry | None = None,
     verifier: Verifier | None = None,
     rejections: Rejections | None = None,

@@ -25,12 +25,15 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from services.jobs.clock import Clock
 from services.jobs.errors import JobsError, LeaseLost
 from services.jobs.parts import Lease
 from services.jobs.record import Job
+
+if TYPE_CHECKING:
+    from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -92,16 +95,12 @@ class Deadline:
             self._why = self._why or why
 
 
-class LeaseStore(Protocol):
-    def extend_lease(self, lease: Lease, duration: timedelta) -> Job: ...
-
-
 class Heartbeat:
     """Keeps one delivery's lease while its action runs, and moves its deadline along."""
 
     def __init__(
         self,
-        store: LeaseStore,
+        store: FirestoreJobStore,
         clock: Clock,
         job: Job,
         *,

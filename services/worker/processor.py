@@ -12,7 +12,9 @@ The order of checks is the whole safety argument:
 2. A cancel request is honoured before anything happens.
 3. An idempotency document for the job's key means the side effect already happened under
    another delivery or job: complete with its result, never act twice.
-4. Run the action; complete (result + idempotency document in one transaction).
+4. Run the action; complete (one write conditioned on this delivery's last write; with a
+   supplied key, or when the record changed since, result + idempotency document in one
+   transaction).
 
 Every outcome (the transition out of running) is written while the lease is still held:
 retried on a transient error inside the lease, each failed attempt settled by reading back
@@ -35,11 +37,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from services.jobs.clock import Clock
 from services.jobs.errors import (
@@ -58,7 +60,6 @@ from services.jobs.errors import (
 )
 from services.jobs.parts import ErrorInfo, Lease, Result
 from services.jobs.record import Job
-from services.jobs.results import IdempotencyRecord
 from services.jobs.state import State
 from services.telemetry import metrics
 from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
@@ -71,6 +72,9 @@ from services.worker.deadline import (
 )
 from services.worker.envelope import Delivery
 from services.worker.errors import DependencyDown, Interrupted, PermanentError, TransientError
+
+if TYPE_CHECKING:
+    from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -133,42 +137,6 @@ class Outcome:
         return self.kind not in _REDELIVER
 
 
-class WorkerStore(Protocol):
-    """The part of `FirestoreJobStore` the worker uses."""
-
-    def get(self, job_id: str) -> Job | None: ...
-
-    def start(self, job_id: str, generation: int, lease: timedelta, worker_id: str) -> Job: ...
-
-    def extend_lease(self, lease: Lease, duration: timedelta) -> Job: ...
-
-    def cancel_running(self, lease: Lease, *, progress: Mapping[str, Any] | None = None) -> Job: ...
-
-    def release(
-        self,
-        lease: Lease,
-        error: ErrorInfo,
-        *,
-        progress: Mapping[str, Any] | None = None,
-        message_id: str | None = None,
-    ) -> Job: ...
-
-    def complete(self, lease: Lease, result: Result, *, basis: Job | None = None) -> Job: ...
-
-    def retry_later(
-        self,
-        lease: Lease,
-        due_at: datetime,
-        error: ErrorInfo,
-        *,
-        progress: Mapping[str, Any] | None = None,
-    ) -> Job: ...
-
-    def fail(self, lease: Lease, error: ErrorInfo) -> Job: ...
-
-    def get_idempotency(self, key: str) -> IdempotencyRecord | None: ...
-
-
 # How long before the lease ends an action stops between units of work (the deadline margin).
 DEFAULT_DEADLINE_MARGIN = timedelta(seconds=5)
 # The longest one delivery acts before it stops and hands what is left to the next delivery:
@@ -193,7 +161,7 @@ class Processor:
 
     def __init__(
         self,
-        store: WorkerStore,
+        store: FirestoreJobStore,
         actions: ActionRegistry,
         clock: Clock,
         *,

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from emulators.firestore.server import start as start_firestore
 from emulators.pubsub.server import start as start_pubsub
@@ -112,7 +112,7 @@ def main() -> None:
     )
     timed = _TimedStore(store)
     scanner = Scanner(
-        timed,
+        cast(FirestoreJobStore, timed),  # a proxy: each call goes to the real store, timed
         publisher,
         clock,
         LIMITS,

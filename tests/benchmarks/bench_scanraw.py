@@ -183,7 +183,7 @@ def _read(store: Any, client: Any, now: datetime, jobs: int) -> tuple[float, int
     from services.store.transactions import TransactionRunner
 
     runner = TransactionRunner(Gateway(client, None, CallBounds(timeout_s=30)))
-    query = store._documents.query(due_query(now, LIMITS["page_size"]))
+    query = store._docs.query(due_query(now, LIMITS["page_size"]))
 
     def page(transaction: Any) -> int:
         return sum(1 for _ in runner.query_in(transaction, query))

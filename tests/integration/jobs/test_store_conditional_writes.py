@@ -136,7 +136,7 @@ def _lose_the_race_after_the_read(
 ) -> list[Job]:
     """`store`'s first read of job "j" is followed by `other` starting it (worker-2) before
     `store` writes; returns the job `other` started, once it has."""
-    read = store._documents.tx.get_document
+    read = store._docs.tx.get_document
     others: list[Job] = []
 
     def read_then_lose_the_race(ref: Any) -> Any:
@@ -145,7 +145,7 @@ def _lose_the_race_after_the_read(
             others.append(other.start("j", generation, LEASE, "worker-2"))
         return snapshot
 
-    monkeypatch.setattr(store._documents.tx, "get_document", read_then_lose_the_race)
+    monkeypatch.setattr(store._docs.tx, "get_document", read_then_lose_the_race)
     return others
 
 
@@ -290,7 +290,7 @@ def test_a_shared_key_start_is_refused_by_its_condition_when_the_record_changed(
     write is refused by its condition and the fresh transaction sees the cancel."""
     generation = _enqueued(store, "j", idempotency_key="shared-key-4")
     other = FirestoreJobStore(firestore_client, clock)
-    read = store._documents.tx.get_document
+    read = store._docs.tx.get_document
     cancelled: list[Job] = []
 
     def read_then_cancel(ref: Any) -> Any:
@@ -298,7 +298,7 @@ def test_a_shared_key_start_is_refused_by_its_condition_when_the_record_changed(
         cancelled.append(other.cancel("j", "not needed", "ops"))
         return snapshot
 
-    monkeypatch.setattr(store._documents.tx, "get_document", read_then_cancel)
+    monkeypatch.setattr(store._docs.tx, "get_document", read_then_cancel)
     try:
         started: Job | None = store.start("j", generation, LEASE, WORKER)
     except AlreadyTerminal:

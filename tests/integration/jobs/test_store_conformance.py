@@ -1,6 +1,6 @@
-"""One conformance suite for every implementation of the worker's store contract
-(`services.worker.processor.WorkerStore`): the Firestore store on the emulator, and the
-in-memory store the worker's unit tests use. Both move jobs through the same
+"""One conformance suite for the worker's operations of `FirestoreJobStore` (the worker is
+typed against the store itself): the Firestore store on the emulator, and the in-memory store
+the worker's unit tests use. Both move jobs through the same
 `services.jobs.transitions`, so the fake re-implements no rule; this proves it behaves alike.
 The scan's and the API's contracts have their own suites beside this one
 (`test_store_conformance_scan.py`, `test_store_conformance_api.py`).
@@ -27,7 +27,6 @@ from services.jobs.parts import ErrorInfo, Lease, Result
 from services.jobs.record import Job
 from services.jobs.state import State
 from services.store.job_store import FirestoreJobStore
-from services.worker.processor import WorkerStore
 from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import LEASE, T0, new_job
 from tests.unit.worker.fakes import MemoryStore
@@ -39,7 +38,7 @@ DOWN = ErrorInfo("transient", "storage answered 503")
 class Impl:
     """One implementation and how to put a job where the scan leaves it (enqueued, gen 1)."""
 
-    store: WorkerStore
+    store: FirestoreJobStore | MemoryStore
     clock: FakeClock
     enqueue: Callable[..., Job]
     request_cancel: Callable[[str], object]

@@ -1,6 +1,7 @@
-"""The store conformance suite for the API's contract (`services.api.app.ApiStore`): the
-Firestore store on the emulator and the API unit tests' in-memory `FakeStore` answer the same
-requests alike, so a unit test of the API's HTTP logic is held to the real store.
+"""The store conformance suite for the API's operations of `FirestoreJobStore` (schedule, get,
+cancel, reschedule; the API is typed against the store itself): the Firestore store on the
+emulator and the API unit tests' in-memory `FakeStore` answer the same requests alike, so a
+unit test of the API's HTTP logic is held to the real store.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from datetime import timedelta
 import pytest
 from google.cloud import firestore
 
-from services.api.app import ApiStore
 from services.jobs.clock import FakeClock
 from services.jobs.errors import AlreadyTerminal, JobNotFound, ScheduleConflict, ValidationError
 from services.jobs.state import State
@@ -25,7 +25,7 @@ from tests.unit.api.fakes import FakeStore
 class Impl:
     """One implementation and how to make a job terminal (the worker's part, not the API's)."""
 
-    store: ApiStore
+    store: FirestoreJobStore | FakeStore
     finish: Callable[[str], object]
 
 

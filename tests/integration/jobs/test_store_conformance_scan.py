@@ -1,7 +1,7 @@
-"""The store conformance suite for the scan's contract (`services.scan.dependencies.ScanStore`):
-the Firestore store on the emulator and the scan unit tests' `FakeStore` (with no fault
-scripted) claim, mark, put back, reclaim, measure and keep the control document alike, so a
-unit test of the scanner is held to the real store.
+"""The store conformance suite for the scan's operations of `FirestoreJobStore` (the scan is
+typed against the store itself): the Firestore store on the emulator and the scan unit tests'
+`FakeStore` (with no fault scripted) claim, mark, put back, reclaim, measure and keep the
+control document alike, so a unit test of the scanner is held to the real store.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from google.cloud import firestore
 from services.jobs.clock import FakeClock
 from services.jobs.control import HousekeepingMark
 from services.jobs.parts import ErrorInfo
-from services.scan.dependencies import ScanStore
 from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import new_job
 from tests.unit.scan.fakes import T0, FakeStore
@@ -30,7 +29,7 @@ class Impl:
     """One implementation, its clock, and how to make a job due (at the fake's T0, the due
     time the fake gives every job it holds)."""
 
-    store: ScanStore
+    store: FirestoreJobStore | FakeStore
     clock: FakeClock
     add_due: Callable[[str], object]
 

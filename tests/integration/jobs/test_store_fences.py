@@ -381,9 +381,9 @@ def test_reclaim_keeps_what_it_committed_when_a_later_step_fails(
         if step.name == "enqueued_timeout":  # Firestore goes away after the leases step
             firestore_emulator.inject_fault("BeginTransaction", "UNAVAILABLE", count=1000)
             firestore_emulator.inject_fault("RunQuery", "UNAVAILABLE", count=1000)
-        Reclaims._reclaim_step(store._reclaims, step, limit, tally)
+        Reclaims._reclaim_step(store, step, limit, tally)
 
-    monkeypatch.setattr(store._reclaims, "_reclaim_step", step_then_outage)
+    monkeypatch.setattr(store, "_reclaim_step", step_then_outage)
     try:
         report = store.reclaim_expired(clock.now(), TIMEOUT, 10, "r", enqueued_timeout=TIMEOUT)
     finally:
@@ -420,7 +420,7 @@ def test_completing_on_the_started_record_costs_one_write_and_no_read(
     assert (counts["document_reads"], counts["document_writes"]) == (0, 1)
     assert done.state is State.COMPLETED
     assert stored(store, "j").state is State.COMPLETED
-    assert done.update_time == store._documents.jobs.document("j").get().update_time
+    assert done.update_time == store._docs.jobs.document("j").get().update_time
 
 
 @pytest.mark.builtin_emulator("billing counters")

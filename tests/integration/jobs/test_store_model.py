@@ -663,7 +663,7 @@ class StoreModel(RuleBasedStateMachine):
             for entry in history[1:]:
                 assert entry.from_state is not None
                 assert (entry.from_state, entry.to_state) in TRANSITIONS
-            limit = self.store._documents.rules.history_limit
+            limit = self.store._docs.rules.history_limit
             if len(history) < limit:  # nothing dropped: a full chain
                 for before, after in itertools.pairwise(history):
                     assert after.from_state is before.to_state

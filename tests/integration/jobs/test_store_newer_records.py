@@ -69,7 +69,7 @@ def test_claim_reclaim_and_quarantine_leave_a_newer_record_untouched_and_log_it(
     with caplog.at_level(logging.ERROR):
         claimed = store.claim_due(clock.now(), "run-1", 10, on_quarantine=quarantined.append)
         report = store.reclaim_expired(clock.now(), timedelta(minutes=10), 10, "run-1")
-        moved = [store._documents.quarantine(job_id, Role.SCAN, "run-1") for job_id in ids]
+        moved = [store._docs.quarantine(job_id, Role.SCAN, "run-1") for job_id in ids]
     assert [c.job_id for c in claimed] == []  # the two decodable-looking ones were left
     assert quarantined == [] and report.quarantined == () and moved == [False] * 3
     assert {job_id: _raw(firestore_client, job_id) for job_id in ids} == before
@@ -88,5 +88,5 @@ def test_a_malformed_record_of_a_known_version_is_still_quarantined(
     with pytest.raises(InvalidRecord) as raised:
         decode_job("broken", _raw(firestore_client, "broken"))
     assert not isinstance(raised.value, NewerRecord)
-    assert store._documents.quarantine("broken", Role.SCAN, "run-1")
+    assert store._docs.quarantine("broken", Role.SCAN, "run-1")
     assert _raw(firestore_client, "broken")["state"] == "failed"

@@ -206,8 +206,8 @@ def test_the_built_store_gets_the_terminal_retention_and_firestore_timeout() -> 
     )
     store = handler_of(app).scanner._store
     assert isinstance(store, FirestoreJobStore)
-    assert store._documents.rules.retention == timedelta(days=3)
-    assert store._documents.bounds.timeout_s == 2.5
+    assert store._docs.rules.retention == timedelta(days=3)
+    assert store._docs.bounds.timeout_s == 2.5
 
 
 # --- failed runs are recorded (issue 15, point 7) ---------------------------------------------

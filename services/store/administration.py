@@ -1,8 +1,11 @@
-"""Reads: the operator's side of the store.
+"""Administration: the operator's side of the store, what they read and what they change.
 
-Reads (`get`, `raw`, `list_jobs`, `stats`, `backlog`), the control document (pause, budgets,
-the scan's housekeeping mark) and the operator's two changes of a job: `cancel` and
-`reschedule`.
+Reads of jobs (`get`, `list_jobs`, `stats`, `newer_records`, `backlog`, `shard_census`); the
+control document, read and changed (`get_control`, `update_control`, plus the scan's
+`record_housekeeping` mark and `adopt_shard_layout`); and the operator's two changes of a job,
+`cancel` and `reschedule`. Five of these write: `cancel`, `reschedule` and `update_control` in
+a transaction, `adopt_shard_layout` in a transaction, `record_housekeeping` as one unconditional
+merge.
 """
 
 from __future__ import annotations
@@ -46,8 +49,8 @@ from services.store.transactions import Transaction, store_errors
 _MAX_LIST_LIMIT = 500
 
 
-class Reads:
-    """Operator reads, control, cancel and reschedule."""
+class Administration:
+    """The operator's reads, the control document, cancel and reschedule."""
 
     def __init__(self, docs: Documents) -> None:
         self._docs = docs
