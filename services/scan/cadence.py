@@ -8,7 +8,7 @@ so `make run` triggers the scan at the cadence a default stack has.
 
 from __future__ import annotations
 
-# Every minute: Cloud Scheduler's finest cadence, with paced runs (services/scan/budget.py)
+# Every minute: Cloud Scheduler's finest cadence, with paced runs (services/jobs/budget.py)
 # working most of each minute, so a default stack drains at the rate the operator sets.
 DEFAULT_SCHEDULE = "* * * * *"
 DEFAULT_TIME_ZONE = "Etc/UTC"

@@ -12,8 +12,8 @@ import logging
 from datetime import timedelta
 
 from services.jobs import errors
+from services.jobs.budget import ScanLimits
 from services.jobs.clock import Clock
-from services.scan.budget import ScanLimits
 from services.scan.dependencies import RunRecorder, ScanStore
 from services.scan.errors import StoreRefused, StoreUnreachable
 from services.scan.summary import Backlog, log_fields, scan_report

@@ -21,10 +21,10 @@ import logging
 from datetime import datetime, timedelta
 
 from services.jobs import errors
+from services.jobs.budget import ScanLimits
 from services.jobs.clock import Clock
 from services.jobs.results import Reclaimed
 from services.jobs.state import State
-from services.scan.budget import ScanLimits
 from services.scan.dependencies import ScanStore
 from services.scan.queue_age import QueueAgeSource
 from services.scan.summary import RunTally

@@ -22,10 +22,10 @@ from datetime import datetime
 
 from services.edge.publisher import PublishError
 from services.jobs import errors
+from services.jobs.budget import EnqueueBudget, ScanLimits, TimeBudget
 from services.jobs.clock import Clock
 from services.jobs.parts import ErrorInfo
 from services.jobs.results import ClaimedJob, EnqueueMark
-from services.scan.budget import EnqueueBudget, ScanLimits, TimeBudget
 from services.scan.dependencies import JobPublisher, ScanStore
 from services.scan.errors import StoreRefused, StoreUnreachable
 from services.scan.pacer import Pacer

@@ -12,15 +12,9 @@ from typing import Any
 
 from infra.config import parse_config
 from infra.names import Names as InfraNames
+from services.edge.scan_deployment import SCAN_MAX_PER_RUN, SCAN_POLL_S, SCAN_TIME_BUDGET_S
 from services.local.system import SCHEDULER_LOCATION, LocalSystem, Options
-from services.scan.settings import (
-    SCAN_ATTEMPT_DEADLINE_S,
-    SCAN_END_WHEN_IDLE,
-    SCAN_MAX_PER_RUN,
-    SCAN_MODE,
-    SCAN_POLL_S,
-    SCAN_TIME_BUDGET_S,
-)
+from services.scan.settings import SCAN_ATTEMPT_DEADLINE_S, SCAN_END_WHEN_IDLE, SCAN_MODE
 from tests.infra.conftest import StackRun, stack_config
 
 MINIMAL: dict[str, Any] = {

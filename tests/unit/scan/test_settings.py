@@ -4,8 +4,8 @@ import pytest
 
 from services.edge.auth import GOOGLE_CERTS_URL
 from services.edge.settings import SettingsError
+from services.jobs.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S, ScanLimits
 from services.scan import settings as scan_settings
-from services.scan.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S, ScanLimits
 from services.scan.settings import ALL_KEYS, ScanSettings
 
 VALID = {
