@@ -159,7 +159,7 @@ def test_values_at_the_edges_of_their_ranges_are_accepted(overrides: dict[str, A
         ({"namePrefix": "Deferred_Jobs"}, "namePrefix='Deferred_Jobs'"),
         ({"timeZone": "Mars/Olympus_Mons"}, "timeZone='Mars/Olympus_Mons' is not a tz"),
         ({"namePrefix": "a-prefix-much-too-long-for-ids"}, "namePrefix="),
-        ({"pushAckDeadlineS": "soon"}, "pushAckDeadlineS='soon' is not a valid int"),
+        ({"pushAckDeadlineS": "soon"}, "pushAckDeadlineS: 'soon' is not a duration"),
         ({"deletionProtection": "yes"}, "deletionProtection='yes' is not a valid bool"),
         ({"image": ""}, "image is required"),
         ({"mediaBucket": None}, "mediaBucket is required"),
