@@ -1,4 +1,4 @@
-"""The one duration grammar: what it accepts, what it refuses, and why (services/jobs/durations.py)."""
+"""The one duration grammar (services/jobs/durations.py): what it accepts and what it refuses."""
 
 from __future__ import annotations
 
