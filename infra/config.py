@@ -19,6 +19,7 @@ import pulumi
 
 from infra.cron import longest_gap_s
 from infra.errors import CronError, InfraConfigError
+from services.edge.resource_names import NAME_PREFIX
 from services.edge.scan_deployment import MIN_ENQUEUED_TIMEOUT_S
 from services.edge.scheduler_job import (
     MAX_ATTEMPT_DEADLINE_S,
@@ -67,7 +68,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         doc="container image for both services, set per stack after the build (digest preferred)",
     ),
-    Setting("namePrefix", "str", "deferred-jobs", doc="prefix of every resource name"),
+    Setting("namePrefix", "str", NAME_PREFIX, doc="prefix of every resource name"),
     Setting("mediaBucket", "str", None, doc="bucket whose objects the worker may delete"),
     Setting("createDatabase", "bool", True, doc="false adopts an existing database"),
     Setting("databaseLocation", "str", "", doc="Firestore location; empty = gcp:region"),

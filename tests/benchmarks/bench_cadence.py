@@ -256,7 +256,7 @@ class Messages:
 def drill(size: int, rate: float, shards: int) -> None:
     from google.cloud import firestore
 
-    from services.cli.cadence import plan_modes
+    from services.cli.mode_costs import plan_modes
     from services.jobs.clock import SystemClock
     from services.scan import cadence
     from services.store.job_store import FirestoreJobStore

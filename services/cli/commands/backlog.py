@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from services.cli import deployment
-from services.cli.cadence import plan_modes
 from services.cli.errors import UsageError
+from services.cli.mode_costs import plan_modes
 from services.cli.output import Report, fields, table
 from services.cli.planner import budget_arithmetic, describe, format_duration, plan_drain
 from services.cli.session import Session
