@@ -17,14 +17,19 @@ from typing import Any, Literal
 
 import pulumi
 
-from emulators.scheduler.job import MAX_ATTEMPT_DEADLINE_S, MIN_ATTEMPT_DEADLINE_S
-from emulators.scheduler.retry import MAX_RETRY_COUNT
 from infra.cron import longest_gap_s
 from infra.errors import CronError, InfraConfigError
+from services.edge.resource_names import NAME_PREFIX
+from services.edge.scan_deployment import MIN_ENQUEUED_TIMEOUT_S
+from services.edge.scheduler_job import (
+    MAX_ATTEMPT_DEADLINE_S,
+    MAX_RETRY_COUNT,
+    MIN_ATTEMPT_DEADLINE_S,
+)
+from services.jobs.budget import PACED_MARGIN_S, SCAN_MODES
+from services.jobs.durations import DurationError, parse_duration
 from services.jobs.shard import MAX_SHARDS
 from services.scan import cadence
-from services.scan.budget import PACED_MARGIN_S, SCAN_MODES
-from services.scan.settings import MIN_ENQUEUED_TIMEOUT_S
 from services.worker.deadline import HEARTBEATS_PER_LEASE
 from services.worker.settings import (
     DEFAULT_DEADLINE_MARGIN_S,
@@ -32,7 +37,9 @@ from services.worker.settings import (
     MAX_MAX_DELIVERY_S,
 )
 
-Kind = Literal["int", "bool", "str", "list"]
+# "duration": a key ending in S, a number of whole seconds written in the one duration grammar
+# (services/jobs/durations.py: 600, 600s, 10m, 1h30m, 2w), as the services read their JOBS_*_S.
+Kind = Literal["int", "duration", "bool", "str", "list"]
 
 # Cloud Monitoring accepts a metric-absence duration of at most 23 h 30 min (inferred from the
 # console's limit); the "scan runs absent" alert waits three scan intervals.
@@ -61,7 +68,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         doc="container image for both services, set per stack after the build (digest preferred)",
     ),
-    Setting("namePrefix", "str", "deferred-jobs", doc="prefix of every resource name"),
+    Setting("namePrefix", "str", NAME_PREFIX, doc="prefix of every resource name"),
     Setting("mediaBucket", "str", None, doc="bucket whose objects the worker may delete"),
     Setting("createDatabase", "bool", True, doc="false adopts an existing database"),
     Setting("databaseLocation", "str", "", doc="Firestore location; empty = gcp:region"),
@@ -78,12 +85,12 @@ SETTINGS: tuple[Setting, ...] = (
         "days each daily Firestore backup is kept; 0: no backup schedule",
     ),
     # The scan trigger's defaults are services/local's too (services/scan/cadence.py), its
-    # limits Cloud Scheduler's as the local one enforces them (emulators/scheduler).
+    # limits Cloud Scheduler's (services/edge/scheduler_job.py, which the local one enforces too).
     Setting("schedule", "str", cadence.DEFAULT_SCHEDULE, doc="unix-cron schedule of the scan"),
     Setting("timeZone", "str", cadence.DEFAULT_TIME_ZONE, doc="time zone of the schedule"),
     Setting(
         "scanAttemptDeadlineS",
-        "int",
+        "duration",
         cadence.DEFAULT_ATTEMPT_DEADLINE_S,
         int(MIN_ATTEMPT_DEADLINE_S),
         int(MAX_ATTEMPT_DEADLINE_S),
@@ -99,7 +106,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "scanTimeBudgetS",
-        "int",
+        "duration",
         cadence.DEFAULT_RUN_TIME_BUDGET_S,
         1,
         1799,
@@ -119,7 +126,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "scanPollS",
-        "int",
+        "duration",
         cadence.DEFAULT_RUN_POLL_S,
         1,
         60,
@@ -140,13 +147,15 @@ SETTINGS: tuple[Setting, ...] = (
         MAX_SHARDS,
         "Scheduler jobs, each claiming its own group of shards (<= shards)",
     ),
-    Setting("scanPublishTimeoutS", "int", 30, 1, 600, "how long a scan waits for its publishes"),
-    Setting("claimTimeoutS", "int", 600, 16, _DAY, "claim age before the reclaimer takes it"),
-    Setting("workerRequestTimeoutS", "int", 240, 1, 600, "worker Cloud Run request timeout"),
-    Setting("workerLeaseS", "int", 270, 5, 600, "worker lease (request timeout < it < ack)"),
+    Setting(
+        "scanPublishTimeoutS", "duration", 30, 1, 600, "how long a scan waits for its publishes"
+    ),
+    Setting("claimTimeoutS", "duration", 600, 16, _DAY, "claim age before the reclaimer takes it"),
+    Setting("workerRequestTimeoutS", "duration", 240, 1, 600, "worker Cloud Run request timeout"),
+    Setting("workerLeaseS", "duration", 270, 5, 600, "worker lease (request timeout < it < ack)"),
     Setting(
         "workerMaxDeliveryS",
-        "int",
+        "duration",
         0,
         0,
         MAX_MAX_DELIVERY_S,
@@ -155,7 +164,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "workerDeadlineMarginS",
-        "int",
+        "duration",
         0,
         0,
         600,
@@ -163,15 +172,15 @@ SETTINGS: tuple[Setting, ...] = (
         f"{DEFAULT_DEADLINE_MARGIN_S}, or less for a short lease",
     ),
     Setting(
-        "retryLaterDelayS", "int", 30 * _DAY, 60, 3650 * _DAY, "delay of a retry-later outcome"
+        "retryLaterDelayS", "duration", 30 * _DAY, 60, 3650 * _DAY, "delay of a retry-later outcome"
     ),
     Setting(
         "retryLaterAfterAttempts", "int", 4, 1, 99, "deliveries before the worker defers a job"
     ),
-    Setting("pushAckDeadlineS", "int", 300, 10, 600, "push ack deadline = push HTTP timeout"),
+    Setting("pushAckDeadlineS", "duration", 300, 10, 600, "push ack deadline = push HTTP timeout"),
     Setting("deadLetterAttempts", "int", 10, 5, 100, "deliveries before dead-lettering"),
-    Setting("minBackoffS", "int", 10, 0, 600, "Pub/Sub retry minimum backoff"),
-    Setting("maxBackoffS", "int", 600, 0, 600, "Pub/Sub retry maximum backoff"),
+    Setting("minBackoffS", "duration", 10, 0, 600, "Pub/Sub retry minimum backoff"),
+    Setting("maxBackoffS", "duration", 600, 0, 600, "Pub/Sub retry maximum backoff"),
     Setting("scanMinInstances", "int", 0, 0, 100, "scan minimum instances"),
     Setting("scanMaxInstances", "int", 1, 1, 100, "scan maximum instances"),
     Setting("scanConcurrency", "int", 1, 1, 1000, "scan requests per instance"),
@@ -180,12 +189,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("workerConcurrency", "int", 10, 1, 1000, "worker requests per instance"),
     Setting("cpu", "str", "1", doc="CPU limit of each service (below 1: every concurrency 1)"),
     Setting("memory", "str", "512Mi", doc="memory limit of each service"),
-    Setting("overdueAgeSloS", "int", 3600, 1, 365 * _DAY, "oldest overdue age SLO"),
+    Setting("overdueAgeSloS", "duration", 3600, 1, 365 * _DAY, "oldest overdue age SLO"),
     Setting("overdueForMin", "int", 15, 1, 1410, "minutes above the SLO before alerting"),
     Setting("stuckClaimsForMin", "int", 15, 1, 1410, "minutes of stuck claims before alerting"),
     Setting(
         "enqueuedTimeoutS",
-        "int",
+        "duration",
         0,
         0,
         7 * _DAY,
@@ -428,11 +437,19 @@ def _coerce(setting: Setting, value: Any, errors: list[str]) -> Any:
         return setting.default
     try:
         typed = _CONVERTERS[setting.kind](value)
+    except DurationError as exc:
+        errors.append(f"{setting.name}: {exc}")
+        return setting.default
     except (TypeError, ValueError):
         errors.append(f"{setting.name}={value!r} is not a valid {setting.kind}")
         return setting.default
     low, high = setting.low, setting.high
-    if setting.kind == "int" and low is not None and high is not None and not low <= typed <= high:
+    if (
+        setting.kind in ("int", "duration")
+        and low is not None
+        and high is not None
+        and not low <= typed <= high
+    ):
         errors.append(
             f"{setting.name}={typed} is outside the allowed range "
             f"{setting.low}-{setting.high} ({setting.doc})"
@@ -447,6 +464,20 @@ def _to_int(value: Any) -> int:
     if isinstance(value, int):
         return value
     return int(str(value).strip())
+
+
+def _to_seconds(value: Any) -> int:
+    """Whole seconds from an int (YAML) or a duration string; DurationError if not one,
+    ValueError if it has a fraction of a second (the Google fields these keys set take whole
+    seconds)."""
+    if isinstance(value, bool):
+        raise TypeError("a bool is not a duration")
+    if isinstance(value, int):
+        return value
+    seconds = parse_duration(str(value)).total_seconds()
+    if seconds != int(seconds):
+        raise DurationError(f"{value!r} is not a whole number of seconds")
+    return int(seconds)
 
 
 def _to_bool(value: Any) -> bool:
@@ -467,6 +498,7 @@ def _to_list(value: Any) -> tuple[str, ...]:
 
 _CONVERTERS: dict[Kind, Callable[[Any], Any]] = {
     "int": _to_int,
+    "duration": _to_seconds,
     "bool": _to_bool,
     "str": str,
     "list": _to_list,

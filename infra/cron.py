@@ -3,14 +3,15 @@
 Cloud Scheduler rejects a bad schedule only at `pulumi up`, after other resources changed; this
 module rejects it at preview, names the bad field, and works out the longest gap between two
 runs, which the services (JOBS_SCAN_INTERVAL_S) and the "scan runs absent" alert both need.
-The grammar is the local Cloud Scheduler's (emulators/scheduler/cron.py): the deployed job and
-the local one accept and run the same schedules.
+The grammar is Cloud Scheduler's as services/edge/scheduler_cron.py defines it, the one the local
+Cloud Scheduler (emulators/scheduler) runs too: the deployed job and the local one accept and run
+the same schedules.
 """
 
 from __future__ import annotations
 
-from emulators.scheduler.cron import MINUTES_PER_DAY, CronSchedule, ScheduleError
 from infra.errors import CronError
+from services.edge.scheduler_cron import MINUTES_PER_DAY, CronSchedule, ScheduleError
 
 __all__ = ["MINUTES_PER_DAY", "CronSchedule", "longest_gap_s", "parse_cron"]
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pulumi
 
 from infra.config import StackConfig
+from services.edge import scan_deployment
 from services.edge import settings as common
 from services.scan import settings as scan
 from services.worker import settings as worker
@@ -63,18 +64,18 @@ SCAN_METRICS = "cloud"
 
 SCAN_VARIABLES: tuple[str, ...] = (
     scan.PROJECT,
-    scan.TOPIC,
+    scan_deployment.TOPIC,
     scan.SCAN_AUDIENCE,
     scan.SCAN_ALLOWED_INVOKERS,
-    scan.SCAN_TIME_BUDGET_S,
-    scan.SCAN_MAX_PER_RUN,
+    scan_deployment.SCAN_TIME_BUDGET_S,
+    scan_deployment.SCAN_MAX_PER_RUN,
     scan.SCAN_PUBLISH_TIMEOUT_S,
-    scan.SCAN_INTERVAL_S,
-    scan.CLAIM_TIMEOUT_S,
+    scan_deployment.SCAN_INTERVAL_S,
+    scan_deployment.CLAIM_TIMEOUT_S,
     scan.METRICS,
     scan.ENQUEUED_TIMEOUT_S,
     scan.SCAN_MODE,
-    scan.SCAN_POLL_S,
+    scan_deployment.SCAN_POLL_S,
     scan.SCAN_END_WHEN_IDLE,
     scan.SCAN_ATTEMPT_DEADLINE_S,
     scan.SCAN_PARTITIONS,
@@ -115,20 +116,21 @@ def scan_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi
     """The scan's JOBS_* variables (exactly SCAN_VARIABLES)."""
     return {
         scan.PROJECT: config.project,
-        scan.TOPIC: wiring.topic_name,  # the topic ID (short name); the project is PROJECT
+        # the topic ID (short name); the project is PROJECT
+        scan_deployment.TOPIC: wiring.topic_name,
         scan.SCAN_AUDIENCE: wiring.scan_url,
         scan.SCAN_ALLOWED_INVOKERS: wiring.scheduler_invoker_email,  # comma-separated emails
-        scan.SCAN_TIME_BUDGET_S: str(config.scan_time_budget_s),
-        scan.SCAN_MAX_PER_RUN: str(config.scan_max_per_run),
+        scan_deployment.SCAN_TIME_BUDGET_S: str(config.scan_time_budget_s),
+        scan_deployment.SCAN_MAX_PER_RUN: str(config.scan_max_per_run),
         scan.SCAN_PUBLISH_TIMEOUT_S: str(config.scan_publish_timeout_s),
-        scan.SCAN_INTERVAL_S: str(config.scan_interval_s),
-        scan.CLAIM_TIMEOUT_S: str(config.claim_timeout_s),
+        scan_deployment.SCAN_INTERVAL_S: str(config.scan_interval_s),
+        scan_deployment.CLAIM_TIMEOUT_S: str(config.claim_timeout_s),
         scan.METRICS: SCAN_METRICS,
         scan.ENQUEUED_TIMEOUT_S: str(config.enqueued_timeout_s),
         # Paced runs and the bound they are checked against at start (the scan refuses a
         # run longer than the attempt deadline, as the preview does).
         scan.SCAN_MODE: config.scan_mode,
-        scan.SCAN_POLL_S: str(config.scan_poll_s),
+        scan_deployment.SCAN_POLL_S: str(config.scan_poll_s),
         scan.SCAN_END_WHEN_IDLE: "true" if config.scan_end_when_idle else "false",
         scan.SCAN_ATTEMPT_DEADLINE_S: str(config.scan_attempt_deadline_s),
         scan.SCAN_PARTITIONS: str(config.scan_partitions),

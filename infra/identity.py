@@ -15,7 +15,7 @@ import pulumi
 from pulumi_gcp import projects, serviceaccount, storage
 
 from infra.config import StackConfig
-from infra.names import Names
+from services.edge.resource_names import Names
 
 # Project-level roles per runtime, only those its code uses. Firestore has no IAM finer than
 # the project: roles/datastore.user is the narrowest grant that reads and writes documents.

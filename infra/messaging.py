@@ -16,7 +16,7 @@ from pulumi_gcp import projects, pubsub
 
 from infra.config import StackConfig
 from infra.identity import Accounts, member
-from infra.names import Names
+from services.edge.resource_names import Names
 
 # How long a subscription keeps unacknowledged messages: 7 days is the default, 31 days the
 # maximum (https://cloud.google.com/pubsub/docs/subscription-properties, "Message retention

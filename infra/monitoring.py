@@ -17,7 +17,7 @@ from pulumi_gcp import logging as gcp_logging
 from pulumi_gcp import monitoring
 
 from infra.config import StackConfig
-from infra.names import Names
+from services.edge.resource_names import Names
 from services.telemetry import metrics
 
 PUBSUB_UNDELIVERED = "pubsub.googleapis.com/subscription/num_undelivered_messages"

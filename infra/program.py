@@ -14,7 +14,8 @@ from pulumi_gcp import cloudscheduler, organizations
 from infra import apis, cloudrun, database, env, identity, messaging, scheduler
 from infra import monitoring as stack_monitoring
 from infra.config import StackConfig
-from infra.names import Names, service_url
+from infra.names import service_url
+from services.edge.resource_names import Names
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Deployment:
 
 
 def build(config: StackConfig) -> Deployment:
-    names = Names.for_stack(config)
+    names = Names.for_prefix(config.name_prefix)
     enabled = apis.enable_apis(config)
     after_apis = apis.after(list(enabled))
     project_number = organizations.get_project_output(project_id=config.project).number

@@ -18,7 +18,7 @@ import pulumi
 from pulumi_gcp import cloudscheduler, serviceaccount
 
 from infra.config import StackConfig
-from infra.names import Names
+from services.edge.resource_names import Names
 from services.scan.partitions import partition_shards
 
 

@@ -27,12 +27,14 @@ from typing import Protocol
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
-from emulators.scheduler.cron import CronSchedule, ScheduleError, TimeZoneError, time_zone
 from emulators.scheduler.retry import RetryConfig
+from services.edge.scheduler_cron import CronSchedule, ScheduleError, TimeZoneError, time_zone
+from services.edge.scheduler_job import (
+    DEFAULT_ATTEMPT_DEADLINE_S,
+    MAX_ATTEMPT_DEADLINE_S,
+    MIN_ATTEMPT_DEADLINE_S,
+)
 
-MIN_ATTEMPT_DEADLINE_S = 15.0
-MAX_ATTEMPT_DEADLINE_S = 30 * 60.0
-DEFAULT_ATTEMPT_DEADLINE_S = 180.0
 DEFAULT_TIME_ZONE = "Etc/UTC"
 
 _JOB_NAME = re.compile(

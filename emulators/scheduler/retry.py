@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-MAX_RETRY_COUNT = 5
+from services.edge.scheduler_job import MAX_RETRY_COUNT
+
 DEFAULT_MIN_BACKOFF_S = 5.0
 DEFAULT_MAX_BACKOFF_S = 3600.0
 DEFAULT_MAX_DOUBLINGS = 5

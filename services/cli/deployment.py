@@ -1,52 +1,61 @@
 """What `jobsctl` knows of the deployment it steers: the scan's interval and per-run ceiling
-(the same JOBS_* variables the scan reads), and the enqueue budget they give a control
-document — computed by the scan's own function, so jobsctl never promises another figure."""
+(the same JOBS_* variables the scan reads, through the same readers and bounds in
+services/edge/scan_deployment.py), and the enqueue budget they give a control document —
+computed by the one budget function (services/jobs/budget.py), so jobsctl never promises
+another figure than the scan's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from services.cli.errors import UsageError
 from services.cli.session import Session
-from services.cli.timespec import TimeSpecError, parse_duration
-from services.edge.settings import SHARDS
-from services.jobs.control import Control
-from services.scan.budget import DEFAULT_POLL_S, PACED_MARGIN_S, EnqueueBudget, enqueue_budget
-from services.scan.settings import (
-    DEFAULT_INTERVAL_S,
-    DEFAULT_MAX_PER_RUN,
-    SCAN_INTERVAL_S,
+from services.cli.timespec import duration
+from services.edge.scan_deployment import (
     SCAN_MAX_PER_RUN,
-    SCAN_POLL_S,
-    SCAN_TIME_BUDGET_S,
+    read_interval_s,
+    read_max_per_run,
+    read_poll_s,
+    read_time_budget_s,
 )
+from services.edge.settings import SHARDS, EnvReader, SettingsError
+from services.jobs.budget import PACED_MARGIN_S, EnqueueBudget, enqueue_budget
+from services.jobs.control import Control
+
+T = TypeVar("T")
+
+
+def _read(session: Session, reader: Callable[[EnvReader], T]) -> T:
+    """One scan variable, read as the scan reads it; a bad value is a usage error naming it
+    (the operator did not type it: the message says where it came from)."""
+    env = EnvReader(session.environ)
+    value = reader(env)
+    try:
+        env.finish()
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from exc
+    return value
 
 
 def interval_s(session: Session, flag: str | None = None) -> float:
     """--interval, else JOBS_SCAN_INTERVAL_S, else the scan's default."""
     if flag:
-        return parse_duration(flag).total_seconds()
-    text = session.env(SCAN_INTERVAL_S, str(DEFAULT_INTERVAL_S))
-    try:
-        return parse_duration(text).total_seconds()
-    except TimeSpecError as exc:
-        # The operator did not type this value: name where it came from.
-        raise UsageError(f"{SCAN_INTERVAL_S}={text!r}: {exc}") from exc
+        return duration("--interval", flag).total_seconds()
+    return _read(session, read_interval_s)
 
 
 def ceiling(session: Session) -> int | None:
     """JOBS_SCAN_MAX_PER_RUN when set: no control document lifts a run above it."""
-    text = session.env(SCAN_MAX_PER_RUN)
-    if not text:
+    if not session.env(SCAN_MAX_PER_RUN):
         return None
-    try:
-        return int(text)
-    except ValueError as exc:
-        raise UsageError(f"{SCAN_MAX_PER_RUN}={text!r} is not an integer") from exc
+    return _read(session, read_max_per_run)
 
 
 def run_cap(session: Session) -> int:
     """The deployment's per-run cap as the scan applies it: JOBS_SCAN_MAX_PER_RUN, else the
     scan's own default."""
-    return ceiling(session) or DEFAULT_MAX_PER_RUN
+    return _read(session, read_max_per_run)
 
 
 def effective_budget(session: Session, control: Control) -> EnqueueBudget:
@@ -61,25 +70,16 @@ def effective_budget(session: Session, control: Control) -> EnqueueBudget:
     )
 
 
-def _duration_env(session: Session, key: str) -> float | None:
-    text = session.env(key)
-    if not text:
-        return None
-    try:
-        return parse_duration(text).total_seconds()
-    except TimeSpecError as exc:
-        raise UsageError(f"{key}={text!r}: {exc}") from exc
-
-
 def time_budget_s(session: Session, interval: float) -> float:
     """A paced run's length: JOBS_SCAN_TIME_BUDGET_S, else the longest the scan allows
     (the interval less its margin, at least 1 s)."""
-    return _duration_env(session, SCAN_TIME_BUDGET_S) or max(1.0, interval - PACED_MARGIN_S)
+    longest = max(1.0, interval - PACED_MARGIN_S)
+    return _read(session, lambda env: read_time_budget_s(env, default=longest))
 
 
 def poll_s(session: Session) -> float:
     """JOBS_SCAN_POLL_S, else the scan's default."""
-    return _duration_env(session, SCAN_POLL_S) or DEFAULT_POLL_S
+    return _read(session, read_poll_s)
 
 
 def shards(session: Session) -> int:

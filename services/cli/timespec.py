@@ -1,6 +1,7 @@
-"""Times and durations as an operator types them: `now`, `+30d`, `+1y`, `-2h`, `1h30m`, ISO 8601.
+"""Times and durations as an operator types them: `now`, `+30d`, `+1y`, `-2h`, ISO 8601.
 
-A year (`y`) is 365 days: a retention decision's "in a year" is a duration, not a calendar date.
+Durations (and the offsets of relative times) are the one grammar every component reads
+(services/jobs/durations.py): `90s`, `1h30m`, `2w`, `1y` (365 days), `500ms`.
 """
 
 from __future__ import annotations
@@ -8,32 +9,20 @@ from __future__ import annotations
 import datetime
 import re
 
+from services.jobs.durations import DurationError, parse_duration
+
 
 class TimeSpecError(ValueError):
     """Not a time or duration this CLI understands."""
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdwy])")
-
-
-def parse_duration(text: str) -> datetime.timedelta:
-    """`90s`, `15m`, `1h30m`, `30d`, `2w`, `1y`; a bare number means seconds."""
-    spec = text.strip().lower()
-    if re.fullmatch(r"\d+(?:\.\d+)?", spec):
-        return _seconds(float(spec), text)
-    parts = _DURATION.findall(spec)
-    if not parts or "".join(n + u for n, u in parts) != spec:
-        raise TimeSpecError(f"{text!r} is not a duration (try 90s, 15m, 1h30m, 30d, 1y)")
-    return _seconds(sum(float(n) * _UNITS[u] for n, u in parts), text)
-
-
-def _seconds(seconds: float, text: str) -> datetime.timedelta:
+def duration(field: str, text: str) -> datetime.timedelta:
+    """`text`, given as `field` (a flag such as --claim-timeout, or a JOBS_* variable), as a
+    duration; TimeSpecError naming `field` when it is not one."""
     try:
-        return datetime.timedelta(seconds=seconds)
-    except OverflowError as exc:
-        # timedelta stops at 999,999,999 days; a typo like 99999999999d must not be a traceback.
-        raise TimeSpecError(f"{text!r} is too large a duration") from exc
+        return parse_duration(text)
+    except DurationError as exc:
+        raise TimeSpecError(f"{field}: {exc}") from exc
 
 
 def parse_time(text: str, now: datetime.datetime) -> datetime.datetime:
@@ -43,7 +32,10 @@ def parse_time(text: str, now: datetime.datetime) -> datetime.datetime:
     if spec.lower() == "now":
         return now
     if relative:
-        offset = parse_duration(relative.group(2))
+        try:
+            offset = parse_duration(relative.group(2))
+        except DurationError as exc:
+            raise TimeSpecError(str(exc)) from exc
         try:
             return now + offset if relative.group(1) == "+" else now - offset
         except OverflowError as exc:

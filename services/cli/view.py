@@ -20,11 +20,11 @@ from rich.table import Table
 from rich.text import Text
 
 from services.cli.planner import budget_arithmetic, format_duration
+from services.jobs.budget import EnqueueBudget
 from services.jobs.control import Control
 from services.jobs.layout import layout_line, mismatched
 from services.jobs.results import Stats
 from services.jobs.state import State
-from services.scan.budget import EnqueueBudget
 from services.store.runs import ScanRun
 
 RECENT_RUNS = 5

@@ -1,9 +1,10 @@
-"""Resource names: the Pub/Sub topics and subscriptions, service accounts and Cloud Run
-services a deployment's prefix gives, the way `infra.names.Names.for_stack` derives them.
+"""Resource names: the Pub/Sub topics and subscriptions, service accounts, Cloud Run services
+and the Cloud Scheduler job a deployment's name prefix gives.
 
-Here, below both, because the local stack (`services/local`) and the CLI (`services/cli`) need
-the same names and the CLI must not import the local stack. `infra/` needs Pulumi, an optional
-dependency, so its names are mirrored here; a test proves they agree.
+The one definition: the Pulumi program names what it creates with it (infra/program.py,
+`Names.for_prefix(config.name_prefix)`), the local stack (`services/local`) builds the same
+topology, and the CLI (`services/cli`) finds the topics it replays to. Here, below all three,
+because the CLI must import neither the local stack nor `infra/` (which needs Pulumi).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ NAME_PREFIX = "deferred-jobs"
 
 @dataclass(frozen=True)
 class Names:
-    """Resource IDs and service-account emails, as infra derives them from the prefix."""
+    """Every name a deployment gives a resource, from its prefix (the stack's `namePrefix`)."""
 
     topic: str
     push_subscription: str
@@ -23,6 +24,8 @@ class Names:
     dead_letter_subscription: str
     scheduler_account: str
     pusher_account: str
+    scan_account: str
+    worker_account: str
     scan_service: str
     worker_service: str
     scheduler_job: str
@@ -36,6 +39,8 @@ class Names:
             dead_letter_subscription=f"{prefix}-dead-letter-pull",
             scheduler_account=f"{prefix}-scheduler",
             pusher_account=f"{prefix}-pusher",
+            scan_account=f"{prefix}-scan-rt",
+            worker_account=f"{prefix}-worker-rt",
             scan_service=f"{prefix}-scan",
             worker_service=f"{prefix}-worker",
             scheduler_job=f"{prefix}-scan",

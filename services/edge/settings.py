@@ -18,12 +18,12 @@ import builtins
 import datetime
 import logging
 import math
-import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from services.jobs.durations import DurationError, parse_duration
 from services.jobs.shard import MAX_SHARDS
 from services.jobs.transitions import DEFAULT_TERMINAL_RETENTION
 from services.store.bounds import DEFAULT_CALL_TIMEOUT_S
@@ -85,8 +85,6 @@ N = TypeVar("N", int, float)
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -165,9 +163,17 @@ class EnvReader:
         min: builtins.float | None = None,
         max: builtins.float | None = None,
     ) -> builtins.float:
-        """Seconds, from `90`, `90s`, `1.5m`, `2h`, `1d` or `500ms`."""
-        complaint = "must be a duration like 90s, 5m, 1h or 500ms"
-        return self._number(key, default, 0.0, _parse_duration_s, complaint, min, max)
+        """Seconds, in the one duration grammar (services/jobs/durations.py): `90`, `90s`,
+        `1.5m`, `1h30m`, `2w`, `500ms`."""
+        raw = self._raw(key)
+        if raw is None:
+            return self._missing(key, default, 0.0)
+        try:
+            value = parse_duration(raw).total_seconds()
+        except DurationError as exc:
+            self.problem(key, builtins.str(exc))
+            return 0.0 if isinstance(default, _Required) else default
+        return self._bounded(key, value, default, 0.0, min, max)
 
     def bool(
         self, key: builtins.str, default: builtins.bool | _Required = REQUIRED
@@ -269,14 +275,6 @@ def _parse_float(raw: builtins.str) -> builtins.float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-def _parse_duration_s(raw: builtins.str) -> builtins.float | None:
-    match = _DURATION_RE.match(raw.lower())
-    if match is None:
-        return None
-    number, unit = match.groups()
-    return builtins.float(number) * _DURATION_UNITS[unit]
 
 
 def _range(low: object, high: object) -> builtins.str:

@@ -36,14 +36,15 @@ from emulators.launcher import (
 from emulators.launcher import Ports as EmulatorPorts
 from emulators.oidc.server import CERTS_PATH, TOKEN_PATH
 from emulators.scheduler.attempt import token_from_issuer_url
-from emulators.scheduler.cron import CronSchedule
 from emulators.scheduler.job import HttpJob
 from emulators.scheduler.retry import RetryConfig
 from emulators.scheduler.scheduler import Attempt, CloudScheduler
 from services.api import settings as api_keys
 from services.cli.backends import DEAD_LETTER_SUBSCRIPTION, Backends
+from services.edge import scan_deployment
 from services.edge import settings as common_keys
 from services.edge.resource_names import Names
+from services.edge.scheduler_cron import CronSchedule
 from services.jobs.clock import SystemClock
 from services.local.cloud_run import deployments, front_end_argv
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
@@ -149,9 +150,9 @@ class Options:
             return {scan_keys.SCAN_MODE: "one-pass"}
         return {
             scan_keys.SCAN_MODE: cadence.DEFAULT_SCAN_MODE,
-            scan_keys.SCAN_TIME_BUDGET_S: str(cadence.DEFAULT_RUN_TIME_BUDGET_S),
-            scan_keys.SCAN_MAX_PER_RUN: str(cadence.DEFAULT_RUN_MAX_PER_RUN),
-            scan_keys.SCAN_POLL_S: str(cadence.DEFAULT_RUN_POLL_S),
+            scan_deployment.SCAN_TIME_BUDGET_S: str(cadence.DEFAULT_RUN_TIME_BUDGET_S),
+            scan_deployment.SCAN_MAX_PER_RUN: str(cadence.DEFAULT_RUN_MAX_PER_RUN),
+            scan_deployment.SCAN_POLL_S: str(cadence.DEFAULT_RUN_POLL_S),
             scan_keys.SCAN_END_WHEN_IDLE: str(cadence.DEFAULT_RUN_END_WHEN_IDLE).lower(),
             scan_keys.SCAN_ATTEMPT_DEADLINE_S: str(cadence.DEFAULT_ATTEMPT_DEADLINE_S),
         }
@@ -162,7 +163,7 @@ class Options:
         as infra sets it; under a test cadence that cadence, but not below what the scan accepts
         (a faster local scheduler just finds each run's budget sooner)."""
         if self.test_cadence_s is not None:
-            return max(self.test_cadence_s, scan_keys.MIN_INTERVAL_S)
+            return max(self.test_cadence_s, scan_deployment.MIN_INTERVAL_S)
         return float(CronSchedule.parse(cadence.DEFAULT_SCHEDULE).longest_gap_s())
 
 
@@ -335,7 +336,7 @@ class LocalSystem:
         }
         started = [
             self._start_function("worker", worker_port, worker_env),
-            self._start_function("scan", scan_port, self.scan_environment(common)),
+            self._start_function("scan", scan_port, self.scan_deployment(common)),
             self._start_api(common),
         ]
         self.wait_listening(started)
@@ -353,14 +354,14 @@ class LocalSystem:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def scan_environment(self, common: Mapping[str, str]) -> dict[str, str]:
+    def scan_deployment(self, common: Mapping[str, str]) -> dict[str, str]:
         """The scan's environment (endpoints.scan_url set): as infra sets a default stack's."""
         return {
             **common,
-            scan_keys.TOPIC: self.topology.names.topic,
+            scan_deployment.TOPIC: self.topology.names.topic,
             scan_keys.SCAN_AUDIENCE: self.endpoints.scan_url,
             scan_keys.SCAN_ALLOWED_INVOKERS: self.topology.scheduler_email,
-            scan_keys.SCAN_INTERVAL_S: f"{self.options.budget_interval_s:g}",
+            scan_deployment.SCAN_INTERVAL_S: f"{self.options.budget_interval_s:g}",
             # No Cloud Monitoring write API locally: the gauges go to the scan's log instead.
             scan_keys.METRICS: "log",
             **self.options.scan_run_environment,
@@ -589,9 +590,9 @@ class LocalSystem:
             # The client libraries' own project variable: `firestore.Client()` with no
             # project argument then writes where this stack reads.
             "GOOGLE_CLOUD_PROJECT": self.options.project,
-            scan_keys.TOPIC: self.topology.names.topic,
+            scan_deployment.TOPIC: self.topology.names.topic,
             DEAD_LETTER_SUBSCRIPTION: self.topology.names.dead_letter_subscription,
-            scan_keys.SCAN_INTERVAL_S: f"{self.options.budget_interval_s:g}",
+            scan_deployment.SCAN_INTERVAL_S: f"{self.options.budget_interval_s:g}",
             # jobsctl plan and control show the per-run cap and pacing the scan runs with.
             **self.options.scan_run_environment,
             PRODUCER_API_URL: self.endpoints.api_url,

@@ -1,12 +1,11 @@
 """The Pub/Sub topology and identities of the local stack, shaped the way `infra/` shapes them.
 
-Names follow `infra.names.Names.for_stack` with the default prefix, and the push subscription
-carries the same things as `infra/messaging.py`: an OIDC token minted for the push invoker with
-audience = the worker URL, an ack deadline, a retry policy and a dead-letter policy whose topic
-has a pull subscription (without one, dead letters would be lost). Only the timings are local:
-short backoffs so a failing demo shows its retries in seconds, not minutes.
-(`infra/` needs Pulumi, an optional dependency, so these names are mirrored here; a test proves
-they agree.)
+Names are the ones `infra/` gives too (services/edge/resource_names.py, the default prefix), and
+the push subscription carries the same things as `infra/messaging.py`: an OIDC token minted for
+the push invoker with audience = the worker URL, an ack deadline, a retry policy and a
+dead-letter policy whose topic has a pull subscription (without one, dead letters would be
+lost). Only the timings are local: short backoffs so a failing demo shows its retries in
+seconds, not minutes.
 """
 
 from __future__ import annotations

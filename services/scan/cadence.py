@@ -8,11 +8,14 @@ so `make run` triggers the scan at the cadence a default stack has.
 
 from __future__ import annotations
 
-# Every minute: Cloud Scheduler's finest cadence, with paced runs (services/scan/budget.py)
+from services.edge import scheduler_job
+
+# Every minute: Cloud Scheduler's finest cadence, with paced runs (services/jobs/budget.py)
 # working most of each minute, so a default stack drains at the rate the operator sets.
 DEFAULT_SCHEDULE = "* * * * *"
 DEFAULT_TIME_ZONE = "Etc/UTC"
-DEFAULT_ATTEMPT_DEADLINE_S = 180  # Cloud Scheduler's own default for HTTP targets
+# Cloud Scheduler's own default for HTTP targets (services/edge/scheduler_job.py).
+DEFAULT_ATTEMPT_DEADLINE_S = int(scheduler_job.DEFAULT_ATTEMPT_DEADLINE_S)
 DEFAULT_RETRY_COUNT = 0
 
 # How each run works at that cadence (docs/scan.md, "Modes"): paced, up to 50 s of the minute

@@ -13,8 +13,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from services.jobs import errors
+from services.jobs.budget import ScanLimits
 from services.jobs.clock import Clock
-from services.scan.budget import ScanLimits
 from services.scan.dependencies import RunRecorder
 from services.scan.errors import StoreRefused, StoreUnreachable
 from services.scan.summary import RunBacklog, log_fields, scan_report

@@ -22,10 +22,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from services.jobs import errors
+from services.jobs.budget import ScanLimits
 from services.jobs.clock import Clock
 from services.jobs.results import Reclaimed
 from services.jobs.state import State
-from services.scan.budget import ScanLimits
 from services.scan.queue_age import QueueAgeSource
 from services.scan.summary import RunTally
 from services.telemetry.metrics import EVENT_JOB_FAILED, LOG_EVENT

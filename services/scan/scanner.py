@@ -20,9 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from services.jobs import errors
-from services.jobs.clock import Clock
-from services.jobs.control import Control, HousekeepingMark
-from services.scan.budget import (
+from services.jobs.budget import (
     DEFAULT_ENQUEUED_TIMEOUT_S,
     EnqueueBudget,
     ScanLimits,
@@ -33,6 +31,8 @@ from services.scan.budget import (
     pace_rate,
     partition_share,
 )
+from services.jobs.clock import Clock
+from services.jobs.control import Control, HousekeepingMark
 from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder
 from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, StoreUnreachable
 from services.scan.gauges import Gauges

@@ -11,6 +11,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.edge.publisher import DEFAULT_TIMEOUT_S as DEFAULT_PUBLISH_TIMEOUT_S
+from services.edge.scan_deployment import (
+    CLAIM_TIMEOUT_S,
+    DEFAULT_CLAIM_TIMEOUT_S,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_MAX_PER_RUN,
+    DEFAULT_TIME_BUDGET_S,
+    MAX_ENQUEUED_TIMEOUT_S,
+    MIN_ENQUEUED_TIMEOUT_S,
+    SCAN_INTERVAL_S,
+    SCAN_MAX_PER_RUN,
+    SCAN_POLL_S,
+    SCAN_TIME_BUDGET_S,
+    TOPIC,
+    read_claim_timeout_s,
+    read_interval_s,
+    read_max_per_run,
+    read_poll_s,
+    read_time_budget_s,
+)
+from services.edge.scheduler_job import (
+    DEFAULT_ATTEMPT_DEADLINE_S,
+    MAX_ATTEMPT_DEADLINE_S,
+    MIN_ATTEMPT_DEADLINE_S,
+)
 from services.edge.settings import (
     AUTH_CLOCK_SKEW_S,
     BEHIND_CLOUD_RUN_IAM,
@@ -29,15 +53,10 @@ from services.edge.settings import (
     EnvReader,
     SettingsError,
 )
-from services.scan.budget import (
-    DEFAULT_ATTEMPT_DEADLINE_S,
+from services.jobs.budget import (
     DEFAULT_ENQUEUED_TIMEOUT_S,
     DEFAULT_HOUSEKEEPING_INTERVAL_S,
     DEFAULT_POLL_S,
-    MAX_ATTEMPT_DEADLINE_S,
-    MAX_POLL_S,
-    MIN_ATTEMPT_DEADLINE_S,
-    MIN_POLL_S,
     PACED_MARGIN_S,
     SCAN_MODES,
     ScanLimits,
@@ -56,19 +75,14 @@ __all__ = [
     "TERMINAL_RETENTION_S",
     "ScanSettings",
     "SettingsError",
-    "claim_timeout_floor_s",
 ]
 
-# The scan's own (the shared ones are services.edge.settings', read through CommonSettings).
-TOPIC = "JOBS_TOPIC"
+# The scan's own (the shared ones are services.edge.settings', read through CommonSettings;
+# those jobsctl and the infra read too are services.edge.scan_deployment's).
 SCAN_AUDIENCE = "JOBS_SCAN_AUDIENCE"
 SCAN_ALLOWED_INVOKERS = "JOBS_SCAN_ALLOWED_INVOKERS"
-SCAN_TIME_BUDGET_S = "JOBS_SCAN_TIME_BUDGET_S"
-SCAN_MAX_PER_RUN = "JOBS_SCAN_MAX_PER_RUN"
 SCAN_PAGE_SIZE = "JOBS_SCAN_PAGE_SIZE"
-SCAN_INTERVAL_S = "JOBS_SCAN_INTERVAL_S"
 SCAN_PUBLISH_TIMEOUT_S = "JOBS_SCAN_PUBLISH_TIMEOUT_S"
-CLAIM_TIMEOUT_S = "JOBS_CLAIM_TIMEOUT_S"
 RECLAIM_LIMIT = "JOBS_RECLAIM_LIMIT"
 HOUSEKEEPING_INTERVAL_S = "JOBS_SCAN_HOUSEKEEPING_INTERVAL_S"
 METRICS = "JOBS_METRICS"
@@ -76,7 +90,6 @@ SCAN_RUN_RETENTION_S = "JOBS_SCAN_RUN_RETENTION_S"
 ENQUEUED_TIMEOUT_S = "JOBS_ENQUEUED_TIMEOUT_S"
 # Paced runs (services/scan/pacer.py) and the bounds a run must finish inside.
 SCAN_MODE = "JOBS_SCAN_MODE"
-SCAN_POLL_S = "JOBS_SCAN_POLL_S"
 SCAN_END_WHEN_IDLE = "JOBS_SCAN_END_WHEN_IDLE"
 SCAN_ATTEMPT_DEADLINE_S = "JOBS_SCAN_ATTEMPT_DEADLINE_S"
 SCAN_PARTITIONS = "JOBS_SCAN_PARTITIONS"
@@ -112,27 +125,14 @@ ALL_KEYS = (
     MONITORING_EMULATOR_HOST,
 )
 
-# Cloud Scheduler's attempt deadline is at most 30 min; a run should end well inside it.
-MAX_TIME_BUDGET_S = 1800.0
-DEFAULT_TIME_BUDGET_S = 60.0
-DEFAULT_MAX_PER_RUN = 1000
-MAX_PER_RUN_LIMIT = 100_000
 DEFAULT_PAGE_SIZE = 200
 # One claim transaction per page; Firestore transactions stay well under 10 MiB at 500 docs.
 MAX_PAGE_SIZE = 500
-DEFAULT_INTERVAL_S = 60.0  # Cloud Scheduler's finest schedule is every minute
-MIN_INTERVAL_S = 1.0
-DEFAULT_CLAIM_TIMEOUT_S = 600.0
-_MIN_CLAIM_TIMEOUT_S, _MAX_CLAIM_TIMEOUT_S = 1.0, 7 * 86400.0
 DEFAULT_RECLAIM_LIMIT = 500
 # Housekeeping (reclaimer, backlog counts, scan_runs record) at most this far apart on an idle
 # instance; 0 = every run. Bounded by the shortest claim timeout's order of magnitude.
 _MAX_HOUSEKEEPING_INTERVAL_S = 3600.0
 DEFAULT_RUN_RETENTION_S = 30 * 86400.0
-# Enqueued-timeout bounds: at least 5 minutes, at most 7 days (Pub/Sub's longest message
-# retention). The default (scanner.DEFAULT_ENQUEUED_TIMEOUT_S) says why it is 3 h; the infra
-# sets the value per stack from its Pub/Sub settings.
-MIN_ENQUEUED_TIMEOUT_S, MAX_ENQUEUED_TIMEOUT_S = 300.0, 7 * 86400.0
 # Partitions (Scheduler jobs, each owning a group of shards) are at most the shards' maximum.
 MAX_PARTITIONS = 64
 # A run's lease outlasts its longest run by this much: a clock step or a slow release never
@@ -185,25 +185,14 @@ class ScanSettings:
             topic=env.str(TOPIC),
             audience=env.url(SCAN_AUDIENCE),
             allowed_invokers=frozenset(env.csv(SCAN_ALLOWED_INVOKERS)),
-            time_budget_s=env.duration_s(
-                SCAN_TIME_BUDGET_S, DEFAULT_TIME_BUDGET_S, min=1.0, max=MAX_TIME_BUDGET_S
-            ),
-            max_per_run=env.int(
-                SCAN_MAX_PER_RUN, DEFAULT_MAX_PER_RUN, min=1, max=MAX_PER_RUN_LIMIT
-            ),
+            time_budget_s=read_time_budget_s(env),
+            max_per_run=read_max_per_run(env),
             page_size=env.int(SCAN_PAGE_SIZE, DEFAULT_PAGE_SIZE, min=1, max=MAX_PAGE_SIZE),
-            interval_s=env.duration_s(
-                SCAN_INTERVAL_S, DEFAULT_INTERVAL_S, min=MIN_INTERVAL_S, max=86400.0
-            ),
+            interval_s=read_interval_s(env),
             publish_timeout_s=env.duration_s(
                 SCAN_PUBLISH_TIMEOUT_S, DEFAULT_PUBLISH_TIMEOUT_S, min=0.1, max=600.0
             ),
-            claim_timeout_s=env.duration_s(
-                CLAIM_TIMEOUT_S,
-                DEFAULT_CLAIM_TIMEOUT_S,
-                min=_MIN_CLAIM_TIMEOUT_S,
-                max=_MAX_CLAIM_TIMEOUT_S,
-            ),
+            claim_timeout_s=read_claim_timeout_s(env),
             reclaim_limit=env.int(RECLAIM_LIMIT, DEFAULT_RECLAIM_LIMIT, min=0, max=MAX_PAGE_SIZE),
             housekeeping_interval_s=env.duration_s(
                 HOUSEKEEPING_INTERVAL_S,
@@ -222,7 +211,7 @@ class ScanSettings:
                 max=MAX_ENQUEUED_TIMEOUT_S,
             ),
             mode=_mode(env.choice(SCAN_MODE, SCAN_MODES, default="one-pass")),
-            poll_s=env.duration_s(SCAN_POLL_S, DEFAULT_POLL_S, min=MIN_POLL_S, max=MAX_POLL_S),
+            poll_s=read_poll_s(env),
             end_when_idle=env.bool(SCAN_END_WHEN_IDLE, True),
             attempt_deadline_s=env.duration_s(
                 SCAN_ATTEMPT_DEADLINE_S,
@@ -328,19 +317,6 @@ def run_bound_problems(settings: ScanSettings) -> list[tuple[str, str]]:
             )
         )
     return problems
-
-
-def claim_timeout_floor_s(environ: Mapping[str, str]) -> float | None:
-    """JOBS_CLAIM_TIMEOUT_S when set (parsed and bounded as the scan does), else None.
-
-    For tools beside the scan (jobsctl) that must honour the same floor; raises SettingsError.
-    """
-    env = EnvReader(environ)
-    if not environ.get(CLAIM_TIMEOUT_S, "").strip():
-        return None
-    floor = env.duration_s(CLAIM_TIMEOUT_S, min=_MIN_CLAIM_TIMEOUT_S, max=_MAX_CLAIM_TIMEOUT_S)
-    env.finish()
-    return floor
 
 
 def _mode(value: str) -> ScanMode:

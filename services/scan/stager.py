@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 from services.edge.publisher import PublishError
 from services.jobs import errors
+from services.jobs.budget import EnqueueBudget, ScanLimits, TimeBudget
 from services.jobs.clock import Clock
 from services.jobs.parts import ErrorInfo
 from services.jobs.results import ClaimedJob, EnqueueMark
-from services.scan.budget import EnqueueBudget, ScanLimits, TimeBudget
 from services.scan.dependencies import JobPublisher
 from services.scan.errors import StoreRefused, StoreUnreachable
 from services.scan.pacer import Pacer

@@ -4,7 +4,7 @@ Every drill here runs what production runs, with production's timing:
 - the emulators in their own process (`python -m emulators`: strict Firestore with the index set
   of the drill's shard count, Pub/Sub, the OIDC issuer);
 - the scan as deployed: functions-framework behind the local Cloud Run front end, with the
-  environment a default stack gives it (services/local's `scan_environment`: paced, 50 s runs,
+  environment a default stack gives it (services/local's `scan_deployment`: paced, 50 s runs,
   12,000 per run, polling every 5 s, ending when idle);
 - the local Cloud Scheduler (emulators/scheduler) calling it with OIDC tokens on a unix-cron
   schedule: `* * * * *` (or `*/5 * * * *` for the one-pass comparison), never two executions
@@ -114,7 +114,7 @@ def _stack_class() -> Any:
             self._start_emulators()
             port = free_port(HOST)
             self.endpoints.scan_url = f"http://{HOST}:{port}"
-            env = {**self.scan_environment(self.common_environment()), **self.run_env}
+            env = {**self.scan_deployment(self.common_environment()), **self.run_env}
             self.wait_listening([self._start_function("scan", port, env)])
             project = self.options.project
             self.publisher = pubsub_v1.PublisherClient()
@@ -256,7 +256,7 @@ class Messages:
 def drill(size: int, rate: float, shards: int) -> None:
     from google.cloud import firestore
 
-    from services.cli.cadence import plan_modes
+    from services.cli.mode_costs import plan_modes
     from services.jobs.clock import SystemClock
     from services.scan import cadence
     from services.store.job_store import FirestoreJobStore
@@ -402,6 +402,7 @@ def _busiest(times: list[float], window_s: float) -> int:
 def latency(mode: str, schedule: str, minutes: float) -> None:
     from google.cloud import firestore
 
+    from services.edge import scan_deployment
     from services.jobs.clock import SystemClock
     from services.scan import settings as scan_keys
     from services.store.job_store import FirestoreJobStore
@@ -409,7 +410,7 @@ def latency(mode: str, schedule: str, minutes: float) -> None:
     run_env = {}
     if mode == "one-pass":
         # A one-pass stack at */5: the interval its budget is computed over is 5 minutes.
-        run_env = {scan_keys.SCAN_MODE: "one-pass", scan_keys.SCAN_INTERVAL_S: "300"}
+        run_env = {scan_keys.SCAN_MODE: "one-pass", scan_deployment.SCAN_INTERVAL_S: "300"}
     elif mode == "paced-polling":
         run_env = {scan_keys.SCAN_END_WHEN_IDLE: "false"}
     with _stack(f"latency-{mode}", 1, schedule, run_env) as stack:

@@ -32,6 +32,7 @@ from typing import Any
 
 import requests
 
+from services.edge import scan_deployment
 from services.jobs.model import NewJob
 from services.jobs.state import TERMINAL, State
 from services.local.system import LocalSystem, Options, Ports
@@ -143,8 +144,8 @@ def main() -> None:
                 1,
                 lambda env: env.update(
                     {
-                        scan_keys.CLAIM_TIMEOUT_S: str(CLAIM_TIMEOUT_S),
-                        scan_keys.SCAN_TIME_BUDGET_S: "5",
+                        scan_deployment.CLAIM_TIMEOUT_S: str(CLAIM_TIMEOUT_S),
+                        scan_deployment.SCAN_TIME_BUDGET_S: "5",
                         scan_keys.SCAN_PUBLISH_TIMEOUT_S: "5",
                         scan_keys.ENQUEUED_TIMEOUT_S: str(ENQUEUED_TIMEOUT_S),
                     }

@@ -336,6 +336,7 @@ class FaultDrain:
         from emulators.scheduler.job import HttpJob
         from emulators.scheduler.retry import RetryConfig
         from emulators.scheduler.scheduler import CloudScheduler
+        from services.edge import scan_deployment
         from services.edge import settings as common_keys
         from services.local.stack import port_accepts
         from services.local.topology import PushPolicy, create_topology
@@ -381,13 +382,13 @@ class FaultDrain:
             self._start_service("worker", name, env, certs_url, audience)
         scan_env = {
             **common,
-            scan_keys.TOPIC: self.topology.names.topic,
+            scan_deployment.TOPIC: self.topology.names.topic,
             scan_keys.SCAN_AUDIENCE: self.urls["scan"],
             scan_keys.SCAN_ALLOWED_INVOKERS: self.topology.scheduler_email,
-            scan_keys.SCAN_INTERVAL_S: f"{CADENCE_S:g}",
-            scan_keys.SCAN_MAX_PER_RUN: str(MAX_PER_RUN),
-            scan_keys.CLAIM_TIMEOUT_S: str(CLAIM_TIMEOUT_S),
-            scan_keys.SCAN_TIME_BUDGET_S: str(TIME_BUDGET_S),
+            scan_deployment.SCAN_INTERVAL_S: f"{CADENCE_S:g}",
+            scan_deployment.SCAN_MAX_PER_RUN: str(MAX_PER_RUN),
+            scan_deployment.CLAIM_TIMEOUT_S: str(CLAIM_TIMEOUT_S),
+            scan_deployment.SCAN_TIME_BUDGET_S: str(TIME_BUDGET_S),
             scan_keys.SCAN_PUBLISH_TIMEOUT_S: str(PUBLISH_TIMEOUT_S),
             scan_keys.METRICS: "log",
         }

@@ -32,8 +32,8 @@ RUNS = 3
 def main() -> None:
     from google.cloud import firestore
 
+    from services.jobs.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S as SPACED_S
     from services.jobs.clock import SystemClock
-    from services.scan.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S as SPACED_S
     from services.store.job_store import FirestoreJobStore
 
     future = int(os.environ.get("JOBS_BENCH_IDLE_FUTURE", DEFAULT_FUTURE))

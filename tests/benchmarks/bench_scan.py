@@ -21,10 +21,10 @@ from emulators.firestore.server import start as start_firestore
 from emulators.pubsub.server import start as start_pubsub
 from services.edge.publisher import Publisher
 from services.jobs import schema
+from services.jobs.budget import ScanLimits
 from services.jobs.clock import FakeClock
 from services.jobs.model import NewJob
 from services.jobs.record import Job
-from services.scan.budget import ScanLimits
 from services.scan.scanner import Scanner
 from services.store.job_store import FirestoreJobStore
 from services.store.runs import ScanRunLog

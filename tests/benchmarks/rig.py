@@ -408,7 +408,7 @@ def scanner(
 ) -> tuple[Any, Any]:
     """The real Scanner on `store` with a real Publisher; returns (scanner, publisher)."""
     from services.edge.publisher import Publisher
-    from services.scan.budget import ScanLimits
+    from services.jobs.budget import ScanLimits
     from services.scan.scanner import Scanner
     from services.store.runs import ScanRunLog
     from services.telemetry.metrics import InMemorySink

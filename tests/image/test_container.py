@@ -18,6 +18,7 @@ import pytest
 
 from emulators.cloudrun import image as container_image
 from services.api import settings as api_keys
+from services.edge import scan_deployment
 from services.edge import settings as common_keys
 from services.scan import settings as scan_keys
 from services.worker import settings as worker_keys
@@ -38,7 +39,7 @@ CALLER = "caller@acme-jobs.iam.gserviceaccount.com"
 VALID: dict[str, dict[str, str]] = {
     "scan": {
         common_keys.PROJECT: "acme-jobs",
-        scan_keys.TOPIC: "deferred-jobs-jobs",
+        scan_deployment.TOPIC: "deferred-jobs-jobs",
         scan_keys.SCAN_AUDIENCE: "http://127.0.0.1:9/scan",
         scan_keys.SCAN_ALLOWED_INVOKERS: CALLER,
     },

@@ -11,16 +11,10 @@ import io
 from typing import Any
 
 from infra.config import parse_config
-from infra.names import Names as InfraNames
+from services.edge.resource_names import Names
+from services.edge.scan_deployment import SCAN_MAX_PER_RUN, SCAN_POLL_S, SCAN_TIME_BUDGET_S
 from services.local.system import SCHEDULER_LOCATION, LocalSystem, Options
-from services.scan.settings import (
-    SCAN_ATTEMPT_DEADLINE_S,
-    SCAN_END_WHEN_IDLE,
-    SCAN_MAX_PER_RUN,
-    SCAN_MODE,
-    SCAN_POLL_S,
-    SCAN_TIME_BUDGET_S,
-)
+from services.scan.settings import SCAN_ATTEMPT_DEADLINE_S, SCAN_END_WHEN_IDLE, SCAN_MODE
 from tests.infra.conftest import StackRun, stack_config
 
 MINIMAL: dict[str, Any] = {
@@ -43,7 +37,7 @@ def test_the_local_job_has_a_default_stacks_schedule_zone_deadline_and_retries()
     assert job.attempt_deadline_s == config.scan_attempt_deadline_s
     assert job.retry.retry_count == config.scan_retry_count
     assert job.test_cadence_s is None  # the test cadence is never the default
-    assert job.job_id == InfraNames.for_stack(config).scheduler_job
+    assert job.job_id == Names.for_prefix(config.name_prefix).scheduler_job
     # The scan budgets for the same interval as a deployed scan (JOBS_SCAN_INTERVAL_S).
     assert Options().budget_interval_s == config.scan_interval_s
 

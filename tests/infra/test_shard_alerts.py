@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from infra.monitoring import SCAN_GAUGE_RESOURCE, SHARD_LAYOUT_FOR_S
+from services.edge.monitoring import CloudMonitoringSink
 from services.scan.summary import scan_report
 from services.store.runs import ScanRun
 from services.telemetry import metrics
-from services.telemetry.metrics import CloudMonitoringSink, ScanReport
+from services.telemetry.metrics import ScanReport
 from tests.infra.conftest import StackRun
 
 AT = datetime(2026, 12, 2, tzinfo=UTC)

@@ -10,6 +10,7 @@ import pytest
 
 from infra import env
 from infra.config import SECRET_KEYS, SETTINGS_BY_NAME
+from services.edge import scan_deployment
 from services.scan import settings as scan_keys
 from services.telemetry import metrics
 from services.worker import settings as worker_keys
@@ -123,7 +124,7 @@ def test_services_expect_the_audiences_and_invokers_that_call_them(stack: StackR
     scan, worker = _envs(stack, "scan"), _envs(stack, "worker")
     assert scan[scan_keys.SCAN_AUDIENCE] == _scheduler_job(stack)["httpTarget"]["uri"]
     assert scan[scan_keys.SCAN_ALLOWED_INVOKERS] == _email(stack, "scheduler")
-    assert scan[scan_keys.TOPIC] == stack.outputs["topic"]
+    assert scan[scan_deployment.TOPIC] == stack.outputs["topic"]
     assert (
         worker[worker_keys.WORKER_AUDIENCE]
         == _push_subscription(stack)["pushConfig"]["pushEndpoint"]
@@ -133,7 +134,7 @@ def test_services_expect_the_audiences_and_invokers_that_call_them(stack: StackR
 
 def test_scan_time_budget_is_below_the_scheduler_attempt_deadline(stack: StackRun) -> None:
     deadline = _seconds(_scheduler_job(stack)["attemptDeadline"])
-    budget = int(_envs(stack, "scan")[scan_keys.SCAN_TIME_BUDGET_S])
+    budget = int(_envs(stack, "scan")[scan_deployment.SCAN_TIME_BUDGET_S])
     publish = int(_envs(stack, "scan")[scan_keys.SCAN_PUBLISH_TIMEOUT_S])
     assert 15 <= deadline <= 1800
     assert budget + publish < deadline
@@ -306,7 +307,7 @@ def test_dead_letter_alert_watches_the_inspection_subscription(stack: StackRun) 
 def test_scan_absent_alert_waits_three_scheduler_intervals(stack: StackRun) -> None:
     policy = stack.one("monitoring/alertPolicy:AlertPolicy", "alert-scan-absent").state
     absent = policy["conditions"][0]["conditionAbsent"]
-    interval = int(_envs(stack, "scan")[scan_keys.SCAN_INTERVAL_S])
+    interval = int(_envs(stack, "scan")[scan_deployment.SCAN_INTERVAL_S])
     assert _seconds(absent["duration"]) >= 3 * interval
 
 
@@ -360,7 +361,8 @@ def test_every_alert_filter_names_a_metric_and_a_resource_type(stack: StackRun) 
 
 def test_gauge_alerts_watch_the_resource_the_scan_writes_its_gauges_on() -> None:
     from infra.monitoring import SCAN_GAUGE_RESOURCE
-    from services.telemetry.metrics import CloudMonitoringSink, ScanReport
+    from services.edge.monitoring import CloudMonitoringSink
+    from services.telemetry.metrics import ScanReport
 
     report = ScanReport("run-1", 0.0, 0, 0, 0, 0, 0, 0, 0.0)
     series = CloudMonitoringSink(client=None, project="p").time_series(report)

@@ -10,20 +10,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from services.cli import deployment
-from services.cli.cadence import plan_modes
 from services.cli.errors import UsageError
+from services.cli.mode_costs import plan_modes
 from services.cli.output import Report, fields, table
 from services.cli.planner import budget_arithmetic, describe, format_duration, plan_drain
 from services.cli.session import Session
-from services.cli.timespec import parse_duration
-from services.edge.settings import SettingsError
-from services.jobs.control import MAX_CLAIM_TIMEOUT, Control
-from services.jobs.layout import ShardCensus, layout_line, mismatched
-from services.jobs.record import Job
-from services.jobs.results import Reclaimed
-from services.jobs.state import State
-from services.scan.budget import effective_claim_timeout, enqueue_budget
-from services.scan.settings import (
+from services.cli.timespec import duration
+from services.edge.scan_deployment import (
     CLAIM_TIMEOUT_S,
     DEFAULT_INTERVAL_S,
     MAX_PER_RUN_LIMIT,
@@ -31,6 +24,13 @@ from services.scan.settings import (
     SCAN_MAX_PER_RUN,
     claim_timeout_floor_s,
 )
+from services.edge.settings import SettingsError
+from services.jobs.budget import effective_claim_timeout, enqueue_budget
+from services.jobs.control import MAX_CLAIM_TIMEOUT, Control
+from services.jobs.layout import ShardCensus, layout_line, mismatched
+from services.jobs.record import Job
+from services.jobs.results import Reclaimed
+from services.jobs.state import State
 
 RECLAIM_BATCH = 100
 
@@ -301,7 +301,7 @@ def claim_timeout(session: Session, text: str | None, control: Control | None = 
     function: below it, `reclaim --apply` could take back claims a running scan still holds.
     """
     if text:
-        asked = parse_duration(text)
+        asked = duration("--claim-timeout", text)
         if asked > MAX_CLAIM_TIMEOUT:  # the control's own ceiling (now - asked must be a date)
             raise UsageError(f"the claim timeout must be at most {MAX_CLAIM_TIMEOUT.days} d")
     else:

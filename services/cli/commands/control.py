@@ -10,11 +10,11 @@ from services.cli.errors import UsageError
 from services.cli.output import Report, fields, table
 from services.cli.planner import budget_arithmetic, format_duration
 from services.cli.session import Session
-from services.cli.timespec import parse_duration
+from services.cli.timespec import duration
+from services.edge.scan_deployment import SCAN_MAX_PER_RUN
 from services.jobs.control import MAX_CLAIM_BUDGET, Control
 from services.jobs.errors import ValidationError
 from services.jobs.ramp import DEFAULT_START_RATE, OPS_PER_JOB, Ramp
-from services.scan.settings import SCAN_MAX_PER_RUN
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -163,7 +163,7 @@ def set_control(session: Session, args: argparse.Namespace) -> Report:
     if args.max_per_run is not None:
         changes["claim_budget"] = None if args.max_per_run == DEPLOYMENT_CAP else args.max_per_run
     if args.claim_timeout is not None:
-        changes["claim_timeout"] = parse_duration(args.claim_timeout)
+        changes["claim_timeout"] = duration("--claim-timeout", args.claim_timeout)
     if not changes:
         raise UsageError(
             "nothing to change: pass --catch-up-rate, --max-per-run or --claim-timeout"

@@ -21,7 +21,7 @@ from services.cli.errors import BackendUnavailable, Refused, UsageError
 from services.cli.output import Report, table
 from services.cli.session import Session
 from services.edge.resource_names import Names
-from services.scan.settings import TOPIC
+from services.edge.scan_deployment import TOPIC
 
 # infra's names for its default namePrefix (JOBS_TOPIC / JOBS_DEAD_LETTER_SUBSCRIPTION override).
 DEFAULT_TOPIC = Names.for_prefix().topic

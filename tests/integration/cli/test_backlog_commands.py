@@ -246,7 +246,7 @@ def test_an_invalid_deployment_claim_timeout_is_a_usage_error(
 
 
 def test_plan_defaults_to_the_scans_own_interval(jobsctl: Jobsctl, monkeypatch: Any) -> None:
-    from services.scan.settings import DEFAULT_INTERVAL_S, SCAN_INTERVAL_S
+    from services.edge.scan_deployment import DEFAULT_INTERVAL_S, SCAN_INTERVAL_S
 
     monkeypatch.delenv(SCAN_INTERVAL_S, raising=False)
     result = jobsctl("plan", "--due", "100", "--rate", "1", "--max-per-run", "10", "--json")

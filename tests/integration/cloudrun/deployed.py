@@ -21,6 +21,7 @@ from pathlib import Path
 from emulators.cloudrun.__main__ import READY_LINE
 from emulators.launcher import free_port
 from services.api import settings as api_keys
+from services.edge import scan_deployment
 from services.edge import settings as common
 from services.scan import settings as scan_keys
 from services.worker import settings as worker_keys
@@ -43,7 +44,7 @@ def target_environment(
     own = {
         "api": {api_keys.API_AUDIENCE: url, api_keys.API_ALLOWED_CALLERS: callers},
         "scan": {
-            scan_keys.TOPIC: "deferred-jobs",
+            scan_deployment.TOPIC: "deferred-jobs",
             scan_keys.SCAN_AUDIENCE: url,
             scan_keys.SCAN_ALLOWED_INVOKERS: callers,
             scan_keys.METRICS: "log",

@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from google.api_core.exceptions import InvalidArgument
 
-from infra.names import Names as InfraNames
 from services.edge.resource_names import Names
 from services.local.topology import PushPolicy, Topology, create_topology
-
-
-def test_local_names_are_the_infra_names_for_the_default_prefix() -> None:
-    infra = InfraNames.for_stack(SimpleNamespace(name_prefix="deferred-jobs"))  # type: ignore[arg-type]
-    local = Names.for_prefix()
-    for field in (
-        "topic",
-        "push_subscription",
-        "dead_letter_topic",
-        "dead_letter_subscription",
-        "scheduler_account",
-        "pusher_account",
-        "scan_service",
-        "worker_service",
-        "scheduler_job",
-    ):
-        assert getattr(local, field) == getattr(infra, field)
 
 
 def test_push_subscription_carries_oidc_for_the_worker_and_dead_letters_to_a_pulled_topic(

@@ -26,10 +26,10 @@ from emulators.monitoring.server import MonitoringEmulator, pubsub_admin_source
 from emulators.monitoring.server import start as start_monitoring
 from emulators.pubsub.server import PubsubEmulator
 from services.edge.publisher import ATTR_GENERATION
+from services.jobs.budget import ScanLimits
 from services.jobs.clock import FakeClock
 from services.jobs.model import NewJob
 from services.jobs.state import State
-from services.scan.budget import ScanLimits
 from services.scan.queue_age import MonitoringQueueAge, monitoring_client
 from services.scan.reclaimer import REASON_RESCUE_SKIPPED, Reclaimer
 from services.scan.summary import RunTally

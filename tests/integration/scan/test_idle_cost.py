@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.scan.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S
+from services.jobs.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S
 from tests.integration.scan.conftest import T0, Rig
 
 

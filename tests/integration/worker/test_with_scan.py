@@ -10,8 +10,8 @@ import pytest
 from google.cloud import pubsub_v1
 
 from services.edge.publisher import Publisher
+from services.jobs.budget import ScanLimits
 from services.jobs.state import State
-from services.scan.budget import ScanLimits
 from services.scan.scanner import Scanner
 from tests.integration.worker.harness import PushTopic, WorkerHarness, wait_until
 

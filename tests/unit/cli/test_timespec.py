@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from services.cli.timespec import TimeSpecError, parse_duration, parse_time
+from services.cli.timespec import TimeSpecError, duration, parse_time
 
 NOW = datetime.datetime(2026, 11, 30, 4, 0, tzinfo=datetime.UTC)
 
@@ -22,16 +22,17 @@ NOW = datetime.datetime(2026, 11, 30, 4, 0, tzinfo=datetime.UTC)
         ("2w", 1_209_600),
         ("1y", 31_536_000),  # 365 days
         ("0.5s", 0.5),
+        ("500ms", 0.5),  # the services' spelling, now jobsctl's too (one grammar)
     ],
 )
 def test_durations_add_up_their_units(text: str, seconds: float) -> None:
-    assert parse_duration(text).total_seconds() == seconds
+    assert duration("--claim-timeout", text).total_seconds() == seconds
 
 
 @pytest.mark.parametrize("text", ["", "soon", "1x", "h", "1h 30m", "-5m"])
-def test_malformed_durations_are_refused(text: str) -> None:
-    with pytest.raises(TimeSpecError, match="not a duration"):
-        parse_duration(text)
+def test_malformed_durations_are_refused_naming_the_flag(text: str) -> None:
+    with pytest.raises(TimeSpecError, match=r"^--claim-timeout: .* is not a duration"):
+        duration("--claim-timeout", text)
 
 
 @pytest.mark.parametrize(
@@ -58,7 +59,7 @@ def test_unparseable_time_names_the_accepted_forms() -> None:
 @pytest.mark.parametrize("text", ["99999999999d", "9" * 400, "999999999999999999999w"])
 def test_durations_beyond_the_calendar_are_refused_not_crashed(text: str) -> None:
     with pytest.raises(TimeSpecError, match="too large"):
-        parse_duration(text)
+        duration("--interval", text)
 
 
 @pytest.mark.parametrize(

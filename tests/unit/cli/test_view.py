@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from services.cli.view import Snapshot, drain_rate, effective_run_rate
+from services.jobs.budget import enqueue_budget
 from services.jobs.control import Control
 from services.jobs.results import Stats
 from services.jobs.state import State
-from services.scan.budget import enqueue_budget
 from services.store.runs import ScanRun
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)

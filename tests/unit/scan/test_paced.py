@@ -9,16 +9,16 @@ from datetime import timedelta
 
 import pytest
 
-from services.jobs.clock import FakeClock
-from services.jobs.control import Control
-from services.jobs.ramp import Ramp
-from services.scan.budget import (
+from services.jobs.budget import (
     EnqueueBudget,
     ScanLimits,
     catch_up_ceiling,
     pace_rate,
     partition_share,
 )
+from services.jobs.clock import FakeClock
+from services.jobs.control import Control
+from services.jobs.ramp import Ramp
 from services.scan.pacer import Pacer, pace_page
 from services.scan.scanner import Scanner
 from services.telemetry.metrics import InMemorySink

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from services.jobs.budget import ScanLimits
 from services.jobs.clock import FakeClock
-from services.scan.budget import ScanLimits
 from services.scan.queue_age import MARGIN, QueueAge
 from services.scan.reclaimer import Reclaimer
 from services.scan.summary import RunTally

@@ -10,9 +10,9 @@ from datetime import timedelta
 import pytest
 
 from services.jobs import errors
+from services.jobs.budget import ScanLimits
 from services.jobs.clock import FakeClock
 from services.jobs.control import Control
-from services.scan.budget import ScanLimits
 from services.scan.errors import QueueUnreachable, StoreUnreachable
 from services.scan.scanner import EVENT_SCAN_FAILED, Scanner
 from services.scan.summary import response_body

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from services.edge.settings import GOOGLE_CERTS_URL, SettingsError
+from services.jobs.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S, ScanLimits
 from services.scan import settings as scan_settings
-from services.scan.budget import DEFAULT_HOUSEKEEPING_INTERVAL_S, ScanLimits
 from services.scan.settings import ALL_KEYS, ScanSettings
 
 VALID = {

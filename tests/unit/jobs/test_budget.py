@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from services.scan.budget import TimeBudget, effective_claim_timeout, enqueue_budget
+from services.jobs.budget import TimeBudget, effective_claim_timeout, enqueue_budget
 from tests.unit.scan.fakes import T0
 
 

@@ -26,10 +26,6 @@ SCAN_MODES: tuple[ScanMode, ...] = ("one-pass", "paced")
 PACED_MARGIN_S = 10.0
 DEFAULT_POLL_S = 5.0
 MIN_POLL_S, MAX_POLL_S = 1.0, 60.0
-# Cloud Scheduler's attempt deadline for HTTP targets: default 3 min, 15 s to 30 min (Job.
-# attemptDeadline, https://cloud.google.com/scheduler/docs/reference/rest/v1/projects.locations.jobs).
-DEFAULT_ATTEMPT_DEADLINE_S = 180.0
-MIN_ATTEMPT_DEADLINE_S, MAX_ATTEMPT_DEADLINE_S = 15.0, 1800.0
 
 
 @dataclass(frozen=True)

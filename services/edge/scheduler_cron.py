@@ -16,8 +16,10 @@ scheduled at this time" (same page). Taken literally here: a wall time that does
 (clocks go forward) never fires, a wall time that happens twice fires twice, each at its own
 instant, as crontab(5)'s DST note on BSD cron describes.
 
-infra/cron.py validates a stack's schedule with this same grammar (one parser for the deployed
-job and the local one).
+Defined here, below both of its users, as part of the Cloud Scheduler contract (beside
+scheduler_request.py and scheduler_job.py): the local Cloud Scheduler (emulators/scheduler)
+runs jobs on this grammar and infra/cron.py validates a stack's schedule with it, so the deployed
+job and the local one accept and run the same schedules.
 """
 
 from __future__ import annotations

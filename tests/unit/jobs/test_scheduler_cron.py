@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from emulators.scheduler.cron import CronSchedule, ScheduleError, TimeZoneError, time_zone
+from services.edge.scheduler_cron import CronSchedule, ScheduleError, TimeZoneError, time_zone
 
 UTC_ZONE = ZoneInfo("Etc/UTC")
 NEW_YORK = ZoneInfo("America/New_York")
