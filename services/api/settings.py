@@ -28,7 +28,6 @@ __all__ = ["ALL_KEYS", "PROJECT", "TERMINAL_RETENTION_S", "ApiSettings", "Settin
 # The API's own (the shared ones are services.edge.settings', read through CommonSettings).
 API_AUDIENCE = "JOBS_API_AUDIENCE"
 API_ALLOWED_CALLERS = "JOBS_API_ALLOWED_CALLERS"
-API_MAX_BODY_BYTES = "JOBS_API_MAX_BODY_BYTES"
 # Callers that may act on every job, not only those they scheduled (services/api/ownership.py).
 API_TRUSTED_CALLERS = "JOBS_API_TRUSTED_CALLERS"
 
@@ -36,14 +35,13 @@ ALL_KEYS = (
     *COMMON_KEYS,
     API_AUDIENCE,
     API_ALLOWED_CALLERS,
-    API_MAX_BODY_BYTES,
     API_TRUSTED_CALLERS,
 )
 
 # A schedule request is at most a 1,500-byte ID, a 1 KiB subject and 16 KiB of params (see
 # services/jobs/model.py); 64 KiB leaves room for JSON escaping without inviting megabytes.
+# A fixed cap, not a variable: those limits are the domain's, so no deployment needs another.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
-MIN_MAX_BODY_BYTES, MAX_MAX_BODY_BYTES = 32 * 1024, 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -92,12 +90,6 @@ class ApiSettings:
             **common.as_fields(),
             audience=env.url(API_AUDIENCE),
             allowed_callers=frozenset(callers),
-            max_body_bytes=env.int(
-                API_MAX_BODY_BYTES,
-                default=DEFAULT_MAX_BODY_BYTES,
-                min=MIN_MAX_BODY_BYTES,
-                max=MAX_MAX_BODY_BYTES,
-            ),
             trusted_callers=frozenset(trusted),
         )
         env.finish()

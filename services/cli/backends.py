@@ -21,6 +21,8 @@ from services.edge.settings import PROJECT
 OPERATOR = "JOBS_OPERATOR"  # who the operator is in audit trails
 FIRESTORE_DATABASE = "JOBS_FIRESTORE_DATABASE"  # a named Firestore database
 DEAD_LETTER_SUBSCRIPTION = "JOBS_DEAD_LETTER_SUBSCRIPTION"  # dead-letter pull subscription
+# The variables only jobsctl reads (docs/configuration.md lists them beside the services').
+OWN_KEYS = (OPERATOR, FIRESTORE_DATABASE, DEAD_LETTER_SUBSCRIPTION)
 
 FIRESTORE_EMULATOR_HOST = "FIRESTORE_EMULATOR_HOST"
 PUBSUB_EMULATOR_HOST = "PUBSUB_EMULATOR_HOST"

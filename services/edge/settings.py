@@ -6,7 +6,7 @@ invalid key, so a misconfigured deployment is fixed in one round, not one key at
 
     env = EnvReader(os.environ)
     common = CommonSettings.read(env)
-    batch = env.int("JOBS_SCAN_BATCH", default=200, min=1, max=500)
+    page_size = env.int("JOBS_SCAN_PAGE_SIZE", default=200, min=1, max=500)
     env.finish()
 
 The keys both services share live in `CommonSettings`.

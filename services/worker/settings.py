@@ -43,7 +43,6 @@ WORKER_LEASE_S = "JOBS_WORKER_LEASE_S"
 RETRY_LATER_DELAY_S = "JOBS_RETRY_LATER_DELAY_S"
 WORKER_RETRY_LATER_AFTER_ATTEMPTS = "JOBS_WORKER_RETRY_LATER_AFTER_ATTEMPTS"
 MEDIA_BUCKET = "JOBS_MEDIA_BUCKET"
-MAX_BODY_BYTES = "JOBS_MAX_BODY_BYTES"
 # How long before the lease's end an action stops between units of work.
 WORKER_DEADLINE_MARGIN_S = "JOBS_WORKER_DEADLINE_MARGIN_S"
 # The longest one delivery acts before handing what is left to the next; set it below the
@@ -58,7 +57,6 @@ ALL_KEYS = (
     RETRY_LATER_DELAY_S,
     WORKER_RETRY_LATER_AFTER_ATTEMPTS,
     MEDIA_BUCKET,
-    MAX_BODY_BYTES,
     WORKER_DEADLINE_MARGIN_S,
     WORKER_MAX_DELIVERY_S,
 )
@@ -67,8 +65,9 @@ ALL_KEYS = (
 # another delivery; the infra sets the ack deadline above the lease.
 DEFAULT_LEASE_S = 60
 MIN_LEASE_S, MAX_LEASE_S = 5, 600
+# A push envelope carries a job's ID (base64) and a few attributes, never its params: a fixed
+# cap, not a variable, since no deployment needs another.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
-MIN_MAX_BODY_BYTES, MAX_MAX_BODY_BYTES = 1024, 10 * 1024 * 1024
 # Pub/Sub's dead-letter limit is 5 to 100 deliveries; the threshold must sit below it.
 MAX_RETRY_LATER_AFTER_ATTEMPTS = 99
 MIN_RETRY_LATER_DELAY_S = 60
@@ -180,12 +179,6 @@ class WorkerSettings:
                 max=MAX_RETRY_LATER_AFTER_ATTEMPTS,
             ),
             media_bucket=bucket,
-            max_body_bytes=env.int(
-                MAX_BODY_BYTES,
-                default=DEFAULT_MAX_BODY_BYTES,
-                min=MIN_MAX_BODY_BYTES,
-                max=MAX_MAX_BODY_BYTES,
-            ),
         )
         env.finish()
         return settings

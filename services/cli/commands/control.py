@@ -47,7 +47,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "--ramp-start",
         type=float,
         default=float(DEFAULT_START_RATE),
-        metavar="JOBS_PER_S",
+        metavar="RATE",
         help=f"the ramp's first rate (default {DEFAULT_START_RATE}: 500 ops/s at "
         f"{OPS_PER_JOB} Firestore operations per job)",
     )
@@ -65,7 +65,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     change.add_argument(
         "--catch-up-rate",
         type=float,
-        metavar="JOBS_PER_S",
+        metavar="RATE",
         help="jobs per second the backlog may drain at (above 0)",
     )
     change.add_argument(

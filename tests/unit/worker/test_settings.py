@@ -39,7 +39,6 @@ def test_every_key_is_read() -> None:
             s.RETRY_LATER_DELAY_S: "3600",
             s.WORKER_RETRY_LATER_AFTER_ATTEMPTS: "9",
             s.MEDIA_BUCKET: "media-src",
-            s.MAX_BODY_BYTES: "2048",
             s.LOG_LEVEL: "debug",
             s.BEHIND_CLOUD_RUN_IAM: "1",
             "K_SERVICE": "deferred-jobs-worker",  # on Cloud Run, as the flag requires
@@ -49,11 +48,7 @@ def test_every_key_is_read() -> None:
     assert settings.allowed_invokers == frozenset({"a@x.com", "b@x.com"})
     assert (settings.lease_s, settings.retry_later_delay_s) == (30, 3600)
     assert settings.retry_policy.retry_later_after_attempts == 9
-    assert (settings.media_bucket, settings.max_body_bytes, settings.log_level) == (
-        "media-src",
-        2048,
-        "DEBUG",
-    )
+    assert (settings.media_bucket, settings.log_level) == ("media-src", "DEBUG")
 
 
 def test_one_error_names_every_missing_and_invalid_key() -> None:
@@ -65,7 +60,6 @@ def test_one_error_names_every_missing_and_invalid_key() -> None:
                 s.RETRY_LATER_DELAY_S: "soon",
                 s.WORKER_RETRY_LATER_AFTER_ATTEMPTS: "100",
                 s.MEDIA_BUCKET: "Bad_Bucket!",
-                s.MAX_BODY_BYTES: "1",
                 s.LOG_LEVEL: "LOUD",
                 s.OIDC_CERTS_URL: "ftp://x",
             }
@@ -79,12 +73,11 @@ def test_one_error_names_every_missing_and_invalid_key() -> None:
         s.RETRY_LATER_DELAY_S,
         s.WORKER_RETRY_LATER_AFTER_ATTEMPTS,
         s.MEDIA_BUCKET,
-        s.MAX_BODY_BYTES,
         s.LOG_LEVEL,
         s.OIDC_CERTS_URL,
     ):
         assert key in message
-    assert len(caught.value.problems) == 10
+    assert len(caught.value.problems) == 9
 
 
 def test_key_constants_carry_the_jobs_prefix() -> None:
