@@ -346,16 +346,25 @@ def default_actions(settings: WorkerSettings) -> ActionRegistry:
     read_environment_once(client._http)
     # The client's own retries stay well inside the lease; 503 + Pub/Sub backoff do the rest.
     retry = DEFAULT_RETRY.with_timeout(min(20.0, settings.lease_s / 2))
-    return ActionRegistry(
-        [
-            media.delete_source_action(
-                client,
-                settings.retry_policy,
-                default_bucket=settings.media_bucket,
-                retry=retry,
+    actions = [
+        media.delete_source_action(
+            client, settings.retry_policy, default_bucket=settings.media_bucket, retry=retry
+        )
+    ]
+    if settings.http_targets:
+        import requests
+
+        from services.worker.http_request import MetadataIdTokens, http_request_action
+
+        actions.append(
+            http_request_action(
+                settings.http_targets,
+                MetadataIdTokens(),
+                requests.Session(),
+                policy=settings.retry_policy,
             )
-        ]
-    )
+        )
+    return ActionRegistry(actions)
 
 
 # What a requests session with `trust_env` reads from the environment on every request

@@ -7,6 +7,7 @@ start with the whole list, not one key per restart.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from services.edge.settings import (
     EnvReader,
     SettingsError,
 )
+from services.jobs.http_targets import ENV_VARIABLE, HttpTarget, TargetsError, parse_targets
 from services.worker.actions import (
     DEFAULT_LONG_RETRY_DELAY,
     DEFAULT_RETRY_LATER_AFTER_ATTEMPTS,
@@ -48,6 +50,8 @@ WORKER_DEADLINE_MARGIN_S = "JOBS_WORKER_DEADLINE_MARGIN_S"
 # The longest one delivery acts before handing what is left to the next; set it below the
 # Cloud Run request timeout (which does not stop the thread).
 WORKER_MAX_DELIVERY_S = "JOBS_WORKER_MAX_DELIVERY_S"
+# The services the http.request action may call (services/jobs/http_targets.py).
+HTTP_TARGETS = ENV_VARIABLE
 
 ALL_KEYS = (
     *COMMON_KEYS,
@@ -59,6 +63,7 @@ ALL_KEYS = (
     MEDIA_BUCKET,
     WORKER_DEADLINE_MARGIN_S,
     WORKER_MAX_DELIVERY_S,
+    HTTP_TARGETS,
 )
 
 # The lease must end before Pub/Sub's push deadline (at most 600 s) hands the message to
@@ -102,6 +107,7 @@ class WorkerSettings:
     retry_later_delay_s: int = int(DEFAULT_LONG_RETRY_DELAY.total_seconds())
     retry_later_after_attempts: int = DEFAULT_RETRY_LATER_AFTER_ATTEMPTS
     media_bucket: str | None = None
+    http_targets: Mapping[str, HttpTarget] = dataclasses.field(default_factory=dict)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_level: str = "INFO"
     auth_clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
@@ -179,6 +185,16 @@ class WorkerSettings:
                 max=MAX_RETRY_LATER_AFTER_ATTEMPTS,
             ),
             media_bucket=bucket,
+            http_targets=_http_targets(env),
         )
         env.finish()
         return settings
+
+
+def _http_targets(env: EnvReader) -> dict[str, HttpTarget]:
+    try:
+        return parse_targets(env.str(HTTP_TARGETS, default=""))
+    except TargetsError as exc:
+        for problem in exc.problems:
+            env.problem(HTTP_TARGETS, problem)
+        return {}

@@ -131,3 +131,14 @@ def test_the_deadline_knobs_are_read_and_the_margin_stays_below_a_third_of_the_l
         )
     with pytest.raises(SettingsError, match=s.WORKER_MAX_DELIVERY_S):
         WorkerSettings.from_env({**MINIMAL, s.WORKER_MAX_DELIVERY_S: "0"})
+
+
+def test_http_targets_are_read_and_a_bad_one_is_named() -> None:
+    settings = WorkerSettings.from_env(
+        {**MINIMAL, s.HTTP_TARGETS: '{"trials": {"url": "https://trials.example", "rate": 5}}'}
+    )
+    assert settings.http_targets["trials"].rate == 5.0
+    assert WorkerSettings.from_env(MINIMAL).http_targets == {}
+    with pytest.raises(SettingsError) as caught:
+        WorkerSettings.from_env({**MINIMAL, s.HTTP_TARGETS: '{"t": {"url": "http://x.example"}}'})
+    assert any("JOBS_HTTP_TARGETS.t.url" in problem for problem in caught.value.problems)
