@@ -21,10 +21,11 @@ from typing import Any
 from google.api_core import retry as api_retry
 from google.cloud import firestore
 
+from services.jobs.catalogue import Catalogue
 from services.jobs.clock import Clock
 from services.jobs.control import Control, HousekeepingMark
 from services.jobs.layout import ShardCensus, ShardLayout
-from services.jobs.model import DEFAULT_ACTIONS, NewJob
+from services.jobs.model import NewJob
 from services.jobs.parts import ErrorInfo, Lease, Result
 from services.jobs.record import Job
 from services.jobs.results import (
@@ -61,7 +62,7 @@ class FirestoreJobStore:
         *,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         terminal_retention: timedelta = DEFAULT_TERMINAL_RETENTION,
-        known_actions: Collection[str] = DEFAULT_ACTIONS,
+        known_actions: Catalogue | Collection[str] | None = None,
         query_observer: Callable[[QuerySpec], None] | None = None,
         timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         retry: api_retry.Retry | None = None,
@@ -139,6 +140,9 @@ class FirestoreJobStore:
 
     def newer_records(self, stats: Stats) -> NewerRecords:
         return self._reads.newer_records(stats)
+
+    def pending_by_action(self, actions: Sequence[str]) -> dict[str, int]:
+        return self._reads.pending_by_action(actions)
 
     def backlog(
         self, now: datetime, claim_timeout: timedelta, enqueued_timeout: timedelta
@@ -248,8 +252,11 @@ class FirestoreJobStore:
         error: ErrorInfo,
         *,
         progress: Mapping[str, Any] | None = None,
+        count_attempt: bool = True,
     ) -> Job:
-        return self._leases.retry_later(lease, due_at, error, progress=progress)
+        return self._leases.retry_later(
+            lease, due_at, error, progress=progress, count_attempt=count_attempt
+        )
 
     def fail(self, lease: Lease, error: ErrorInfo) -> Job:
         return self._leases.fail(lease, error)

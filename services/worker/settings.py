@@ -27,7 +27,7 @@ from services.edge.settings import (
     EnvReader,
     SettingsError,
 )
-from services.worker.actions import (
+from services.jobs.actions import (
     DEFAULT_LONG_RETRY_DELAY,
     DEFAULT_RETRY_LATER_AFTER_ATTEMPTS,
     RetryPolicy,

@@ -13,7 +13,8 @@ import pytest
 
 from services.jobs.clock import FakeClock
 from services.telemetry import metrics
-from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.actions import ActionRegistry
+from services.jobs.actions import Action, ActionRequest, ActionResult
 from services.worker.app import create_app
 from services.worker.media import ACTION_NAME
 from services.worker.settings import WorkerSettings

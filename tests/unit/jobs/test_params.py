@@ -15,7 +15,7 @@ from services.jobs import params as schema
 from services.jobs.errors import ValidationError
 from services.jobs.model import DEFAULT_ACTIONS, NewJob
 from services.worker import media
-from services.worker.errors import PermanentError
+from services.jobs.errors import PermanentError
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 JOB = NewJob("job-1", "media.delete_source", "media-1", T0, {"object": "media-1/source.mp4"})

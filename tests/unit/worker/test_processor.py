@@ -13,15 +13,10 @@ from services.jobs.parts import CancelRequest
 from services.jobs.results import IdempotencyRecord
 from services.jobs.state import State
 from services.telemetry import metrics
-from services.worker.actions import (
-    Action,
-    ActionRegistry,
-    ActionRequest,
-    ActionResult,
-    RetryPolicy,
-)
+from services.worker.actions import ActionRegistry
+from services.jobs.actions import Action, ActionRequest, ActionResult, RetryPolicy
 from services.worker.envelope import Delivery
-from services.worker.errors import DependencyDown, PermanentError, TransientError
+from services.jobs.errors import DependencyDown, PermanentError, TransientError
 from services.worker.processor import OutcomeKind, Processor
 from tests.unit.worker.fakes import MemoryStore
 
