@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 from services.jobs.params import ParamsSchema
@@ -149,9 +149,10 @@ class Action:
 
     name: str
     run: ActionFn | str | None = None
+    policy: RetryPolicy | None = None
+    _: KW_ONLY
     build: ActionBuilder | str | None = None
     params: ParamsSchema | None = None
-    policy: RetryPolicy | None = None
     budget: Budget | None = None
     needs: Needs = Needs()
     description: str = ""
