@@ -173,7 +173,7 @@ def declaration_problems(action: Action) -> list[str]:
         or len(name.encode("utf-8")) > MAX_ACTION_NAME_BYTES
     ):
         found.append(
-            "the name must be dotted lower-case words (like 'media.delete_source'), "
+            "the name must be dotted lower-case words (like 'trials.expire'), "
             f"at most {MAX_ACTION_NAME_BYTES} bytes"
         )
     if (action.run is None) == (action.build is None):
