@@ -390,6 +390,21 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 aligner="ALIGN_SUM",
             ),
         ),
+        "unknown-action": (
+            "WARNING",
+            "The worker met jobs whose action it does not know and deferred them (they wait, "
+            "never fail): deploy a worker whose image has the action's plug-in. `jobsctl "
+            "actions check` shows which. Runbook: docs/runbook.md, 'Jobs whose action no "
+            "worker knows'.",
+            _threshold(
+                "Jobs whose action no worker knows",
+                metric_filter(metrics.UNKNOWN_ACTIONS.type, 'resource.type="cloud_run_revision"'),
+                above=0,
+                for_s=0,
+                align_s=300,
+                aligner="ALIGN_SUM",
+            ),
+        ),
     }
     return {key: Alert(*alert) for key, alert in conditions.items()}
 

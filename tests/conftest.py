@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.fixtures.oidc",
     "tests.fixtures.storage",
     "tests.fixtures.cloudrun",
+    "tests.fixtures.plugin",
 ]
 
 _TIERS = {"integration": "integration", "infra": "infra"}

@@ -36,6 +36,7 @@ from services.edge.auth import AuthPolicy, Caller, RequestHeaders, TokenVerifier
 from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
 from services.edge.error_model import target_problem
 from services.edge.startup import json_response
+from services.jobs.catalogue import Catalogue, built_in, load_catalogue
 from services.jobs.clock import Clock, SystemClock
 from services.jobs.errors import AlreadyTerminal, JobsError
 from services.jobs.ids import job_id_problems
@@ -97,8 +98,10 @@ class ApiHandler:
         max_body_bytes: int,
         project: str | None = None,
         ownership: Ownership | None = None,
+        catalogue: Catalogue | None = None,
     ) -> None:
         self._store = store
+        self._document = document.for_catalogue(built_in() if catalogue is None else catalogue)
         self._ownership = ownership or Ownership()
         self._verifier = verifier
         self._clock = clock
@@ -244,7 +247,7 @@ class ApiHandler:
         return _Answer(HTTPStatus.OK, job_resource(job))
 
     def _openapi(self, request: flask.Request, caller: Caller, _: str | None) -> _Answer:
-        return _Answer(HTTPStatus.OK, document.document())
+        return _Answer(HTTPStatus.OK, self._document)
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -312,9 +315,13 @@ def create_app(
     store: FirestoreJobStore | None = None,
     verifier: Verifier | None = None,
     firestore_client: Any = None,
+    catalogue: Catalogue | None = None,
 ) -> flask.Flask:
-    """The API's Flask app; clients are built here (never at import) unless injected."""
+    """The API's Flask app; clients are built here (never at import) unless injected.
+    `catalogue`: the actions it schedules (default: the built-in ones and the installed
+    plug-ins'; a broken plug-in raises CatalogueError, so the API does not start)."""
     clock = clock or SystemClock()
+    catalogue = load_catalogue() if catalogue is None else catalogue
     if store is None:
         from google.cloud import firestore
 
@@ -327,6 +334,7 @@ def create_app(
             terminal_retention=settings.terminal_retention,
             timeout_s=settings.firestore_timeout_s,
             shards=settings.shards,
+            known_actions=catalogue,
         )
     if verifier is None:
         verifier = TokenVerifier(
@@ -345,6 +353,7 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         project=settings.project,
         ownership=Ownership(frozenset(settings.trusted_callers)),
+        catalogue=catalogue,
     )
     app = flask.Flask("deferred_jobs_api")
     app.extensions[EXTENSION] = handler

@@ -1,6 +1,6 @@
 """The functions-framework entry point of the API (`--target=api`).
 
-    python -m services.api.main         # the start-up check: exit 2 naming every bad key
+    python -m services.api.main         # the start-up check: exit 2 naming every bad key or plug-in
     python -m services.edge.server --target=api --source=services/api/main.py
 
 The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
@@ -34,7 +34,9 @@ def api(request: flask.Request) -> flask.Response:
 
 def check() -> int:
     """The start-up check of the API's settings (see the module docstring)."""
-    return startup.check_settings(SERVICE, ApiSettings.from_env, os.environ)
+    return startup.check_settings(SERVICE, ApiSettings.from_env, os.environ) or (
+        startup.check_catalogue(SERVICE)
+    )
 
 
 def _build() -> ApiHandler:

@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from services.cli.backends import FIRESTORE_DATABASE, OPERATOR
-from services.cli.commands import backlog, control, deadletter, job, runs, shards, watch
+from services.cli.commands import actions, backlog, control, deadletter, job, runs, shards, watch
 from services.cli.errors import ExitCode
 from services.cli.session import Session, run_command, write_error
 from services.edge.settings import PROJECT
+from services.jobs.catalogue import Catalogue, load_catalogue
+from services.jobs.errors import CatalogueError
 
 EPILOG = """\
 exit codes: 0 done; 1 refused (not found, terminal, lost race, conflict); 2 usage or
@@ -55,7 +57,9 @@ class Parser(argparse.ArgumentParser):
         raise ArgumentError(f"{self.prog}: {message}", self.format_usage())
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(catalogue: Catalogue | None = None) -> argparse.ArgumentParser:
+    """The parser; `catalogue` (default: loaded) names the actions in `schedule`'s help."""
+    catalogue = load_catalogue() if catalogue is None else catalogue
     common = Parser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON on stdout"
@@ -76,14 +80,21 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (job, backlog, control, runs, deadletter, watch, shards):
+    job.register(commands, common, catalogue)
+    for module in (backlog, control, runs, deadletter, watch, shards, actions):
         module.register(commands, common)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (the console script exits with it)."""
-    parser = build_parser()
+    try:
+        catalogue = load_catalogue()
+    except CatalogueError as exc:
+        # A broken or conflicting plug-in: nothing may run with a catalogue that lies.
+        sys.stderr.write(f"jobsctl: action catalogue: {exc}\n")
+        return ExitCode.USAGE
+    parser = build_parser(catalogue)
     tokens = _attach_past_times(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(tokens)
@@ -104,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stderr=sys.stderr,
         as_json=getattr(args, "json", False),
         database_flag=getattr(args, "database", None),
+        catalogue=catalogue,
     )
     return run_command(session, args)
 

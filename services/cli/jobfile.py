@@ -2,7 +2,7 @@
 
 Each line is an object with `subject` and either `job_id` or `decision` (the job ID is then
 derived from action + subject + decision, as `--decision` does), and optionally `action`
-(default media.delete_source), `params` (a map, checked against the action's schema),
+(default: the catalogue's first action), `params` (a map, checked against the action's schema),
 `due` (`now`, `+30d`, ISO 8601; default now), `max_attempts` and `idempotency_key`. Blank lines
 are skipped. A line that cannot be a job is refused with its line number; the others go on.
 """
@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from services.cli.timespec import TimeSpecError, parse_time
+from services.jobs.catalogue import built_in
 from services.jobs.ids import derive_job_id
 from services.jobs.model import NewJob
-from services.jobs.params import MEDIA_DELETE_SOURCE
 from services.jobs.record import DEFAULT_MAX_ATTEMPTS
 
 KEYS = frozenset(
@@ -37,16 +37,18 @@ class Line:
     job_id: str | None = None
 
 
-def read_lines(lines: Iterable[str], now: datetime) -> list[Line]:
+def read_lines(
+    lines: Iterable[str], now: datetime, default_action: str | None = None
+) -> list[Line]:
     """Every non-blank line as a Line, numbered from 1 as an editor shows them."""
     parsed = []
     for number, text in enumerate(lines, start=1):
         if text.strip():
-            parsed.append(parse_line(number, text, now))
+            parsed.append(parse_line(number, text, now, default_action))
     return parsed
 
 
-def parse_line(number: int, text: str, now: datetime) -> Line:
+def parse_line(number: int, text: str, now: datetime, default_action: str | None = None) -> Line:
     if len(text.encode("utf-8", errors="replace")) > MAX_LINE_BYTES:
         return Line(number, refusal=f"longer than {MAX_LINE_BYTES} bytes")
     try:
@@ -63,7 +65,7 @@ def parse_line(number: int, text: str, now: datetime) -> Line:
         due_at = parse_time(data.get("due", "now"), now)
     except TimeSpecError as exc:
         return Line(number, refusal=f"due: {exc}", job_id=job_id)
-    action = data.get("action", MEDIA_DELETE_SOURCE)
+    action = data.get("action", default_action or built_in().default())
     if "decision" in data:
         job_id = derive_job_id(action, data["subject"], data["decision"])
     job = NewJob(

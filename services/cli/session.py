@@ -33,6 +33,7 @@ from services.edge.settings import (
     SettingsError,
 )
 from services.jobs import errors as jobs_errors
+from services.jobs.catalogue import Catalogue, load_catalogue
 from services.jobs.clock import Clock, SystemClock
 from services.jobs.shard import MAX_SHARDS
 from services.store.job_store import FirestoreJobStore
@@ -65,6 +66,8 @@ class Session:
     database_flag: str | None = None
     clock: Clock = field(default_factory=SystemClock)
     stdin: TextIO = field(default_factory=lambda: sys.stdin)
+    # The action catalogue: built-ins and installed plug-ins (`main` loads it before parsing).
+    catalogue: Catalogue = field(default_factory=load_catalogue)
     backends: Backends = field(init=False)
     _store: FirestoreJobStore | None = field(default=None, init=False, repr=False)
 
@@ -85,6 +88,7 @@ class Session:
                 timeout_s=timeout_s,
                 shards=store_shards(self.environ),
                 database=self.backends.database,
+                known_actions=self.catalogue,
             )
         return self._store
 

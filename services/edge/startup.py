@@ -42,12 +42,15 @@ from services.edge.error_model import (
     target_problem,
 )
 from services.edge.settings import SettingsError
+from services.jobs.catalogue import load_catalogue
+from services.jobs.errors import CatalogueError
 from services.telemetry import log
 from services.telemetry.metrics import LOG_EVENT
 
 logger = logging.getLogger(__name__)
 
 EVENT_SETTINGS_INVALID = "settings_invalid"
+EVENT_CATALOGUE_INVALID = "catalogue_invalid"
 EVENT_UNHANDLED = "unhandled_error"
 # The exit status of a failed settings check (2: bad configuration, as for a usage error).
 EXIT_BAD_SETTINGS = 2
@@ -86,6 +89,35 @@ def check_settings(
                     "problems": list(exc.problems),
                 }
             },
+        )
+        out = stream or sys.stderr
+        out.write(log.JsonFormatter().format(record) + "\n")
+        out.flush()
+        return EXIT_BAD_SETTINGS
+    return 0
+
+
+def check_catalogue(
+    service: str,
+    load: Callable[[], object] | None = None,
+    stream: IO[str] | None = None,
+) -> int:
+    """0 if the action catalogue loads (`load`, default `load_catalogue`); else one CRITICAL
+    JSON line naming the broken or conflicting plug-in's distribution and entry point, and 2:
+    a revision with a bad plug-in never takes traffic, as with a bad setting."""
+    try:
+        (load or load_catalogue)()
+    except CatalogueError as exc:
+        record = logger.makeRecord(
+            logger.name,
+            logging.CRITICAL,
+            __file__,
+            0,
+            "%s: action catalogue invalid, not starting: %s",
+            (service, str(exc)),
+            None,
+            None,
+            extra={"fields": {LOG_EVENT: EVENT_CATALOGUE_INVALID, "service": service}},
         )
         out = stream or sys.stderr
         out.write(log.JsonFormatter().format(record) + "\n")

@@ -6,8 +6,9 @@ status codes, acknowledgements or exit codes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from services.jobs.state import State
@@ -161,3 +162,51 @@ class NewerRecord(InvalidRecord):
     this code's, or a state (of the record or of one history entry) it does not know. Left
     exactly as found (a rollback must not destroy what the newer version wrote), logged with
     event `job_from_newer_version`, counted and alerted; never quarantined."""
+
+
+# -- what an action reports (services.jobs.actions); the worker decides what follows ---------
+
+
+class ActionError(Exception):
+    """The action did not complete."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class TransientError(ActionError):
+    """The action failed for a reason that may pass; Pub/Sub should deliver it again soon."""
+
+
+class DependencyDown(TransientError):
+    """A dependency of the action is down for long; retry the job much later, not soon."""
+
+
+class Interrupted(ActionError):
+    """The action stopped between units of work at its deadline; `progress` says what it
+    finished, so the next delivery resumes with what is left."""
+
+    def __init__(self, progress: Mapping[str, Any], message: str | None = None) -> None:
+        super().__init__(message or "stopped at the deadline between units of work")
+        self.progress = dict(progress)
+
+
+class RetryAfter(TransientError):
+    """The dependency asked to be called again after `delay_s` seconds (429 or 503 with
+    `Retry-After`): the job waits that long, without spending an attempt."""
+
+    def __init__(self, delay_s: float, message: str | None = None) -> None:
+        super().__init__(message or f"the dependency asked to wait {delay_s:g} s")
+        self.delay_s = delay_s
+
+
+class PermanentError(ActionError):
+    """The action can never succeed as scheduled; the job fails at once."""
+
+
+class CatalogueError(Exception):
+    """The action catalogue cannot be built: a plug-in is broken or conflicts with another.
+    The process must not start with it (services.jobs.catalogue)."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from services.jobs.catalogue import Catalogue, built_in
 from services.jobs.errors import ValidationError
 from services.jobs.ids import (
     MAX_ID_BYTES,
@@ -20,7 +21,6 @@ from services.jobs.ids import (
     is_valid_job_id,
     job_id_problems,
 )
-from services.jobs.params import MEDIA_DELETE_SOURCE, params_problems
 from services.jobs.parts import CancelRequest, Claim, ErrorInfo, Lease, Result
 from services.jobs.record import (
     DEFAULT_MAX_ATTEMPTS,
@@ -44,7 +44,6 @@ from services.jobs.results import (
 from services.jobs.values import MAX_MAP_DEPTH, value_problems
 
 __all__ = [
-    "DEFAULT_ACTIONS",
     "DEFAULT_MAX_ATTEMPTS",
     "FIRST_ATTEMPT",
     "MAX_ATTEMPTS_LIMIT",
@@ -80,7 +79,6 @@ __all__ = [
 MAX_SUBJECT_BYTES = 1024
 MAX_PARAMS_BYTES = 16 * 1024  # JSON-encoded, compact, UTF-8
 MAX_ATTEMPTS_LIMIT = 100
-DEFAULT_ACTIONS: frozenset[str] = frozenset({MEDIA_DELETE_SOURCE})
 
 
 def _params_problems(params: object) -> list[str]:
@@ -105,9 +103,13 @@ class NewJob:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     idempotency_key: str | None = None  # default: derived from action + job_id
 
-    def validated(self, known_actions: Collection[str] = DEFAULT_ACTIONS) -> NewJob:
+    def validated(self, known_actions: Catalogue | Collection[str] | None = None) -> NewJob:
         """This job with due_at in UTC and the idempotency key filled in, or ValidationError
-        listing every problem."""
+        listing every problem. `known_actions`: the catalogue (default: the built-in actions);
+        a plain collection of names (a test's) is checked against the built-in schemas."""
+        catalogue = known_actions if isinstance(known_actions, Catalogue) else built_in()
+        if known_actions is None:
+            known_actions = catalogue
         problems = job_id_problems(self.job_id)
         if not isinstance(self.action, str) or self.action not in known_actions:
             known = ", ".join(sorted(known_actions)) or "none"
@@ -124,7 +126,7 @@ class NewJob:
         problems.extend(generic)
         if not generic and isinstance(self.action, str):
             # The action's own schema, once params are a JSON map at all.
-            problems.extend(params_problems(self.action, self.params))
+            problems.extend(catalogue.params_problems(self.action, self.params))
         if (
             not isinstance(self.max_attempts, int)
             or isinstance(self.max_attempts, bool)

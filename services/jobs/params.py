@@ -1,34 +1,26 @@
 """Each action's params schema: a small typed definition checked when a job is scheduled.
 
 A job's params wait up to years before the worker reads them, so a typo found then is found
-far too late. Every shipped action declares here what its params look like; `NewJob.validated`
-(and so `FirestoreJobStore.schedule`, `jobsctl schedule`, and any API built on the store)
-refuses params that do not fit, naming the field. The worker still checks params again when it
-runs (a record may be written by something other than the store), with the same limits: a test
-proves that what this schema accepts, the worker accepts.
+far too late. Every action declares what its params look like with these types, in its
+declaration (`services.jobs.actions.Action.params`); `NewJob.validated` (and so
+`FirestoreJobStore.schedule`, `jobsctl schedule`, and the API built on the store) checks them
+against the catalogue and refuses params that do not fit, naming the field. The worker still
+checks params again when it runs (a record may be written by something other than the store),
+with the same limits: a test proves that what `media.delete_source`'s schema accepts, its worker
+accepts.
 
-An action registered without a schema (a library user's own, or a test's) gets only the
-generic limits every params map has (JSON values, Firestore's nesting, 16 KiB).
+An action declared without a schema gets only the generic limits every params map has (JSON
+values, Firestore's nesting, 16 KiB).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 Kind = Literal["string", "integer", "number", "boolean", "string_list"]
-
-# `media.delete_source`: the limits the worker applies too (services/worker/media.py imports
-# them from here, so schedule time and run time cannot drift apart).
-MEDIA_DELETE_SOURCE = "media.delete_source"
-MAX_OBJECTS = 100
-MAX_OBJECT_NAME_BYTES = 1024
-# Cloud Storage bucket names: https://cloud.google.com/storage/docs/buckets#naming
-# \Z, not $: `$` also matches before a trailing newline, which no bucket name has.
-BUCKET_NAME = re.compile(r"^(?!.*\.\.)[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\Z")
-OBJECT_FORBIDDEN = re.compile(r"[\r\n\x00]")
 
 
 @dataclass(frozen=True)
@@ -118,51 +110,10 @@ class ParamsSchema:
         return ", ".join(parts)
 
 
-NOT_AN_OBJECT = frozenset({".", ".."})
-
-MEDIA_DELETE_SOURCE_PARAMS = ParamsSchema(
-    action=MEDIA_DELETE_SOURCE,
-    fields=(
-        # Optional: a worker configured with a media bucket uses its own, and refuses any other.
-        Field(
-            "bucket",
-            "string",
-            pattern=BUCKET_NAME,
-            describe="a Cloud Storage bucket name (3-222 of a-z 0-9 . _ -)",
-        ),
-        Field(
-            "object",
-            "string",
-            max_bytes=MAX_OBJECT_NAME_BYTES,
-            forbidden=OBJECT_FORBIDDEN,
-            reserved=NOT_AN_OBJECT,
-        ),
-        Field(
-            "objects",
-            "string_list",
-            min_items=1,
-            max_items=MAX_OBJECTS,
-            max_bytes=MAX_OBJECT_NAME_BYTES,
-            forbidden=OBJECT_FORBIDDEN,
-            reserved=NOT_AN_OBJECT,
-        ),
-    ),
-    exactly_one_of=(("object", "objects"),),
-)
-
-SCHEMAS: Mapping[str, ParamsSchema] = {MEDIA_DELETE_SOURCE: MEDIA_DELETE_SOURCE_PARAMS}
-
-
 def params_problems(
-    action: str, params: Mapping[str, Any], schemas: Mapping[str, ParamsSchema] = SCHEMAS
+    action: str, params: Mapping[str, Any], schemas: Mapping[str, ParamsSchema]
 ) -> list[str]:
-    """Why `params` do not fit `action`'s declared schema; empty when they do, or when the
-    action declares none."""
+    """Why `params` do not fit `action`'s declared schema among `schemas` (the catalogue's);
+    empty when they do, or when the action declares none."""
     schema = schemas.get(action)
     return schema.problems(params) if schema is not None else []
-
-
-def undeclared(actions: Sequence[str], schemas: Mapping[str, ParamsSchema] = SCHEMAS) -> list[str]:
-    """The actions among `actions` that declare no schema (a test keeps this empty for the
-    actions the worker ships)."""
-    return [name for name in actions if name not in schemas]

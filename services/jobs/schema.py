@@ -177,6 +177,8 @@ COMMON_SHAPES: tuple[QueryShape, ...] = (
     # stats: the count of each state; jobsctl backfill-shards: each state's records by ID; the
     # shard census: every non-terminal record (`state in [...]`)
     QueryShape(JOBS, frozenset({"state"}), ()),
+    # jobsctl actions: each action's non-terminal records (`action ==`, `state in [...]`)
+    QueryShape(JOBS, frozenset({"action", "state"}), ()),
     # stats: every record, and those with a schema_version above this code's (newer records)
     QueryShape(JOBS, frozenset(), ()),
     QueryShape(JOBS, frozenset(), (IndexField("schema_version"),)),

@@ -335,14 +335,20 @@ class Transitions:
         now: datetime,
         *,
         progress: Mapping[str, Any] | None = None,
+        count_attempt: bool = True,
     ) -> Job:
+        """Running → deferred at `due_at`, in the next attempt; `count_attempt` False keeps
+        the attempt (the job never ran: its action is unknown to this worker), so waiting for
+        a worker that knows it never exhausts the job."""
         require_lease(job, lease)
         if job.cancel_requested is not None:
             return self.cancelled(
                 job, Role.WORKER, lease.owner, now, progress=progress, ended=lease
             )
-        if not attempt_left(job):
+        if count_attempt and not attempt_left(job):
             raise AttemptsExhausted(job.job_id, job.attempt, job.max_attempts)
+        attempt = job.attempt + 1 if count_attempt else job.attempt
+        next_attempt = "" if count_attempt else " again"
         return self.apply(
             job,
             State.DEFERRED,
@@ -350,8 +356,8 @@ class Transitions:
             lease.owner,
             now,
             f"retry at {due_at.isoformat()} after {error.code}; "
-            f"attempt {job.attempt + 1} of {job.max_attempts} next",
-            attempt=job.attempt + 1,
+            f"attempt {attempt} of {job.max_attempts} next{next_attempt}",
+            attempt=attempt,
             due_at=due_at,
             last_error=stamped(error, now),
             progress=progress_of(job, progress),

@@ -15,12 +15,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from services.jobs.ids import derive_job_id
+from services.jobs.media import MEDIA_DELETE_SOURCE
 from services.jobs.model import NewJob
 from services.jobs.state import State
 
 logger = logging.getLogger(__name__)
 
-ACTION = "media.delete_source"
+ACTION = MEDIA_DELETE_SOURCE  # the demo deletes media source files
 BUCKET = "deferred-jobs-demo-media"
 DUE_NOW = 3
 LATER = timedelta(days=30)

@@ -45,6 +45,7 @@ from services.edge import scan_deployment
 from services.edge import settings as common_keys
 from services.edge.resource_names import Names
 from services.edge.scheduler_cron import CronSchedule
+from services.jobs.catalogue import Catalogue, load_catalogue
 from services.jobs.clock import SystemClock
 from services.local.cloud_run import deployments, front_end_argv
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
@@ -232,6 +233,7 @@ class LocalSystem:
         self.clock = SystemClock()
         self._backends: Backends | None = None
         self._store: FirestoreJobStore | None = None
+        self.catalogue: Catalogue | None = None
         self._storage: Any = None
         self._demo_kept = False  # the kept data already held the demo: not seeded again
         # Stop signals wait for the client calls this (main) thread makes (interrupts.py).
@@ -322,6 +324,9 @@ class LocalSystem:
         os.environ.update(self.endpoints.exports)
 
     def _start_services(self) -> None:
+        # The catalogue the services will load (built-ins and this environment's plug-ins):
+        # a broken or conflicting plug-in stops `make run` here, before any process starts.
+        self.catalogue = load_catalogue()
         ports = self.options.ports
         scan_port = ports.scan or free_port(HOST)
         worker_port = ports.worker or free_port(HOST)
@@ -610,6 +615,10 @@ class LocalSystem:
         self._say(
             f"api     {e.api_url}  ({front}pid {e.pids['api']}; caller {self.api_caller_email})"
         )
+        catalogue = self.catalogue
+        if catalogue is not None:
+            listed = ", ".join(f"{n} ({catalogue.source_of(n)})" for n in catalogue.names())
+            self._say(f"actions {listed}")
         self._say(f"emulators (pid {e.pids['emulators']}); logs in {self.options.log_dir}")
         self._say(self._data_line())
         for note in e.notes:

@@ -10,6 +10,7 @@ merge.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,6 +43,7 @@ from services.store.queries import (
     live_query,
     newer_schema_query,
     out_of_range_query,
+    pending_action_query,
     state_query,
 )
 from services.store.transactions import Transaction, store_errors
@@ -232,6 +234,21 @@ class Administration:
             return layout
 
         return self._docs.tx.run(body)
+
+    def pending_by_action(self, actions: Sequence[str]) -> dict[str, int]:
+        """How many non-terminal jobs (deferred, claimed, enqueued, running) each of `actions`
+        has: one count aggregation per action, all at the first one's read time (1 read per
+        action, plus 1 per 1,000 of its pending jobs)."""
+        counts: dict[str, int] = {}
+        read_time: Any = None
+        with store_errors():
+            for action in dict.fromkeys(actions):
+                query = pending_action_query(action)
+                if read_time is None:
+                    counts[action], read_time = self._docs.count_at(query)
+                else:
+                    counts[action] = self._docs.count(query, read_time=read_time)
+        return counts
 
     def newer_records(self, stats: Stats) -> NewerRecords:
         """The records a newer version wrote, counted at `stats`'s read time (2 count

@@ -30,8 +30,8 @@ from datetime import timedelta
 from google.api_core import retry as api_retry
 from google.cloud import firestore
 
+from services.jobs.catalogue import Catalogue
 from services.jobs.clock import Clock
-from services.jobs.model import DEFAULT_ACTIONS
 from services.jobs.state import DEFAULT_HISTORY_LIMIT
 from services.jobs.transitions import DEFAULT_TERMINAL_RETENTION
 from services.store.administration import Administration
@@ -58,7 +58,7 @@ class FirestoreJobStore(Scheduling, Administration, Claims, Reclaims, Leases, Sh
         *,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         terminal_retention: timedelta = DEFAULT_TERMINAL_RETENTION,
-        known_actions: Collection[str] = DEFAULT_ACTIONS,
+        known_actions: Catalogue | Collection[str] | None = None,
         query_observer: Callable[[QuerySpec], None] | None = None,
         timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         retry: api_retry.Retry | None = None,

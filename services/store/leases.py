@@ -300,15 +300,20 @@ class Leases:
         error: ErrorInfo,
         *,
         progress: Mapping[str, Any] | None = None,
+        count_attempt: bool = True,
     ) -> Job:
         """Running → deferred with a new due_at, last_error and attempt + 1 (the next retry
         cycle); the next claim publishes it again. When the current attempt is the last
         (attempt == max_attempts) it raises AttemptsExhausted and changes nothing: the worker
-        calls `fail` instead. With a cancel request the job is cancelled instead."""
+        calls `fail` instead. With a cancel request the job is cancelled instead.
+        `count_attempt` False keeps the attempt and never raises AttemptsExhausted: the job
+        did not run (its action is unknown to this worker)."""
         new_due = require_aware(due_at, "due_at")
 
         def change(job: Job, now: datetime) -> Job:
-            return self._docs.rules.retry_later(job, lease, new_due, error, now, progress=progress)
+            return self._docs.rules.retry_later(
+                job, lease, new_due, error, now, progress=progress, count_attempt=count_attempt
+            )
 
         return self._worker_transition(lease, change)
 

@@ -326,3 +326,10 @@ def out_of_range_query(shards: int) -> QuerySpec:
 def in_range_query(shards: int) -> QuerySpec:
     """Non-terminal jobs a deployment with `shards` shards reaches: 0 <= shard < N."""
     return shard_range_query(0, shards)
+
+
+def pending_action_query(action: str) -> QuerySpec:
+    """Every non-terminal job of `action` (`action ==` and `state in [...]`: equalities only,
+    served by merging the single-field indexes, no composite index). Counted only: what
+    `jobsctl actions` shows and `jobsctl actions check` refuses a rollout on."""
+    return QuerySpec(schema.JOBS, equals=(("action", action), ("state", LIVE_STATES)))

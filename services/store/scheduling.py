@@ -13,6 +13,7 @@ from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 
+from services.jobs.catalogue import Catalogue, load_catalogue
 from services.jobs.errors import InvalidRecord, LostRace, ScheduleConflict, ValidationError
 from services.jobs.model import NewJob
 from services.jobs.record import Job, decode_job
@@ -87,9 +88,16 @@ def _canonical(value: Any) -> str:
 class Scheduling:
     """Creates deferred jobs, idempotent by the decision's identity."""
 
-    def __init__(self, docs: Documents, known_actions: Collection[str]) -> None:
+    def __init__(self, docs: Documents, known_actions: Catalogue | Collection[str] | None) -> None:
+        """`known_actions`: the action catalogue (None: load it, built-ins and installed
+        plug-ins; a broken plug-in raises CatalogueError here), or a plain collection of names
+        (checked against the built-in schemas)."""
         self._docs = docs
-        self._known_actions = frozenset(known_actions)
+        if known_actions is None:
+            known_actions = load_catalogue()
+        self._known_actions: Catalogue | frozenset[str] = (
+            known_actions if isinstance(known_actions, Catalogue) else frozenset(known_actions)
+        )
 
     def schedule(
         self, new_job: NewJob, *, by: str = "application", producer: str | None = None

@@ -112,6 +112,7 @@ EVENT_SCAN_RUN = "scan_run"
 EVENT_JOB_QUARANTINED = "job_quarantined"  # an undecodable job document moved aside
 # A job document written by a newer version met (and left untouched) by this one.
 EVENT_JOB_FROM_NEWER_VERSION = "job_from_newer_version"
+EVENT_UNKNOWN_ACTION = "unknown_action"  # a job whose action the worker lacks, deferred
 EVENT_STORE_REJECTED = "store_rejected"  # Firestore refused a request retrying cannot fix
 # The scan's ERROR line while job records are out of the shard queries' reach, or laid out for
 # another shard count than JOBS_SHARDS (services/jobs/layout.py).
@@ -157,6 +158,12 @@ NEWER_RECORDS = LogMetric(
     "Job documents written by a newer version, left untouched by this one.",
 )
 
+UNKNOWN_ACTIONS = LogMetric(
+    "deferred_jobs_unknown_action",
+    EVENT_UNKNOWN_ACTION,
+    "Deliveries of jobs whose action the worker does not know (deferred, never failed).",
+)
+
 LOG_METRICS: tuple[LogMetric, ...] = (
     WORKER_DUE_TO_DONE,
     WORKER_ENQUEUE_TO_DONE,
@@ -164,6 +171,7 @@ LOG_METRICS: tuple[LogMetric, ...] = (
     FAILED_JOBS,
     SCAN_RUNS,
     NEWER_RECORDS,
+    UNKNOWN_ACTIONS,
 )
 
 

@@ -1,94 +1,37 @@
-"""The action registry: a job's `action` name → the callable that performs the side effect.
+"""The actions one worker can run: the catalogue's declarations bound to their callables.
 
-Each action comes with its `RetryPolicy`: how long to wait when its dependency stays down
-(the founding case: 30 days), after how many Pub/Sub deliveries a transient failure stops being
-retried soon and becomes a retry much later (below the dead-letter limit, so the message is
-acknowledged before Pub/Sub dead-letters it), and optionally a lower cap on attempts than the
-job's own `max_attempts`. An attempt is one retry cycle: the job's first due time, then each
-long retry; the quick redeliveries inside a cycle do not count.
-
-An action receives an `ActionRequest` (never the raw job record) and returns an `ActionResult`,
-or raises `TransientError` / `DependencyDown` / `PermanentError`. It must be safe to run again
-after a crash: the worker records its result only after it returns. An action made of several
-units of work checks `request.deadline.reached()` between them and, when reached, raises
-`Interrupted` with what it finished; the next delivery gets that back as `request.progress`.
+The catalogue (`services.jobs.catalogue`) says what each action is; this module makes each
+runnable in this worker: a `run` reference is imported, a `build` factory is called once with
+the worker's `ActionContext` (its settings), and an action that declares no retry policy gets
+the worker's configured one. A declaration that cannot be bound (its module does not import,
+its factory fails) stops the worker at start, naming the action and who declared it.
 """
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+import dataclasses
+import importlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from services.jobs.actions import Action, ActionFn, RetryPolicy
+from services.jobs.catalogue import Catalogue
+from services.jobs.errors import CatalogueError
+
 if TYPE_CHECKING:
-    from services.worker.deadline import Deadline
-
-DEFAULT_LONG_RETRY_DELAY = datetime.timedelta(days=30)
-# Pub/Sub's smallest dead-letter limit is 5 deliveries: decide on the 4th, before it is lost.
-DEFAULT_RETRY_LATER_AFTER_ATTEMPTS = 4
+    from services.worker.settings import WorkerSettings
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
-    """How an action's failures are retried."""
+class ActionContext:
+    """What a `build` factory gets: the worker's settings (project, media bucket, lease...)."""
 
-    long_retry_delay: datetime.timedelta = DEFAULT_LONG_RETRY_DELAY
-    retry_later_after_attempts: int = DEFAULT_RETRY_LATER_AFTER_ATTEMPTS
-    # None: the job's own max_attempts; a number caps it lower for this action (retry cycles).
-    max_attempts: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.long_retry_delay <= datetime.timedelta(0):
-            raise ValueError("long_retry_delay must be positive")
-        if self.retry_later_after_attempts < 1:
-            raise ValueError("retry_later_after_attempts must be at least 1")
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-
-
-@dataclass(frozen=True)
-class ActionRequest:
-    """What an action may know about its job."""
-
-    job_id: str
-    action: str
-    subject: str
-    params: Mapping[str, Any]
-    attempt: int  # the job's retry cycle, from 1 (the same in every redelivery of a cycle)
-    idempotency_key: str
-    # What an earlier, interrupted delivery finished (None: nothing yet).
-    progress: Mapping[str, Any] | None = None
-    # When to stop between units of work; None: no deadline (the action runs to the end).
-    deadline: Deadline | None = None
-
-    def should_stop(self) -> bool:
-        """Whether the action must stop before its next unit of work."""
-        return self.deadline is not None and self.deadline.reached()
-
-
-@dataclass(frozen=True)
-class ActionResult:
-    """What the side effect did: a short `outcome` code and small JSON-safe details."""
-
-    outcome: str
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-
-ActionFn = Callable[[ActionRequest], ActionResult]
-
-
-@dataclass(frozen=True)
-class Action:
-    """A named side effect and its retry policy."""
-
-    name: str
-    run: ActionFn
-    policy: RetryPolicy = RetryPolicy()
+    settings: WorkerSettings
 
 
 class ActionRegistry:
-    """The actions one worker can run, by name."""
+    """The actions one worker can run, by name; each has a callable `run` and a `policy`."""
 
     def __init__(self, actions: Iterable[Action] = ()) -> None:
         self._actions: dict[str, Action] = {}
@@ -98,6 +41,8 @@ class ActionRegistry:
     def register(self, action: Action) -> None:
         if action.name in self._actions:
             raise ValueError(f"action {action.name!r} is registered twice")
+        if not callable(action.run):
+            raise ValueError(f"action {action.name!r} is not bound to a callable (see bind)")
         self._actions[action.name] = action
 
     def get(self, name: str) -> Action | None:
@@ -111,3 +56,55 @@ class ActionRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._actions)
+
+
+def policy_of(action: Action) -> RetryPolicy:
+    """The action's retry policy (a bound action always has one; the default otherwise)."""
+    return action.policy or RetryPolicy()
+
+
+def runner_of(action: Action) -> ActionFn:
+    """The bound action's callable (the registry admits only bound actions)."""
+    run = action.run
+    if isinstance(run, str) or run is None:
+        raise TypeError(f"action {action.name!r} is not bound to a callable")
+    return run
+
+
+def bind(catalogue: Catalogue, context: ActionContext) -> ActionRegistry:
+    """Every action of `catalogue`, runnable in this worker; CatalogueError when one cannot
+    be bound, naming the action and its source."""
+    bound = []
+    for action in catalogue.actions():
+        source = catalogue.source_of(action.name)
+        try:
+            run = _callable_of(action, context)
+        except Exception as exc:
+            raise CatalogueError(
+                f"action {action.name!r} from {source} cannot be bound in the worker: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        policy = action.policy or context.settings.retry_policy
+        bound.append(dataclasses.replace(action, run=run, build=None, policy=policy))
+    return ActionRegistry(bound)
+
+
+def _callable_of(action: Action, context: ActionContext) -> ActionFn:
+    if action.build is not None:
+        build = resolve(action.build) if isinstance(action.build, str) else action.build
+        run = build(context)
+    else:
+        run = resolve(action.run) if isinstance(action.run, str) else action.run
+    if not callable(run):
+        raise TypeError(f"{run!r} is not callable")
+    fn: ActionFn = run
+    return fn
+
+
+def resolve(reference: str) -> Any:
+    """The object a `package.module:attribute` reference names."""
+    module_name, _, attribute = reference.partition(":")
+    found: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    return found

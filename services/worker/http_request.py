@@ -34,6 +34,8 @@ import google.auth.transport.requests
 import google.oauth2.id_token
 import requests
 
+from services.jobs.actions import Action, ActionRequest, ActionResult, RetryPolicy
+from services.jobs.errors import PermanentError, RetryAfter, TransientError
 from services.jobs.http_targets import (
     ACTION_NAME,
     DEFAULT_METHOD,
@@ -42,8 +44,6 @@ from services.jobs.http_targets import (
     judge,
     request_params_problems,
 )
-from services.worker.actions import Action, ActionRequest, ActionResult, RetryPolicy
-from services.worker.errors import PermanentError, RetryAfter, TransientError
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The functions-framework entry point of the worker (`--target=worker`).
 
-    python -m services.worker.main      # the start-up check: exit 2 naming every bad key
+    python -m services.worker.main      # the start-up check: exit 2 naming every bad key or plug-in
     python -m services.edge.server --target=worker --source=services/worker/main.py
 
 The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
@@ -33,7 +33,9 @@ def worker(request: flask.Request) -> flask.Response:
 
 def check() -> int:
     """The start-up check of the worker's settings (see the module docstring)."""
-    return startup.check_settings(SERVICE, WorkerSettings.from_env, os.environ)
+    return startup.check_settings(SERVICE, WorkerSettings.from_env, os.environ) or (
+        startup.check_catalogue(SERVICE)
+    )
 
 
 def _build() -> PushHandler:

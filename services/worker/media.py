@@ -26,6 +26,7 @@ start by overlapping ones.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,22 +38,25 @@ import requests
 from google.api_core import exceptions as api_exceptions
 from google.api_core.retry import Retry
 
-from services.jobs.params import (
+from services.jobs.actions import Action, ActionRequest, ActionResult, RetryPolicy
+from services.jobs.errors import Interrupted, PermanentError, TransientError
+from services.jobs.media import (
     BUCKET_NAME,
+    DELETE_SOURCE,
     MAX_OBJECT_NAME_BYTES,
     MAX_OBJECTS,
+    MEDIA_DELETE_SOURCE,
     NOT_AN_OBJECT,
     OBJECT_FORBIDDEN,
 )
-from services.worker.actions import Action, ActionRequest, ActionResult, RetryPolicy
-from services.worker.errors import Interrupted, PermanentError, TransientError
+from services.worker.actions import ActionContext
 
 logger = logging.getLogger(__name__)
 
-ACTION_NAME = "media.delete_source"
+ACTION_NAME = MEDIA_DELETE_SOURCE
 
-# MAX_OBJECTS, MAX_OBJECT_NAME_BYTES and the name rules are the params schema's (imported
-# above): what `schedule` accepts is what this action runs.
+# MAX_OBJECTS, MAX_OBJECT_NAME_BYTES and the name rules are the declaration's params schema's
+# (services/jobs/media.py): what `schedule` accepts is what this action runs.
 
 DELETED = "deleted"
 ALREADY_ABSENT = "already_absent"
@@ -292,6 +296,21 @@ def delete_source_action(
     timeout_s: float = 10.0,
     retry: Retry | None = None,
 ) -> Action:
-    """The registry entry for `media.delete_source`."""
+    """`media.delete_source`'s declaration bound to a deleter over `client`."""
     deleter = SourceDeleter(client, default_bucket=default_bucket, timeout_s=timeout_s, retry=retry)
-    return Action(name=ACTION_NAME, run=deleter, policy=policy)
+    return dataclasses.replace(DELETE_SOURCE, run=deleter, build=None, policy=policy)
+
+
+def build_delete_source(context: ActionContext) -> SourceDeleter:
+    """The declaration's `build`: a deleter over a real storage client, from the worker's
+    settings (its project and media bucket); called once at the worker's start."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    from services.worker.app import read_environment_once
+
+    settings = context.settings
+    client = storage.Client(project=settings.project)
+    read_environment_once(client._http)
+    # The client's own retries stay well inside the lease; 503 + Pub/Sub backoff do the rest.
+    retry = DEFAULT_RETRY.with_timeout(min(20.0, settings.lease_s / 2))
+    return SourceDeleter(client, default_bucket=settings.media_bucket, retry=retry)

@@ -39,14 +39,17 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from services.jobs.actions import Action, ActionRequest, ActionResult
 from services.jobs.clock import Clock
 from services.jobs.errors import (
     AlreadyTerminal,
     AttemptsExhausted,
+    DependencyDown,
+    Interrupted,
     InvalidRecord,
     InvalidTransition,
     JobNotFound,
@@ -54,15 +57,17 @@ from services.jobs.errors import (
     LeaseLost,
     LostRace,
     NewerRecord,
+    PermanentError,
     StaleGeneration,
     StoreRejected,
     StoreUnavailable,
+    TransientError,
 )
 from services.jobs.parts import ErrorInfo, Lease, Result
 from services.jobs.record import Job
 from services.jobs.state import State
 from services.telemetry import metrics
-from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.actions import ActionRegistry, policy_of, runner_of
 from services.worker.deadline import (
     HEARTBEATS_PER_LEASE,
     STOP_CANCEL,
@@ -71,12 +76,28 @@ from services.worker.deadline import (
     HeartbeatStarter,
 )
 from services.worker.envelope import Delivery
-from services.worker.errors import DependencyDown, Interrupted, PermanentError, TransientError
 
 if TYPE_CHECKING:
     from services.store.job_store import FirestoreJobStore
 
 logger = logging.getLogger(__name__)
+
+UNKNOWN_ACTION = "unknown_action"
+# How long a job whose action this worker lacks waits before it is claimed again: the first
+# time the shortest, then twice the time it last waited, never longer than the longest. A
+# rollout that adds the action picks the job up within the longest wait.
+UNKNOWN_ACTION_FIRST_DELAY = timedelta(minutes=5)
+UNKNOWN_ACTION_MAX_DELAY = timedelta(hours=1)
+
+
+def unknown_action_delay(job: Job, now: datetime) -> timedelta:
+    """The bounded backoff for a job whose action is unknown, from the job alone: twice the
+    time since the last `unknown_action` deferral (its `last_error.at`), within bounds."""
+    last = job.last_error
+    if last is None or last.code != UNKNOWN_ACTION or last.at is None:
+        return UNKNOWN_ACTION_FIRST_DELAY
+    waited = now - last.at
+    return max(UNKNOWN_ACTION_FIRST_DELAY, min(UNKNOWN_ACTION_MAX_DELAY, 2 * waited))
 
 
 class OutcomeKind(StrEnum):
@@ -90,6 +111,9 @@ class OutcomeKind(StrEnum):
     STALE = "stale"
     # Transient failure past the threshold: the job waits until now + the long delay.
     DEFERRED = "deferred"
+    # This worker does not know the job's action: back to `deferred` after a bounded backoff,
+    # same attempt, never failed; a worker that knows the action runs it (acknowledged).
+    UNKNOWN_ACTION = "unknown_action"
     # Permanent error, or a long retry was due in the last attempt: the job is terminal `failed`.
     FAILED = "failed"
     # No job has this ID: acknowledged and recorded as rejected.
@@ -281,8 +305,7 @@ class Processor:
                     return self._complete(job, lease, result, "result reused from " + record.key)
             action = self._actions.get(job.action)
             if action is None:
-                error = ErrorInfo("unknown_action", f"this worker has no action {job.action!r}")
-                return self._fail(job, lease, error)
+                return self._await_action(job, lease)
             return self._act(delivery, job, action)
         except (LeaseLost, StaleGeneration) as exc:
             # Our lease lapsed while we worked: the reclaimer moved the job on (deferred or
@@ -326,7 +349,7 @@ class Processor:
         heartbeat: Heartbeat,
     ) -> tuple[Outcome, Job]:
         try:
-            result = action.run(request)
+            result = runner_of(action)(request)
         except Interrupted as exc:
             return self._interrupted(delivery, job, heartbeat, exc)
         except PermanentError as exc:
@@ -389,10 +412,10 @@ class Processor:
             return self._moved(job, OutcomeKind.RETRY, str(exc)), job
         # This retry cycle is over: wait the long delay, in the next attempt, if one is left.
         # The store refuses past the job's max_attempts; an action may cap it lower.
-        cap = action.policy.max_attempts
+        cap = policy_of(action).max_attempts
         if cap is not None and job.attempt >= cap:
             return self._fail(job, lease, error, heartbeat)
-        due_at = self._clock.now() + action.policy.long_retry_delay
+        due_at = self._clock.now() + policy_of(action).long_retry_delay
         try:
             job = self._durably(
                 lease, lambda: self._store.retry_later(lease, due_at, error), heartbeat
@@ -400,6 +423,25 @@ class Processor:
         except AttemptsExhausted:
             return self._fail(job, lease, error, heartbeat)
         return self._moved(job, OutcomeKind.DEFERRED, f"due again {due_at}"), job
+
+    def _await_action(self, job: Job, lease: Lease) -> tuple[Outcome, Job]:
+        """This worker does not know the job's action (a producer deployed before the worker,
+        or a plug-in missing from this image): never fail it. Back to `deferred`, due again
+        after a bounded backoff, in the same attempt (it never ran), so it runs once a worker
+        that knows the action is deployed; logged and counted as `unknown_action`."""
+        now = self._clock.now()
+        delay = unknown_action_delay(job, now)
+        error = ErrorInfo(
+            UNKNOWN_ACTION,
+            f"this worker has no action {job.action!r} (knows: {', '.join(self._actions.names())})"
+            f"; waiting for a worker that does, due again in {delay}",
+        )
+        due_at = now + delay
+        job = self._durably(
+            lease, lambda: self._store.retry_later(lease, due_at, error, count_attempt=False)
+        )
+        _log_unknown_action(job)
+        return self._moved(job, OutcomeKind.UNKNOWN_ACTION, f"due again {due_at}"), job
 
     def _moved(self, job: Job, kind: OutcomeKind, detail: str) -> Outcome:
         """`kind`, unless a cancel request turned the move into a cancel."""
@@ -562,6 +604,25 @@ def _log_failed(job: Job, error: ErrorInfo) -> None:
     )
 
 
+def _log_unknown_action(job: Job) -> None:
+    """The event the log-based metric deferred_jobs_unknown_action counts and the "Jobs whose
+    action no worker knows" alert watches (services.telemetry.metrics.UNKNOWN_ACTIONS)."""
+    logger.warning(
+        "job %s waits for a worker that knows action %s (deferred to %s)",
+        job.job_id,
+        job.action,
+        job.due_at.isoformat(),
+        extra={
+            "fields": {
+                metrics.LOG_EVENT: metrics.EVENT_UNKNOWN_ACTION,
+                "job_id": job.job_id,
+                "action": job.action,
+                metrics.LOG_ATTEMPT: job.attempt,
+            }
+        },
+    )
+
+
 def _log_newer_record(delivery: Delivery, exc: NewerRecord) -> None:
     """The event the log-based metric deferred_jobs_newer_records counts and the "Records
     from a newer version" alert watches (services.telemetry.metrics.NEWER_RECORDS)."""
@@ -617,4 +678,4 @@ def _quick_retries_spent(delivery: Delivery, action: Action) -> bool:
     rescuer then takes the job back as stale-enqueued (each release restarts that clock).
     """
     attempt = delivery.delivery_attempt
-    return attempt is not None and attempt >= action.policy.retry_later_after_attempts
+    return attempt is not None and attempt >= policy_of(action).retry_later_after_attempts

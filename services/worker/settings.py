@@ -29,12 +29,12 @@ from services.edge.settings import (
     EnvReader,
     SettingsError,
 )
-from services.jobs.http_targets import ENV_VARIABLE, HttpTarget, TargetsError, parse_targets
-from services.worker.actions import (
+from services.jobs.actions import (
     DEFAULT_LONG_RETRY_DELAY,
     DEFAULT_RETRY_LATER_AFTER_ATTEMPTS,
     RetryPolicy,
 )
+from services.jobs.http_targets import ENV_VARIABLE, HttpTarget, TargetsError, parse_targets
 from services.worker.media import is_valid_bucket_name
 from services.worker.processor import DEFAULT_DEADLINE_MARGIN, DEFAULT_MAX_DELIVERY
 

@@ -267,10 +267,11 @@ def test_every_metric_an_alert_references_is_one_the_system_emits(stack: StackRu
     emitted = {g.type for g in metrics.SCAN_GAUGES} | {m.type for m in metrics.LOG_METRICS}
     builtin = {"pubsub.googleapis.com/subscription/num_undelivered_messages"}
     referenced = _alert_metric_types(stack)
-    assert len(referenced) == 9
+    assert len(referenced) == 10
     assert set(referenced) <= emitted | builtin
     assert {
         metrics.NEWER_RECORDS.type,
+        metrics.UNKNOWN_ACTIONS.type,
         metrics.OLDEST_OVERDUE_AGE.type,
         metrics.STUCK_CLAIMS.type,
         metrics.FAILED_JOBS.type,

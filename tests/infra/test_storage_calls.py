@@ -19,8 +19,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from infra.identity import MEDIA_PERMISSIONS, MEDIA_STORAGE_CALLS
-from services.worker.actions import ActionRequest
-from services.worker.errors import PermanentError
+from services.jobs.actions import ActionRequest
+from services.jobs.errors import PermanentError
 from services.worker.media import SourceDeleter
 from tests.infra.conftest import StackRun
 

@@ -12,23 +12,25 @@ from services.cli.errors import ExitCode, Refused, UsageError
 from services.cli.output import Report, fields, table, timestamp_text
 from services.cli.session import Session
 from services.cli.timespec import parse_time
+from services.jobs.catalogue import Catalogue, built_in
 from services.jobs.errors import AlreadyTerminal
 from services.jobs.ids import derive_job_id, document_id_problems
 from services.jobs.model import NewJob
-from services.jobs.params import SCHEMAS
 from services.jobs.record import DEFAULT_MAX_ATTEMPTS, Job
 from services.jobs.results import ScheduleResult
 from services.jobs.state import State
 
 PAGE = 50  # one page on screen
 ALL_PAGE = 500  # the store's largest page, for --all
-DEFAULT_ACTION = "media.delete_source"
 BULK_BATCH = 500  # jobs per batched read and write (Firestore's batch limit)
 CREATED, PRESENT, REFUSED = "created", "already present", "refused"
 OUTCOMES = (CREATED, PRESENT, REFUSED)
 
 
-def register(commands: Any, common: argparse.ArgumentParser) -> None:
+def register(
+    commands: Any, common: argparse.ArgumentParser, catalogue: Catalogue | None = None
+) -> None:
+    catalogue = built_in() if catalogue is None else catalogue
     p = commands.add_parser(
         "schedule",
         parents=[common],
@@ -56,7 +58,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--action",
-        help=f"the side effect (default {DEFAULT_ACTION}; its params: {_params_help()})",
+        help=f"the side effect, one of the catalogue's ({_actions_help(catalogue)}); default "
+        f"{catalogue.default()}; `jobsctl actions` lists them",
     )
     p.add_argument("--subject", help="what the action acts on (a media ID)")
     p.add_argument(
@@ -119,9 +122,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=list_jobs)
 
 
-def _params_help() -> str:
-    declared = SCHEMAS.get(DEFAULT_ACTION)
-    return declared.summary() if declared else "any JSON map"
+def _actions_help(catalogue: Catalogue) -> str:
+    """Each action with its params, for --action's help: `a.b (params: x (string), ...)`."""
+    parts = []
+    for action in catalogue.actions():
+        params = action.params.summary() if action.params else "any JSON map"
+        parts.append(f"{action.name} (params: {params})")
+    return "; ".join(parts)
 
 
 def schedule(session: Session, args: argparse.Namespace) -> Report:
@@ -132,7 +139,7 @@ def schedule(session: Session, args: argparse.Namespace) -> Report:
     if args.subject is None:
         raise UsageError("--subject is required (unless --from)")
     params = dict(_param(text) for text in args.param)
-    action = args.action or DEFAULT_ACTION
+    action = args.action or session.catalogue.default()
     if args.decision == "":
         raise UsageError("--decision must be a non-empty string")
     job_id = (
@@ -176,7 +183,9 @@ def schedule_file(session: Session, args: argparse.Namespace) -> Report:
     flags = [flag for flag, value in given.items() if value not in (None, [])]
     if flags:
         raise UsageError(f"{' and '.join(flags)} cannot be combined with --from (use the file)")
-    lines = jobfile.read_lines(_open_lines(session, args.from_file), session.now())
+    lines = jobfile.read_lines(
+        _open_lines(session, args.from_file), session.now(), session.catalogue.default()
+    )
     store = session.store()
     progress = session.progress("scheduling", len(lines))
     outcomes: list[tuple[jobfile.Line, str, str]] = []  # line, outcome, reason

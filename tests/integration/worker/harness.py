@@ -30,16 +30,17 @@ from google.cloud import firestore, pubsub_v1
 from google.protobuf import duration_pb2
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from services.jobs.actions import Action, ActionRequest, ActionResult
 from services.jobs.clock import FakeClock
+from services.jobs.errors import TransientError
 from services.jobs.model import NewJob
 from services.jobs.record import Job
 from services.jobs.results import ClaimedJob
 from services.local.cloud_run import WORKER_CONCURRENCY, WORKER_TIMEOUT_S
 from services.store.job_store import FirestoreJobStore
 from services.store.rejections import RejectionStore
-from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.actions import ActionRegistry
 from services.worker.app import create_app
-from services.worker.errors import TransientError
 from services.worker.media import ACTION_NAME, DELETED, SourceDeleter
 from services.worker.settings import WorkerSettings
 from tests.fixtures.cloudrun import front_end

@@ -17,11 +17,12 @@ import pytest
 from google.cloud import firestore
 
 from services.jobs import schema
+from services.jobs.actions import Action, ActionRequest, ActionResult
+from services.jobs.errors import PermanentError
 from services.jobs.results import ClaimedJob
 from services.jobs.state import State
-from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.actions import ActionRegistry
 from services.worker.envelope import Delivery
-from services.worker.errors import PermanentError
 from services.worker.media import ACTION_NAME
 from services.worker.processor import OutcomeKind, Processor
 from tests.fixtures.store import stored_document

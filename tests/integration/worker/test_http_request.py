@@ -18,9 +18,9 @@ import requests
 
 from emulators.oidc.server import OidcServer
 from services.edge.auth import AuthPolicy, TokenVerifier
+from services.jobs.actions import ActionRequest
+from services.jobs.errors import PermanentError, RetryAfter, TransientError
 from services.jobs.http_targets import HttpTarget
-from services.worker.actions import ActionRequest
-from services.worker.errors import PermanentError, RetryAfter, TransientError
 from services.worker.http_request import IssuerIdTokens, http_request_action
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from services.jobs.actions import ActionRequest
+from services.jobs.errors import PermanentError, TransientError
 from services.jobs.state import State
 from services.telemetry import metrics
-from services.worker.actions import ActionRequest
-from services.worker.errors import PermanentError, TransientError
 from tests.integration.worker.harness import LEASE, WorkerHarness, envelope
 
 CLAIM_TIMEOUT = timedelta(minutes=10)

@@ -13,9 +13,9 @@ from datetime import timedelta
 
 import pytest
 
+from services.jobs.actions import DEFAULT_RETRY_LATER_AFTER_ATTEMPTS
 from services.jobs.state import State
 from services.telemetry import metrics
-from services.worker.actions import DEFAULT_RETRY_LATER_AFTER_ATTEMPTS
 from tests.integration.worker.harness import PushTopic, WorkerHarness, envelope, wait_until
 
 PushFactory = Callable[..., PushTopic]

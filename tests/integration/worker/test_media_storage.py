@@ -14,8 +14,8 @@ from google.auth.credentials import AnonymousCredentials
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from services.worker.actions import ActionRequest
-from services.worker.errors import PermanentError, TransientError
+from services.jobs.actions import ActionRequest
+from services.jobs.errors import PermanentError, TransientError
 from services.worker.media import ALREADY_ABSENT, DELETED, SourceDeleter
 
 

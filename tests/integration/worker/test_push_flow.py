@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from services.jobs.errors import TransientError
 from services.jobs.state import State
-from services.worker.errors import TransientError
 from services.worker.media import SourceDeleter
 from tests.integration.worker.harness import LEASE, PushTopic, WorkerHarness, envelope, wait_until
 from tests.integration.worker.storage_proxy import flaky_storage

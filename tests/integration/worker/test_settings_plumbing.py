@@ -8,9 +8,10 @@ from typing import Any
 
 from google.cloud import firestore
 
+from services.jobs.actions import Action, ActionRequest, ActionResult
 from services.jobs.clock import FakeClock
 from services.store.job_store import FirestoreJobStore
-from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.actions import ActionRegistry
 from services.worker.app import create_app
 from services.worker.media import ACTION_NAME
 from services.worker.settings import WorkerSettings

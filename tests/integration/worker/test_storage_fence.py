@@ -18,10 +18,10 @@ from typing import Any
 
 import google.cloud.storage as storage
 
+from services.jobs.actions import ActionRequest
+from services.jobs.errors import Interrupted
 from services.jobs.state import State
-from services.worker.actions import ActionRequest
 from services.worker.deadline import Deadline
-from services.worker.errors import Interrupted
 from services.worker.media import DELETED, REPLACED, SourceDeleter
 from tests.integration.worker.harness import LEASE, WorkerHarness, envelope
 

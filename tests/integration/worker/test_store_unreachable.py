@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from services.jobs.actions import Action, ActionRequest, ActionResult
 from services.jobs.clock import FakeClock
 from services.telemetry import metrics
-from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.actions import ActionRegistry
 from services.worker.app import create_app
 from services.worker.media import ACTION_NAME
 from services.worker.settings import WorkerSettings

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from google.cloud import firestore
 
+from services.jobs.actions import Action, ActionRequest, ActionResult
 from services.jobs.errors import JobsError
 from services.jobs.results import ClaimedJob
 from services.jobs.state import State
 from services.store.job_store import FirestoreJobStore
-from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.actions import ActionRegistry
 from services.worker.envelope import Delivery
 from services.worker.media import ACTION_NAME
 from services.worker.processor import OutcomeKind, Processor

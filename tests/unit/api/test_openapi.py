@@ -12,6 +12,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from services.api import document, routes
+from services.jobs.catalogue import load_catalogue
 from tests.unit.api.conftest import Api
 from tests.unit.api.contract import EXAMPLES, check_against_schema, operations
 
@@ -79,6 +80,16 @@ def test_every_documented_route_answers_as_documented(
     check_against_schema(spec, documented[str(refused.status_code)], refused.get_json())
 
 
-def test_the_served_document_is_the_file_byte_for_byte_as_json(api: Api) -> None:
+def test_the_served_document_is_the_file_plus_the_catalogues_actions(api: Api) -> None:
     served = api.get("/v1/openapi.json").get_json()
-    assert served == json.loads(document.document_bytes())
+    catalogue = load_catalogue()
+    assert served == document.for_catalogue(catalogue)
+    action = served["components"]["schemas"]["ScheduleRequest"]["properties"].pop("action")
+    assert action["enum"] == catalogue.names()
+    for name in catalogue.names():
+        assert name in action["description"]
+    # Everything else is the file, as it is.
+    from_file = json.loads(document.document_bytes())
+    del from_file["components"]["schemas"]["ScheduleRequest"]["properties"]["action"]
+    assert served == from_file
+    validate(document.for_catalogue(catalogue))

@@ -28,6 +28,7 @@ from services.store.queries import (
     misfiled_due_queries,
     newer_schema_query,
     out_of_range_query,
+    pending_action_query,
     state_query,
 )
 
@@ -54,6 +55,7 @@ def every_store_query(shards: int = 1) -> list[QuerySpec]:
         *([live_query(), out_of_range_query(shards), in_range_query(shards)] if k else []),
         all_jobs_query(),
         newer_schema_query(SCHEMA_VERSION),
+        pending_action_query("media.delete_source"),
     ]
     for state, time_filter, after in itertools.product(
         [None, *State], ["due_before", "overdue_at", "claimed_before", None], [None, (T, "x")]

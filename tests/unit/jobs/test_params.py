@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.jobs import params as schema
-from services.jobs.errors import ValidationError
-from services.jobs.model import DEFAULT_ACTIONS, NewJob
+from services.jobs import media as schema
+from services.jobs.catalogue import built_in
+from services.jobs.errors import PermanentError, ValidationError
+from services.jobs.model import NewJob
 from services.worker import media
-from services.worker.errors import PermanentError
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 JOB = NewJob("job-1", "media.delete_source", "media-1", T0, {"object": "media-1/source.mp4"})
@@ -64,8 +64,9 @@ def test_params_that_fit_are_accepted(params: dict[str, Any]) -> None:
 
 
 def test_every_shipped_action_declares_a_params_schema() -> None:
-    assert schema.undeclared(sorted(DEFAULT_ACTIONS)) == []
-    assert schema.undeclared(["custom.action"]) == ["custom.action"]
+    catalogue = built_in()
+    assert [name for name in catalogue if name not in catalogue.schemas] == []
+    assert "custom.action" not in catalogue.schemas
 
 
 def test_an_action_without_a_schema_keeps_only_the_generic_limits() -> None:
@@ -97,10 +98,10 @@ def test_the_worker_refuses_just_past_the_schemas_limits_and_accepts_them() -> N
     # A worker without a media bucket for params naming one (so the bucket rule is what is
     # tested), with one for params that leave it out.
     for params in at_limit:
-        assert not schema.params_problems(schema.MEDIA_DELETE_SOURCE, params)
+        assert not built_in().params_problems(schema.MEDIA_DELETE_SOURCE, params)
         media.source_objects(params, None if "bucket" in params else WORKER_BUCKET)
     for params in past_limit:
-        assert schema.params_problems(schema.MEDIA_DELETE_SOURCE, params)
+        assert built_in().params_problems(schema.MEDIA_DELETE_SOURCE, params)
         with pytest.raises(PermanentError):
             media.source_objects(params, None if "bucket" in params else WORKER_BUCKET)
 
@@ -129,7 +130,7 @@ def test_what_the_schema_accepts_is_what_the_worker_accepts(params: dict[str, An
     # depend on its deployment, which schedule time cannot know, so they are left out here.
     if params.get("bucket", WORKER_BUCKET) != WORKER_BUCKET:
         return
-    accepted_by_schema = not schema.params_problems("media.delete_source", params)
+    accepted_by_schema = not built_in().params_problems(schema.MEDIA_DELETE_SOURCE, params)
     try:
         media.source_objects(params, WORKER_BUCKET)
         accepted_by_worker = True

@@ -144,12 +144,22 @@ class MemoryStore:
         return done
 
     def retry_later(
-        self, lease: Lease, due_at: datetime, error: ErrorInfo, *, progress: Any = None
+        self,
+        lease: Lease,
+        due_at: datetime,
+        error: ErrorInfo,
+        *,
+        progress: Any = None,
+        count_attempt: bool = True,
     ) -> Job:
         self.calls.append("retry_later")
         job = self._held(lease.job_id)
         now = self.clock.now()
-        return self._put(self.rules.retry_later(job, lease, due_at, error, now, progress=progress))
+        return self._put(
+            self.rules.retry_later(
+                job, lease, due_at, error, now, progress=progress, count_attempt=count_attempt
+            )
+        )
 
     def fail(self, lease: Lease, error: ErrorInfo) -> Job:
         self.calls.append("fail")

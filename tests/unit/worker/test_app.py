@@ -13,14 +13,14 @@ import pytest
 from flask.testing import FlaskClient
 
 from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticated
+from services.jobs.actions import Action, ActionRequest, ActionResult
 from services.jobs.clock import FakeClock
-from services.jobs.errors import StoreUnavailable
+from services.jobs.errors import StoreUnavailable, TransientError
 from services.jobs.state import State
 from services.store.rejections import Rejection
 from services.telemetry import metrics
-from services.worker.actions import Action, ActionRegistry, ActionRequest, ActionResult
+from services.worker.actions import ActionRegistry
 from services.worker.app import create_app
-from services.worker.errors import TransientError
 from services.worker.settings import WorkerSettings
 from tests.unit.worker.fakes import MemoryStore
 

@@ -8,8 +8,8 @@ import pytest
 import requests
 from google.api_core import exceptions as api_exceptions
 
-from services.worker.actions import ActionRequest
-from services.worker.errors import PermanentError, TransientError
+from services.jobs.actions import ActionRequest
+from services.jobs.errors import PermanentError, TransientError
 from services.worker.media import (
     ALREADY_ABSENT,
     DELETED,

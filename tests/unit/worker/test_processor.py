@@ -8,21 +8,22 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from services.jobs.actions import Action, ActionRequest, ActionResult, RetryPolicy
 from services.jobs.clock import FakeClock
+from services.jobs.errors import DependencyDown, PermanentError, TransientError
 from services.jobs.parts import CancelRequest
 from services.jobs.results import IdempotencyRecord
 from services.jobs.state import State
 from services.telemetry import metrics
-from services.worker.actions import (
-    Action,
-    ActionRegistry,
-    ActionRequest,
-    ActionResult,
-    RetryPolicy,
-)
+from services.worker.actions import ActionRegistry
 from services.worker.envelope import Delivery
-from services.worker.errors import DependencyDown, PermanentError, TransientError
-from services.worker.processor import OutcomeKind, Processor
+from services.worker.processor import (
+    UNKNOWN_ACTION_FIRST_DELAY,
+    UNKNOWN_ACTION_MAX_DELAY,
+    OutcomeKind,
+    Processor,
+    unknown_action_delay,
+)
 from tests.unit.worker.fakes import MemoryStore
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -285,12 +286,41 @@ def test_unexpected_action_exception_is_treated_as_transient(
     assert outcome.kind is OutcomeKind.RETRY
 
 
-def test_unknown_action_fails_the_job(store: MemoryStore, clock: FakeClock) -> None:
-    store.add("job-1")
+def test_unknown_action_defers_the_job_in_the_same_attempt_and_never_fails_it(
+    store: MemoryStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # In its last attempt too: waiting for a worker that knows the action spends nothing.
+    store.add("job-1", max_attempts=1)
     processor = Processor(store, ActionRegistry(), clock, lease=LEASE, worker_id="w-1")
-    assert processor.process(delivery()).kind is OutcomeKind.FAILED
-    assert store.jobs["job-1"].last_error is not None
-    assert store.jobs["job-1"].last_error.code == "unknown_action"
+    with caplog.at_level(logging.INFO):
+        outcome = processor.process(delivery())
+    assert outcome.kind is OutcomeKind.UNKNOWN_ACTION
+    assert outcome.acknowledged  # deferred in the store: nothing for Pub/Sub to redeliver
+    job = store.jobs["job-1"]
+    assert job.state is State.DEFERRED
+    assert job.attempt == 1
+    assert job.due_at == clock.now() + UNKNOWN_ACTION_FIRST_DELAY
+    assert job.last_error is not None and job.last_error.code == "unknown_action"
+    events = [_fields(r) for r in caplog.records]
+    counted = [f for f in events if f.get("event") == metrics.UNKNOWN_ACTIONS.event]
+    assert [(f["job_id"], f["action"]) for f in counted] == [("job-1", "media.delete_source")]
+
+
+def test_unknown_action_backoff_doubles_the_last_wait_within_bounds(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.add("job-1")
+    Processor(store, ActionRegistry(), clock, lease=LEASE, worker_id="w-1").process(delivery())
+    job = store.jobs["job-1"]
+    assert job.last_error is not None and job.last_error.at is not None
+    deferred_at = job.last_error.at
+    assert unknown_action_delay(job, deferred_at + timedelta(minutes=6)) == timedelta(minutes=12)
+    assert unknown_action_delay(job, deferred_at + timedelta(hours=3)) == UNKNOWN_ACTION_MAX_DELAY
+    assert unknown_action_delay(job, deferred_at) == UNKNOWN_ACTION_FIRST_DELAY
+    other = dataclasses.replace(job, last_error=dataclasses.replace(job.last_error, code="x"))
+    assert unknown_action_delay(other, deferred_at + timedelta(hours=3)) == (
+        UNKNOWN_ACTION_FIRST_DELAY
+    )
 
 
 def test_every_outcome_logs_one_worker_outcome_line_with_latencies_on_completion(
