@@ -36,6 +36,7 @@ def test_every_query_the_store_runs_is_a_declared_and_served_shape(
     store.reclaim_expired(now, timedelta(minutes=1), 10, "run-2", enqueued_timeout=timedelta(1))
     store.newer_records(store.stats(now, timedelta(minutes=1)))
     store.backlog(now, timedelta(minutes=1), timedelta(days=1))
+    store.pending_by_action(["media.delete_source"])  # jobsctl actions
     for state in (None, *State):
         page = store.list_jobs(state=state, limit=1)
         if page.next_cursor:
