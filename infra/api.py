@@ -39,7 +39,7 @@ RUNTIME_ROLES: tuple[str, ...] = ("roles/datastore.user",)
 REQUEST_TIMEOUT_S = 30
 
 API_VARIABLES: tuple[str, ...] = (
-    api_keys.PROJECT,
+    common.PROJECT,
     api_keys.API_AUDIENCE,
     api_keys.API_ALLOWED_CALLERS,
     api_keys.API_TRUSTED_CALLERS,
@@ -90,7 +90,7 @@ def build_with_api(config: StackConfig) -> Stack:
 def api_environment(config: StackConfig, url: pulumi.Input[str]) -> Mapping[str, pulumi.Input[str]]:
     """The API's JOBS_* variables (exactly API_VARIABLES)."""
     return {
-        api_keys.PROJECT: config.project,
+        common.PROJECT: config.project,
         api_keys.API_AUDIENCE: url,
         api_keys.API_ALLOWED_CALLERS: ",".join(config.api_callers),
         # Callers that may act on every job; the others only on the jobs they scheduled.

@@ -63,7 +63,7 @@ BEHIND_CLOUD_RUN_IAM = "true"
 SCAN_METRICS = "cloud"
 
 SCAN_VARIABLES: tuple[str, ...] = (
-    scan.PROJECT,
+    common.PROJECT,
     scan_deployment.TOPIC,
     scan.SCAN_AUDIENCE,
     scan.SCAN_ALLOWED_INVOKERS,
@@ -85,7 +85,7 @@ SCAN_VARIABLES: tuple[str, ...] = (
     common.SHARDS,
 )
 WORKER_VARIABLES: tuple[str, ...] = (
-    worker.PROJECT,
+    common.PROJECT,
     common.TERMINAL_RETENTION_S,
     common.BEHIND_CLOUD_RUN_IAM,
     worker.WORKER_AUDIENCE,
@@ -115,7 +115,7 @@ class Wiring:
 def scan_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi.Input[str]]:
     """The scan's JOBS_* variables (exactly SCAN_VARIABLES)."""
     return {
-        scan.PROJECT: config.project,
+        common.PROJECT: config.project,
         # the topic ID (short name); the project is PROJECT
         scan_deployment.TOPIC: wiring.topic_name,
         scan.SCAN_AUDIENCE: wiring.scan_url,
@@ -149,7 +149,7 @@ def scan_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi
 def worker_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi.Input[str]]:
     """The worker's JOBS_* variables (exactly WORKER_VARIABLES)."""
     return {
-        worker.PROJECT: config.project,
+        common.PROJECT: config.project,
         worker.WORKER_AUDIENCE: wiring.worker_url,
         worker.WORKER_ALLOWED_INVOKERS: wiring.push_invoker_email,  # comma-separated emails
         worker.WORKER_LEASE_S: str(config.worker_lease_s),

@@ -16,14 +16,9 @@ from services.edge.settings import (
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
     GOOGLE_CERTS_URL,
-    PROJECT,
-    TERMINAL_RETENTION_S,
     CommonSettings,
     EnvReader,
-    SettingsError,
 )
-
-__all__ = ["ALL_KEYS", "PROJECT", "TERMINAL_RETENTION_S", "ApiSettings", "SettingsError"]
 
 # The API's own (the shared ones are services.edge.settings', read through CommonSettings).
 API_AUDIENCE = "JOBS_API_AUDIENCE"

@@ -14,67 +14,15 @@ from typing import Any
 from services.jobs.catalogue import Catalogue, built_in
 from services.jobs.errors import ValidationError
 from services.jobs.ids import (
-    MAX_ID_BYTES,
     derive_idempotency_key,
-    derive_job_id,
     document_id_problems,
-    is_valid_job_id,
     job_id_problems,
 )
-from services.jobs.parts import CancelRequest, Claim, ErrorInfo, Lease, Result
 from services.jobs.record import (
     DEFAULT_MAX_ATTEMPTS,
-    FIRST_ATTEMPT,
-    SCHEMA_VERSION,
-    Job,
     as_utc,
-    decode_job,
 )
-from services.jobs.results import (
-    Backlog,
-    ClaimedJob,
-    EnqueueMark,
-    IdempotencyRecord,
-    Page,
-    Reclaimed,
-    ReclaimReport,
-    ScheduleResult,
-    Stats,
-)
-from services.jobs.values import MAX_MAP_DEPTH, value_problems
-
-__all__ = [
-    "DEFAULT_MAX_ATTEMPTS",
-    "FIRST_ATTEMPT",
-    "MAX_ATTEMPTS_LIMIT",
-    "MAX_ID_BYTES",
-    "MAX_MAP_DEPTH",
-    "MAX_PARAMS_BYTES",
-    "MAX_SUBJECT_BYTES",
-    "SCHEMA_VERSION",
-    "Backlog",
-    "CancelRequest",
-    "Claim",
-    "ClaimedJob",
-    "EnqueueMark",
-    "ErrorInfo",
-    "IdempotencyRecord",
-    "Job",
-    "Lease",
-    "NewJob",
-    "Page",
-    "ReclaimReport",
-    "Reclaimed",
-    "Result",
-    "ScheduleResult",
-    "Stats",
-    "decode_job",
-    "derive_idempotency_key",
-    "derive_job_id",
-    "document_id_problems",
-    "is_valid_job_id",
-    "job_id_problems",
-]
+from services.jobs.values import value_problems
 
 MAX_SUBJECT_BYTES = 1024
 MAX_PARAMS_BYTES = 16 * 1024  # JSON-encoded, compact, UTF-8

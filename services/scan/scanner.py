@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from services.jobs import errors
 from services.jobs.budget import (
-    DEFAULT_ENQUEUED_TIMEOUT_S,
     EnqueueBudget,
     ScanLimits,
     TimeBudget,
@@ -34,13 +33,13 @@ from services.jobs.budget import (
 from services.jobs.clock import Clock
 from services.jobs.control import Control, HousekeepingMark
 from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder
-from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, StoreUnreachable
+from services.scan.errors import QueueUnreachable, StoreRefused, StoreUnreachable
 from services.scan.gauges import Gauges
 from services.scan.housekeeping import Housekeeping
 from services.scan.pacer import Pacer, Sleep, pace_page
 from services.scan.partitions import shards_of
 from services.scan.queue_age import QueueAgeSource
-from services.scan.reclaimer import REASON_LEASE_EXPIRED, Reclaimer
+from services.scan.reclaimer import Reclaimer
 from services.scan.shard_check import ShardCheck
 from services.scan.stager import Stager
 from services.scan.summary import RunBacklog, RunTally, StopReason, log_fields
@@ -53,19 +52,6 @@ if TYPE_CHECKING:
     from services.store.job_store import FirestoreJobStore
 
 # The names callers import from here (the split modules hold them).
-__all__ = [
-    "DEFAULT_ENQUEUED_TIMEOUT_S",
-    "EVENT_SCAN_FAILED",
-    "REASON_LEASE_EXPIRED",
-    "JobPublisher",
-    "QueueUnreachable",
-    "RunRecorder",
-    "ScanError",
-    "ScanLimits",
-    "Scanner",
-    "StoreRefused",
-    "StoreUnreachable",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -36,22 +36,14 @@ from services.edge.scheduler_job import (
     MIN_ATTEMPT_DEADLINE_S,
 )
 from services.edge.settings import (
-    AUTH_CLOCK_SKEW_S,
-    BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,
     DEFAULT_CLOCK_SKEW_S,
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
-    FIRESTORE_TIMEOUT_S,
     GOOGLE_CERTS_URL,
-    LOG_LEVEL,
-    OIDC_CERTS_URL,
-    PROJECT,
     SHARDS,
-    TERMINAL_RETENTION_S,
     CommonSettings,
     EnvReader,
-    SettingsError,
 )
 from services.jobs.budget import (
     DEFAULT_ENQUEUED_TIMEOUT_S,
@@ -63,19 +55,6 @@ from services.jobs.budget import (
     ScanMode,
 )
 from services.telemetry import metrics
-
-__all__ = [
-    "ALL_KEYS",
-    "AUTH_CLOCK_SKEW_S",
-    "BEHIND_CLOUD_RUN_IAM",
-    "FIRESTORE_TIMEOUT_S",
-    "LOG_LEVEL",
-    "OIDC_CERTS_URL",
-    "PROJECT",
-    "TERMINAL_RETENTION_S",
-    "ScanSettings",
-    "SettingsError",
-]
 
 # The scan's own (the shared ones are services.edge.settings', read through CommonSettings;
 # those jobsctl and the infra read too are services.edge.scan_deployment's).

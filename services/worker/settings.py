@@ -13,21 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.edge.settings import (
-    AUTH_CLOCK_SKEW_S,
-    BEHIND_CLOUD_RUN_IAM,
     COMMON_KEYS,
     DEFAULT_CLOCK_SKEW_S,
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
-    FIRESTORE_TIMEOUT_S,
     GOOGLE_CERTS_URL,
-    LOG_LEVEL,
-    OIDC_CERTS_URL,
-    PROJECT,
-    TERMINAL_RETENTION_S,
     CommonSettings,
     EnvReader,
-    SettingsError,
 )
 from services.jobs.actions import (
     DEFAULT_LONG_RETRY_DELAY,
@@ -80,19 +72,6 @@ DEFAULT_DEADLINE_MARGIN_S = int(DEFAULT_DEADLINE_MARGIN.total_seconds())
 DEFAULT_MAX_DELIVERY_S = int(DEFAULT_MAX_DELIVERY.total_seconds())
 MAX_MAX_DELIVERY_S = 3600  # Cloud Run's longest request timeout
 MAX_RETRY_LATER_DELAY_S = 10 * 365 * 86400
-
-__all__ = [
-    "ALL_KEYS",
-    "AUTH_CLOCK_SKEW_S",
-    "BEHIND_CLOUD_RUN_IAM",
-    "FIRESTORE_TIMEOUT_S",
-    "LOG_LEVEL",
-    "OIDC_CERTS_URL",
-    "PROJECT",
-    "TERMINAL_RETENTION_S",
-    "SettingsError",
-    "WorkerSettings",
-]
 
 
 @dataclass(frozen=True)

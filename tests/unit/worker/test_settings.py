@@ -6,12 +6,13 @@ import datetime
 
 import pytest
 
+from services.edge import settings as common
 from services.edge.settings import SettingsError
 from services.worker import settings as s
 from services.worker.settings import WorkerSettings
 
 MINIMAL = {
-    s.PROJECT: "demo",
+    common.PROJECT: "demo",
     s.WORKER_AUDIENCE: "https://worker.example.run.app",
     s.WORKER_ALLOWED_INVOKERS: "push@demo.iam.gserviceaccount.com",
 }
@@ -34,13 +35,13 @@ def test_every_key_is_read() -> None:
         {
             **MINIMAL,
             s.WORKER_ALLOWED_INVOKERS: "a@x.com, b@x.com",
-            s.OIDC_CERTS_URL: "http://127.0.0.1:9/oauth2/v1/certs",
+            common.OIDC_CERTS_URL: "http://127.0.0.1:9/oauth2/v1/certs",
             s.WORKER_LEASE_S: "30",
             s.RETRY_LATER_DELAY_S: "3600",
             s.WORKER_RETRY_LATER_AFTER_ATTEMPTS: "9",
             s.MEDIA_BUCKET: "media-src",
-            s.LOG_LEVEL: "debug",
-            s.BEHIND_CLOUD_RUN_IAM: "1",
+            common.LOG_LEVEL: "debug",
+            common.BEHIND_CLOUD_RUN_IAM: "1",
             "K_SERVICE": "deferred-jobs-worker",  # on Cloud Run, as the flag requires
         }
     )
@@ -60,21 +61,21 @@ def test_one_error_names_every_missing_and_invalid_key() -> None:
                 s.RETRY_LATER_DELAY_S: "soon",
                 s.WORKER_RETRY_LATER_AFTER_ATTEMPTS: "100",
                 s.MEDIA_BUCKET: "Bad_Bucket!",
-                s.LOG_LEVEL: "LOUD",
-                s.OIDC_CERTS_URL: "ftp://x",
+                common.LOG_LEVEL: "LOUD",
+                common.OIDC_CERTS_URL: "ftp://x",
             }
         )
     message = str(caught.value)
     for key in (
-        s.PROJECT,
+        common.PROJECT,
         s.WORKER_AUDIENCE,
         s.WORKER_ALLOWED_INVOKERS,
         s.WORKER_LEASE_S,
         s.RETRY_LATER_DELAY_S,
         s.WORKER_RETRY_LATER_AFTER_ATTEMPTS,
         s.MEDIA_BUCKET,
-        s.LOG_LEVEL,
-        s.OIDC_CERTS_URL,
+        common.LOG_LEVEL,
+        common.OIDC_CERTS_URL,
     ):
         assert key in message
     assert len(caught.value.problems) == 9
@@ -85,24 +86,15 @@ def test_key_constants_carry_the_jobs_prefix() -> None:
     assert len(set(s.ALL_KEYS)) == len(s.ALL_KEYS)
 
 
-def test_the_shared_key_names_are_the_jobs_settings_constants() -> None:
-    from services.edge import settings as common
-
-    for name in (
-        "PROJECT",
-        "LOG_LEVEL",
-        "OIDC_CERTS_URL",
-        "AUTH_CLOCK_SKEW_S",
-        "TERMINAL_RETENTION_S",
-        "FIRESTORE_TIMEOUT_S",
-    ):
-        assert getattr(s, name) is getattr(common, name)
+def test_the_worker_reads_every_shared_key_under_its_one_name() -> None:
+    # One import path per name: the shared keys live in services.edge.settings only.
+    assert not hasattr(s, "PROJECT")
     assert set(common.COMMON_KEYS) <= set(s.ALL_KEYS)
 
 
 def test_terminal_retention_and_firestore_timeout_are_read() -> None:
     settings = WorkerSettings.from_env(
-        {**MINIMAL, s.TERMINAL_RETENTION_S: "2d", s.FIRESTORE_TIMEOUT_S: "3s"}
+        {**MINIMAL, common.TERMINAL_RETENTION_S: "2d", common.FIRESTORE_TIMEOUT_S: "3s"}
     )
     assert settings.terminal_retention == datetime.timedelta(days=2)
     assert settings.firestore_timeout_s == 3.0
