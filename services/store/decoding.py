@@ -4,7 +4,7 @@ The store reads through the public GAPIC client (`gateway`), which answers with
 `google.cloud.firestore_v1.types` messages; their raw protobufs (proto-plus's public
 `type(x).pb(x)`) are decoded here, without a proto-plus wrapper or a deep copy per value.
 `decode_fields` returns what the high-level client's own decoder returns for the same map
-(`tests/unit/jobs/test_decoding.py` proves the two equal for generated values of every kind
+(`tests/unit/store/test_decoding.py` proves the two equal for generated values of every kind
 it compares), built from public types only: timestamps as api_core's
 `DatetimeWithNanoseconds`, references as the client's `DocumentReference`, geo points as
 `GeoPoint`, a `__vector__` map as `Vector`. One kind reads differently: a map tagged as a

@@ -7,7 +7,7 @@ exists or is at a given update_time), `set_write`, `create_write` and `delete_wr
 built straight on the raw protobuf classes, not through proto-plus wrappers per value (about
 half a millisecond for a claim's three fields through the high-level client's `update()`).
 A record's values are plain (None, bool, int, float, str, datetime, and maps and lists of
-them); `tests/unit/jobs/test_encoding.py` proves each Write equal to what the high-level
+them); `tests/unit/store/test_encoding.py` proves each Write equal to what the high-level
 client builds for the same call, for generated values and for every transition of the state
 machine. One sentinel is encoded: a top-level `ArrayUnion` in an update (how the worker
 appends history entries) becomes the field transform `append_missing_elements` on the same

@@ -7,7 +7,7 @@ Each role's method documents its contract (docs/state-machine.md, "Where things 
 operator's reads and changes, the control document), `claims.Claims`, `reclaims.Reclaims`
 (the scan), `leases.Leases` and `shared_keys.SharedKeys` (the worker). Roles never import
 each other (tests/unit/test_layers.py), and no two define the same name
-(tests/unit/jobs/test_job_store_roles.py).
+(tests/unit/store/test_job_store_roles.py).
 
 Every change of a job asks `transitions.Transitions` for the new record (which asks
 `state.apply_transition`: the only place the rules live) and writes only the fields that

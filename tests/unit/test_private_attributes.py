@@ -2,7 +2,7 @@
 private module or name (`_helpers`, `bulk_batch`, ...), no private attribute of one of its
 objects (`._pb`, `._firestore_api`, `._transport`, ...). Private parts change shape between
 releases without notice; the public surface the store uses is pinned by
-tests/unit/jobs/test_transactions.py instead.
+tests/unit/store/test_transactions.py instead.
 
 Read from the syntax tree of every module: an attribute starting with one underscore, read
 off anything but `self`/`cls`, is a library's unless services/ defines that name itself; the
