@@ -200,26 +200,9 @@ class SourceDeleter:
 
     def _delete(self, bucket: storage.Bucket, name: str, generation: str) -> str:
         """Delete exactly ``generation`` of the object: DELETED, ALREADY_ABSENT or REPLACED."""
-        try:
-            bucket.delete_blob(
-                name,
-                timeout=self._timeout_s,
-                retry=self._retry,
-                if_generation_match=int(generation),
-            )
-        except api_exceptions.NotFound:
-            return ALREADY_ABSENT
-        except api_exceptions.PreconditionFailed:
-            # Another generation lives at this name now (re-uploaded since it was read): it is
-            # not the object this job was decided on, so it stays. Not an error to retry.
-            logger.warning(
-                "media object replaced since read; not deleted",
-                extra={"fields": {"bucket": bucket.name, "object": name, "read": generation}},
-            )
-            return REPLACED
-        except Exception as exc:
-            raise classify(exc) from exc
-        return DELETED
+        return delete_generation(
+            bucket, name, generation, timeout_s=self._timeout_s, retry=self._retry
+        )
 
     def _require_bucket(self, bucket: storage.Bucket) -> None:
         # 404 is also the answer for a missing bucket; a typo must not pass as "already gone".
@@ -277,6 +260,35 @@ def _progress_of(progress: Mapping[str, Any] | None, names: tuple[str, ...]) -> 
         if name in wanted and isinstance(value, str) and value.isascii() and value.isdigit()
     }
     return _Handled(deleted, absent, replaced, generations)
+
+
+def delete_generation(
+    bucket: storage.Bucket,
+    name: str,
+    generation: str,
+    *,
+    timeout_s: float,
+    retry: Retry | None,
+) -> str:
+    """Delete exactly ``generation`` of the object ``name``: DELETED, ALREADY_ABSENT (404) or
+    REPLACED (412: another generation lives at the name now, and it stays)."""
+    try:
+        bucket.delete_blob(
+            name, timeout=timeout_s, retry=retry, if_generation_match=int(generation)
+        )
+    except api_exceptions.NotFound:
+        return ALREADY_ABSENT
+    except api_exceptions.PreconditionFailed:
+        # Another generation lives at this name now (re-uploaded since it was read): it is
+        # not the object this job was decided on, so it stays. Not an error to retry.
+        logger.warning(
+            "media object replaced since read; not deleted",
+            extra={"fields": {"bucket": bucket.name, "object": name, "read": generation}},
+        )
+        return REPLACED
+    except Exception as exc:
+        raise classify(exc) from exc
+    return DELETED
 
 
 def classify(exc: Exception) -> TransientError | PermanentError:
