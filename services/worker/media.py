@@ -316,6 +316,13 @@ def delete_source_action(
 def build_delete_source(context: ActionContext) -> SourceDeleter:
     """The declaration's `build`: a deleter over a real storage client, from the worker's
     settings (its project and media bucket); called once at the worker's start."""
+    client, retry = storage_for(context)
+    return SourceDeleter(client, default_bucket=context.settings.media_bucket, retry=retry)
+
+
+def storage_for(context: ActionContext) -> tuple[storage.Client, Retry]:
+    """A real storage client for the worker's project, and the retry its media actions give
+    each call; made once per action at the worker's start."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     from services.worker.app import read_environment_once
@@ -324,5 +331,4 @@ def build_delete_source(context: ActionContext) -> SourceDeleter:
     client = storage.Client(project=settings.project)
     read_environment_once(client._http)
     # The client's own retries stay well inside the lease; 503 + Pub/Sub backoff do the rest.
-    retry = DEFAULT_RETRY.with_timeout(min(20.0, settings.lease_s / 2))
-    return SourceDeleter(client, default_bucket=settings.media_bucket, retry=retry)
+    return client, DEFAULT_RETRY.with_timeout(min(20.0, settings.lease_s / 2))

@@ -56,6 +56,7 @@ from services.worker.media import (
     classify,
     delete_generation,
     is_valid_bucket_name,
+    storage_for,
 )
 
 logger = logging.getLogger(__name__)
@@ -345,13 +346,5 @@ def delete_prefix_action(
 def build_delete_prefix(context: ActionContext) -> PrefixDeleter:
     """The declaration's `build`: a deleter over a real storage client, from the worker's
     settings (its project and media bucket); called once at the worker's start."""
-    from google.cloud.storage.retry import DEFAULT_RETRY
-
-    from services.worker.app import read_environment_once
-
-    settings = context.settings
-    client = storage.Client(project=settings.project)
-    read_environment_once(client._http)
-    # The client's own retries stay well inside the lease; 503 + Pub/Sub backoff do the rest.
-    retry = DEFAULT_RETRY.with_timeout(min(20.0, settings.lease_s / 2))
-    return PrefixDeleter(client, default_bucket=settings.media_bucket, retry=retry)
+    client, retry = storage_for(context)
+    return PrefixDeleter(client, default_bucket=context.settings.media_bucket, retry=retry)
