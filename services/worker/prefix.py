@@ -68,8 +68,10 @@ PAGE_SIZE = 1000
 # The plan written ahead, as JSON, stays well under what `progress` may hold (larger progress
 # is replaced by a note, which would lose the plan): a page is cut short to fit.
 PLAN_MAX_BYTES = 96 * 1024
-# Replaced objects named in progress and the result (the counts are always complete).
+# Replaced objects named in progress and the result, at most this many and this much JSON
+# (the counts are always complete): with the plan and the cursor, well inside progress's limit.
 REPLACED_SHOWN = 20
+REPLACED_SHOWN_BYTES = 16 * 1024
 
 # The keys of `progress`.
 CURSOR = "cursor"  # the last name listed: the next page starts after it
@@ -137,8 +139,12 @@ class PrefixProgress:
             self.already_absent += 1
         else:
             self.replaced += 1
-            if len(self.replaced_objects) < REPLACED_SHOWN:
-                self.replaced_objects.append(name)
+            self.name_replaced(name)
+
+    def name_replaced(self, name: str) -> None:
+        shown = [*self.replaced_objects, name]
+        if len(shown) <= REPLACED_SHOWN and json_bytes(shown) <= REPLACED_SHOWN_BYTES:
+            self.replaced_objects = shown
 
     def counts(self) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -188,17 +194,18 @@ def progress_of(progress: Mapping[str, Any] | None, prefix: str) -> PrefixProgre
         ):
             plan.append(Planned(name, generation))
     shown = progress.get(REPLACED_OBJECTS)
-    return PrefixProgress(
+    state = PrefixProgress(
         cursor=cursor if isinstance(cursor, str) and cursor.startswith(prefix) else None,
         listed_all=progress.get(LISTED_ALL) is True,
         plan=plan,
         deleted=number(DELETED),
         already_absent=number(ALREADY_ABSENT),
         replaced=number(REPLACED),
-        replaced_objects=[n for n in shown if isinstance(n, str)][:REPLACED_SHOWN]
-        if isinstance(shown, list)
-        else [],
     )
+    for name in shown if isinstance(shown, list) else ():
+        if isinstance(name, str):
+            state.name_replaced(name)
+    return state
 
 
 class PrefixDeleter:
