@@ -147,7 +147,8 @@ class _PreconditionHandler(RequestHandler):
         after = None
         if (token := one("pageToken")) is not None:
             try:
-                after = base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
+                raw_token = token.encode("ascii")
+                after = base64.b64decode(raw_token, altchars=b"-_", validate=True).decode()
             except (ValueError, binascii.Error, UnicodeError):
                 return refuse("Invalid page token")
         try:
