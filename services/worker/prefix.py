@@ -175,8 +175,9 @@ def progress_of(progress: Mapping[str, Any] | None, prefix: str) -> PrefixProgre
 
     def number(key: str) -> int:
         value = progress.get(key)
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        return value if ok else 0
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        return 0
 
     cursor = progress.get(CURSOR)
     plan: list[Planned] = []
