@@ -9,8 +9,11 @@ and the next delivery must leave that file in place (`replaced`), not list it af
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 import google.cloud.storage as storage
@@ -23,7 +26,7 @@ from services.jobs.state import State
 from services.worker.deadline import Deadline
 from services.worker.media import ALREADY_ABSENT, DELETED, REPLACED
 from services.worker.prefix import ACTION_NAME, PrefixDeleter
-from tests.integration.worker.harness import WorkerHarness, envelope
+from tests.integration.worker.harness import LEASE, WorkerHarness, envelope
 
 RESTORED = b"the customer's restored rendition"
 PREFIX = "media-123/renditions/"
@@ -179,6 +182,63 @@ def test_a_redelivery_after_a_lost_outcome_leaves_a_re_uploaded_object_in_place(
     # The two deleted by delivery 2 are found gone by delivery 3 (its counts start from the
     # progress last recorded, the plan).
     assert job.result.details["already_absent"] == 2
+
+
+class _FrozenAfterDeleting:
+    """The real action; its first run is frozen after its deletes (a SIGSTOP, or a Firestore
+    freeze longer than the lease, before `complete`), until the test lets it go on."""
+
+    def __init__(self, inner: PrefixDeleter) -> None:
+        self.inner = inner
+        self.frozen = threading.Event()
+        self.resume = threading.Event()
+
+    def __call__(self, request: ActionRequest) -> ActionResult:
+        result = self.inner(request)
+        if not self.frozen.is_set():
+            self.frozen.set()
+            assert self.resume.wait(30), "the test never resumed the frozen delivery"
+        return result
+
+
+def test_a_takeover_after_the_lease_lapsed_leaves_the_restored_object_in_place(
+    worker: WorkerHarness, storage_client: storage.Client
+) -> None:
+    """Issue 33's reproduction: the delivery deletes exactly what it listed, then cannot record
+    it before its lease lapses; the customer restores a file; the job is taken back and runs
+    again in attempt 2. It deletes the generations written ahead, never the restored one."""
+    names = [f"{PREFIX}{n}.ts" for n in range(3)]
+    _upload(worker.bucket, *names)
+    frozen = _FrozenAfterDeleting(PrefixDeleter(storage_client))
+    generation = _schedule(worker, "taken-over")
+    assert worker.post(envelope("taken-over", generation)).status_code == 503  # the plan
+    worker.prefix_deleter.inner = frozen
+
+    with ThreadPoolExecutor(1) as pool:
+        late = pool.submit(worker.post, envelope("taken-over", generation, delivery_attempt=2))
+        assert frozen.frozen.wait(30), "the delivery never finished its deletes"
+        assert worker.objects() == set()
+        worker.bucket.blob(names[1]).upload_from_string(RESTORED)
+
+        worker.clock.advance(LEASE + timedelta(seconds=1))
+        (reclaimed,) = worker.store.reclaim_expired(
+            worker.clock.now(), timedelta(minutes=10), 10, "reclaim-1"
+        )
+        assert reclaimed.job_id == "taken-over"
+        second = worker.claim_one("taken-over", "run-2")
+        worker.enqueue(second, "m-2")
+        answer = worker.post(envelope("taken-over", second.generation, message_id="m-2"))
+        assert answer.status_code == 204
+        frozen.resume.set()
+        stale = late.result(timeout=60)
+
+    assert stale.status_code // 100 == 2 and stale.json()["outcome"] == "stale"
+    restored = worker.bucket.get_blob(names[1])
+    assert restored is not None and restored.download_as_bytes() == RESTORED
+    job = worker.job("taken-over")
+    assert job.state is State.COMPLETED and job.attempt == 2
+    assert job.result is not None and job.result.outcome == REPLACED
+    assert job.result.details["replaced_objects"] == [names[1]]
 
 
 def test_an_object_re_uploaded_between_listing_and_delete_is_left_as_replaced(
