@@ -30,8 +30,9 @@ RUNTIME_PROJECT_ROLES: Mapping[str, tuple[str, ...]] = {
     "worker": ("roles/datastore.user",),
 }
 
-# Every Cloud Storage JSON API method the worker calls (services/worker/media.py, through
-# google-cloud-storage), with the IAM permissions each needs on the media bucket
+# Every Cloud Storage JSON API method the worker calls (services/worker/media.py and
+# services/worker/prefix.py, through google-cloud-storage; each action's `needs` declares the
+# same permissions), with the IAM permissions each needs on the media bucket
 # (https://cloud.google.com/storage/docs/access-control/iam-json). This is the one list:
 # the custom role below is derived from it, and tests/infra/test_storage_calls.py runs the
 # worker's action against a recording client to prove it calls nothing else.
@@ -45,9 +46,12 @@ MEDIA_STORAGE_CALLS: Mapping[str, tuple[str, ...]] = {
     "objects.get": ("storage.objects.get",),
     # Bucket.exists(), asked when every object was already absent (fields=name, no ACLs).
     "buckets.get": ("storage.buckets.get",),
+    # Client.list_blobs: media.delete_prefix pages through its prefix (names and generations).
+    "objects.list": ("storage.objects.list",),
 }
 
-# The worker deletes a media object's source files; it never creates or changes one.
+# The worker deletes media objects (source files, a prefix's renditions); it never creates or
+# changes one.
 MEDIA_PERMISSIONS: tuple[str, ...] = tuple(
     sorted({permission for needs in MEDIA_STORAGE_CALLS.values() for permission in needs})
 )

@@ -5,8 +5,9 @@ kills that thread and `start()` then waits forever. Binding here, in the caller'
 turns that into an `OSError` the launcher can report. Requests are served by the package's
 handler and storage, so `google.cloud.storage.Client` talks to it over HTTP through
 `STORAGE_EMULATOR_HOST=http://HOST:PORT`; connections are served concurrently with the store
-changed one request at a time (`serialized`). One gap is filled: see `_PreconditionHandler`
-(Cloud Storage's generation preconditions).
+changed one request at a time (`serialized`). Two gaps are filled, see `_PreconditionHandler`:
+Cloud Storage's generation preconditions, and the paging of `objects.list` (`maxResults`,
+`pageToken`, `startOffset`, `endOffset`), which the package ignores.
 
 Connections are kept alive (HTTP/1.1), as Cloud Storage's JSON API keeps them: the package's
 handler (http.server's default HTTP/1.0) closed each one after a single request, so every
@@ -18,6 +19,8 @@ the connection starts where this one ended.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import urllib.parse
 from functools import partial
@@ -25,7 +28,7 @@ from http import HTTPStatus
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from gcp_storage_emulator.exceptions import NotFound
+from gcp_storage_emulator.exceptions import BadRequest, NotFound
 from gcp_storage_emulator.handlers import buckets
 from gcp_storage_emulator.server import RequestHandler
 from gcp_storage_emulator.storage import Storage
@@ -40,6 +43,12 @@ IDLE_CONNECTION_TIMEOUT_S = 120
 _OBJECT_PATH = re.compile(
     r"^(?:/download)?(?:/storage/v1)?/b/(?P<bucket>[-.\w]+)/o/(?P<object>.*[^/]+)$"
 )
+
+_LIST_PATH = re.compile(r"^(?:/storage/v1)?/b/(?P<bucket>[-.\w]+)/o/?$")
+# objects.list's paging parameters (https://cloud.google.com/storage/docs/json_api/v1/objects/list):
+# a list request carrying any of them is answered by `_PreconditionHandler._list_page`.
+_PAGING = ("maxResults", "pageToken", "startOffset", "endOffset")
+MAX_LIST_RESULTS = 1000  # Cloud Storage's largest page (and its default)
 
 
 # Cloud Storage's request preconditions on an object
@@ -70,7 +79,7 @@ class _PreconditionHandler(RequestHandler):
     timeout = IDLE_CONNECTION_TIMEOUT_S
 
     def do_GET(self) -> None:
-        if not self._precondition_failed():
+        if not self._list_page() and not self._precondition_failed():
             super().do_GET()
 
     def do_DELETE(self) -> None:
@@ -106,6 +115,67 @@ class _PreconditionHandler(RequestHandler):
                     send_json(self, status, {"error": error})
                 return True
         return False
+
+    def _list_page(self) -> bool:
+        """Answer an `objects.list` that pages (and return True), as Cloud Storage does.
+
+        Items come in name order, filtered by `prefix` (and `delimiter` / `matchGlob`, the
+        package's), then by `startOffset` (inclusive) and `endOffset` (exclusive); at most
+        `maxResults` (1 to 1000, default 1000) per page, with `nextPageToken` when more are
+        left. The token is opaque to the client; here it carries the last name returned.
+        With a delimiter, `prefixes` come whole on the first page (Cloud Storage spreads them
+        over the pages); soft-deleted listings stay the package's.
+        """
+        url = urllib.parse.urlsplit(self.path)
+        match = _LIST_PATH.match(url.path)
+        query = urllib.parse.parse_qs(url.query)
+        if match is None or not any(p in query for p in _PAGING) or "softDeleted" in query:
+            return False
+
+        def one(name: str) -> str | None:
+            return query[name][0] if name in query else None
+
+        def refuse(message: str) -> bool:
+            send_json(self, HTTPStatus.BAD_REQUEST, {"error": {"code": 400, "message": message}})
+            return True
+
+        limit = MAX_LIST_RESULTS
+        if (raw := one("maxResults")) is not None:
+            if not (raw.isascii() and raw.isdigit() and int(raw) >= 1):
+                return refuse(f"Invalid argument for maxResults: {raw}")
+            limit = min(int(raw), MAX_LIST_RESULTS)
+        after = None
+        if (token := one("pageToken")) is not None:
+            try:
+                raw_token = token.encode("ascii")
+                after = base64.b64decode(raw_token, altchars=b"-_", validate=True).decode()
+            except (ValueError, binascii.Error, UnicodeError):
+                return refuse("Invalid page token")
+        try:
+            files, prefixes = self.storage.get_file_list(
+                match["bucket"], one("prefix"), one("delimiter"), one("matchGlob")
+            )
+        except NotFound:
+            send_json(self, HTTPStatus.NOT_FOUND, {"error": {"code": 404, "message": "Not Found"}})
+            return True
+        except BadRequest:
+            return refuse("Bad list request")
+        start, end = one("startOffset"), one("endOffset")
+        items = [
+            item
+            for item in files
+            if (start is None or item["name"] >= start)
+            and (end is None or item["name"] < end)
+            and (after is None or item["name"] > after)
+        ]
+        body: dict[str, object] = {"kind": "storage#objects", "items": items[:limit]}
+        if prefixes and after is None:
+            body["prefixes"] = prefixes
+        if len(items) > limit:
+            last = items[limit - 1]["name"]
+            body["nextPageToken"] = base64.urlsafe_b64encode(last.encode("utf-8")).decode()
+        send_json(self, HTTPStatus.OK, body)
+        return True
 
 
 class StorageEmulator(BackgroundHTTPServer):

@@ -200,26 +200,9 @@ class SourceDeleter:
 
     def _delete(self, bucket: storage.Bucket, name: str, generation: str) -> str:
         """Delete exactly ``generation`` of the object: DELETED, ALREADY_ABSENT or REPLACED."""
-        try:
-            bucket.delete_blob(
-                name,
-                timeout=self._timeout_s,
-                retry=self._retry,
-                if_generation_match=int(generation),
-            )
-        except api_exceptions.NotFound:
-            return ALREADY_ABSENT
-        except api_exceptions.PreconditionFailed:
-            # Another generation lives at this name now (re-uploaded since it was read): it is
-            # not the object this job was decided on, so it stays. Not an error to retry.
-            logger.warning(
-                "media object replaced since read; not deleted",
-                extra={"fields": {"bucket": bucket.name, "object": name, "read": generation}},
-            )
-            return REPLACED
-        except Exception as exc:
-            raise classify(exc) from exc
-        return DELETED
+        return delete_generation(
+            bucket, name, generation, timeout_s=self._timeout_s, retry=self._retry
+        )
 
     def _require_bucket(self, bucket: storage.Bucket) -> None:
         # 404 is also the answer for a missing bucket; a typo must not pass as "already gone".
@@ -279,6 +262,35 @@ def _progress_of(progress: Mapping[str, Any] | None, names: tuple[str, ...]) -> 
     return _Handled(deleted, absent, replaced, generations)
 
 
+def delete_generation(
+    bucket: storage.Bucket,
+    name: str,
+    generation: str,
+    *,
+    timeout_s: float,
+    retry: Retry | None,
+) -> str:
+    """Delete exactly ``generation`` of the object ``name``: DELETED, ALREADY_ABSENT (404) or
+    REPLACED (412: another generation lives at the name now, and it stays)."""
+    try:
+        bucket.delete_blob(
+            name, timeout=timeout_s, retry=retry, if_generation_match=int(generation)
+        )
+    except api_exceptions.NotFound:
+        return ALREADY_ABSENT
+    except api_exceptions.PreconditionFailed:
+        # Another generation lives at this name now (re-uploaded since it was read): it is
+        # not the object this job was decided on, so it stays. Not an error to retry.
+        logger.warning(
+            "media object replaced since read; not deleted",
+            extra={"fields": {"bucket": bucket.name, "object": name, "read": generation}},
+        )
+        return REPLACED
+    except Exception as exc:
+        raise classify(exc) from exc
+    return DELETED
+
+
 def classify(exc: Exception) -> TransientError | PermanentError:
     """A storage failure as the worker's error: may time fix it, or never."""
     if isinstance(exc, _TRANSIENT_API_ERRORS + _TRANSIENT_TRANSPORT_ERRORS):
@@ -304,6 +316,13 @@ def delete_source_action(
 def build_delete_source(context: ActionContext) -> SourceDeleter:
     """The declaration's `build`: a deleter over a real storage client, from the worker's
     settings (its project and media bucket); called once at the worker's start."""
+    client, retry = storage_for(context)
+    return SourceDeleter(client, default_bucket=context.settings.media_bucket, retry=retry)
+
+
+def storage_for(context: ActionContext) -> tuple[storage.Client, Retry]:
+    """A real storage client for the worker's project, and the retry its media actions give
+    each call; made once per action at the worker's start."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     from services.worker.app import read_environment_once
@@ -312,5 +331,4 @@ def build_delete_source(context: ActionContext) -> SourceDeleter:
     client = storage.Client(project=settings.project)
     read_environment_once(client._http)
     # The client's own retries stay well inside the lease; 503 + Pub/Sub backoff do the rest.
-    retry = DEFAULT_RETRY.with_timeout(min(20.0, settings.lease_s / 2))
-    return SourceDeleter(client, default_bucket=settings.media_bucket, retry=retry)
+    return client, DEFAULT_RETRY.with_timeout(min(20.0, settings.lease_s / 2))

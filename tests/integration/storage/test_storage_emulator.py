@@ -164,3 +164,32 @@ def test_module_cli_reports_a_port_in_use_with_exit_code_2(
     )
     assert result.returncode == 2
     assert f"storage: cannot listen on 127.0.0.1:{storage_emulator.port}" in result.stderr
+
+
+def test_list_pages_in_name_order_from_a_start_offset_as_cloud_storage_does(
+    storage_client: storage.Client, storage_bucket: storage.Bucket
+) -> None:
+    names = [f"media/1/{n:02d}" for n in range(7)]
+    for name in [*reversed(names), "media/2/a", "media/10"]:
+        storage_bucket.blob(name).upload_from_string(b"x")
+    pages = storage_client.list_blobs(storage_bucket, prefix="media/1/", page_size=3).pages
+    assert [[b.name for b in page] for page in pages] == [names[:3], names[3:6], names[6:]]
+    # startOffset is inclusive, endOffset exclusive; maxResults bounds what comes back.
+    listed = storage_client.list_blobs(
+        storage_bucket, prefix="media/1/", start_offset="media/1/02", end_offset="media/1/05"
+    )
+    assert [b.name for b in listed] == names[2:5]
+    asked = storage_client.list_blobs(
+        storage_bucket, prefix="media/1/", start_offset="media/1/05", max_results=5
+    )
+    assert [(b.name, b.generation is not None) for b in asked] == [(n, True) for n in names[5:]]
+
+
+def test_a_bad_page_token_or_page_size_is_refused_400(
+    storage_emulator: StorageEmulator, storage_bucket: storage.Bucket
+) -> None:
+    url = f"{storage_emulator.url}/storage/v1/b/{storage_bucket.name}/o"
+    assert requests.get(url, params={"maxResults": "0"}, timeout=10).status_code == 400
+    assert requests.get(url, params={"pageToken": "!!"}, timeout=10).status_code == 400
+    missing = f"{storage_emulator.url}/storage/v1/b/no-such-bucket-here/o"
+    assert requests.get(missing, params={"maxResults": "5"}, timeout=10).status_code == 404

@@ -2,6 +2,7 @@
 
 `WorkerHarness` wires: FirestoreJobStore (Firestore emulator, FakeClock), media.delete_source
 over the storage emulator (wrapped to count what it really did, and to fail on demand),
+media.delete_prefix over the same (`prefix_deleter.inner`, replaceable by a test),
 RejectionStore, the real TokenVerifier trusting the session's OIDC issuer — all behind
 `create_app`, served by werkzeug on 127.0.0.1:0 in a thread. Tests either POST to it
 themselves (with minted tokens) or let the Pub/Sub emulator push to it.
@@ -30,7 +31,7 @@ from google.cloud import firestore, pubsub_v1
 from google.protobuf import duration_pb2
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from services.jobs.actions import Action, ActionRequest, ActionResult
+from services.jobs.actions import Action, ActionFn, ActionRequest, ActionResult
 from services.jobs.clock import FakeClock
 from services.jobs.errors import TransientError
 from services.jobs.model import NewJob
@@ -42,6 +43,8 @@ from services.store.rejections import RejectionStore
 from services.worker.actions import ActionRegistry
 from services.worker.app import create_app
 from services.worker.media import ACTION_NAME, DELETED, SourceDeleter
+from services.worker.prefix import ACTION_NAME as PREFIX_ACTION_NAME
+from services.worker.prefix import PrefixDeleter
 from services.worker.settings import WorkerSettings
 from tests.fixtures.cloudrun import front_end
 from tests.fixtures.store import mark_enqueued
@@ -91,6 +94,16 @@ class CountingDeleter:
         return self.outcomes[DELETED]
 
 
+@dataclass
+class Delegating:
+    """An action whose callable a test may swap (`inner`) after the worker is built."""
+
+    inner: ActionFn
+
+    def __call__(self, request: ActionRequest) -> ActionResult:
+        return self.inner(request)
+
+
 class StatusCounter:
     """WSGI middleware counting response statuses (and noting the token signatures seen)."""
 
@@ -133,6 +146,7 @@ class WorkerHarness:
         self.bucket = bucket
         self.oidc = oidc_server
         self.deleter = CountingDeleter(SourceDeleter(storage_client))
+        self.prefix_deleter = Delegating(PrefixDeleter(storage_client))
         self._app: Any = None
         self.counter = StatusCounter(lambda environ, start: self._app(environ, start))
         self._server: BaseWSGIServer = make_server("127.0.0.1", 0, self.counter, threaded=True)
@@ -162,7 +176,12 @@ class WorkerHarness:
             self.settings,
             clock=self.clock,
             store=self.store,
-            actions=ActionRegistry([Action(ACTION_NAME, self.deleter)]),
+            actions=ActionRegistry(
+                [
+                    Action(ACTION_NAME, self.deleter),
+                    Action(PREFIX_ACTION_NAME, self.prefix_deleter),
+                ]
+            ),
             rejections=self.rejections,
             worker_id="worker-under-test",
         )

@@ -36,9 +36,9 @@ T0_CLOCK = FakeClock(T0)
 TRIAL = NewJob("trial-1", "trials.expire", "trial-1", T0, {"trial_id": "t-1"})
 
 
-def test_the_built_in_catalogue_holds_media_delete_source() -> None:
+def test_the_built_in_catalogue_holds_the_two_media_actions() -> None:
     catalogue = built_in()
-    assert catalogue.names() == ["media.delete_source"]
+    assert catalogue.names() == ["media.delete_source", "media.delete_prefix"]
     assert catalogue.default() == "media.delete_source"
 
 
@@ -46,7 +46,7 @@ def test_an_installed_plugins_action_joins_the_catalogue_with_its_source(
     trials_plugin: Path,
 ) -> None:
     catalogue = load_catalogue()
-    assert catalogue.names() == ["media.delete_source", "trials.expire"]
+    assert catalogue.names() == ["media.delete_source", "media.delete_prefix", "trials.expire"]
     action = catalogue.get("trials.expire")
     assert action is not None and action.budget is not None and action.budget.per_second == 5
     source = catalogue.source_of("trials.expire")
@@ -75,7 +75,7 @@ def test_the_apis_document_lists_the_plugins_action(trials_plugin: Path) -> None
     app = create_api(API_SETTINGS, store=FakeStore(T0_CLOCK), verifier=FakeVerifier())
     served = app.test_client().get("/v1/openapi.json", headers={"Authorization": GOOD})
     action = served.get_json()["components"]["schemas"]["ScheduleRequest"]["properties"]["action"]
-    assert action["enum"] == ["media.delete_source", "trials.expire"]
+    assert action["enum"] == ["media.delete_source", "media.delete_prefix", "trials.expire"]
 
 
 @pytest.fixture
