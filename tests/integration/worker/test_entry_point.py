@@ -13,6 +13,7 @@ import google.cloud.storage as storage
 import pytest
 from google.cloud import firestore
 
+from services.edge import settings as common
 from services.edge import startup
 from services.jobs.clock import SystemClock
 from services.jobs.model import NewJob
@@ -31,11 +32,11 @@ def entry_point_env(
     monkeypatch: pytest.MonkeyPatch, firestore_project: str, oidc_server: Any
 ) -> Iterator[None]:
     for key, value in {
-        keys.PROJECT: firestore_project,
+        common.PROJECT: firestore_project,
         keys.WORKER_AUDIENCE: AUDIENCE,
         keys.WORKER_ALLOWED_INVOKERS: PUSHER,
-        keys.OIDC_CERTS_URL: oidc_server.certs_url,
-        keys.LOG_LEVEL: "WARNING",
+        common.OIDC_CERTS_URL: oidc_server.certs_url,
+        common.LOG_LEVEL: "WARNING",
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(main, "_shared_handler", startup.SharedHandler(main._build))

@@ -38,10 +38,10 @@ def service_url(firestore_project: str, oidc_server: Any) -> Iterator[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBS_", "K_"))}
     env.update(
         {
-            keys.PROJECT: firestore_project,
+            common.PROJECT: firestore_project,
             keys.WORKER_AUDIENCE: url,
             keys.WORKER_ALLOWED_INVOKERS: PUSHER,
-            keys.OIDC_CERTS_URL: oidc_server.certs_url,
+            common.OIDC_CERTS_URL: oidc_server.certs_url,
             common.BEHIND_CLOUD_RUN_IAM: "true",
             "PYTHONUNBUFFERED": "1",
         }
