@@ -127,8 +127,9 @@ def _report(
         lim, oth = per_minute[LIMITED][minute], per_minute[OTHER][minute]
         print(f"{minute:>6}  {lim:>6} ({lim / 60:.2f}/s)          {oth:>6} ({oth / 60:.2f}/s)")
     twice = sum(1 for n in messages.received.values() if n > 1)
-    missing = len(set(limited + other) - set(messages.received))
+    unclaimed = {job_id for job_id, (_, at, _) in claimed.items() if at is None}
+    lost = len(set(limited + other) - set(messages.received) - unclaimed)
     print(
         f"received {sum(messages.received.values()):,} messages; IDs more than once: {twice}; "
-        f"claimed IDs not received: {missing - sum(1 for a, at, _ in claimed.values() if at is None)}"
+        f"claimed IDs not received: {lost}; not claimed yet: {len(unclaimed)}"
     )

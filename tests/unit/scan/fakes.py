@@ -145,11 +145,11 @@ class FakeStore:
     ) -> Sequence[ClaimedJob]:
         self._check("claim_due")
         assert page_size == limit  # the scanner claims each of its pages in one transaction
+        self.claim_calls.append(limit)
+        self.claim_filters.append(claims)
         if self.on_claim:
             self.on_claim()
         with self._lock:
-            self.claim_calls.append(limit)
-            self.claim_filters.append(claims)
             batch = [job_id for job_id in self.due if self._in_lane(job_id, claims)][:limit]
             taken = set(batch)
             self.due = [job_id for job_id in self.due if job_id not in taken]
