@@ -10,7 +10,7 @@ set, with an ETA. `render` draws it with rich (tables that redraw in place on a 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,6 +22,7 @@ from rich.text import Text
 from services.cli.planner import budget_arithmetic, format_duration
 from services.jobs.budget import EnqueueBudget
 from services.jobs.control import Control
+from services.jobs.lanes import REST, active_pauses
 from services.jobs.layout import layout_line, mismatched
 from services.jobs.results import Stats
 from services.jobs.state import State
@@ -133,6 +134,7 @@ class Snapshot:
             "ramp": self.ramp_data(),
             "shards": self.shards,
             "shard_layout": layout.to_document() if layout is not None else None,
+            "action_pauses": active_pauses(self.control.action_pauses, self.at),
             "shard_layout_mismatch": self.shard_layout_mismatch,
             "shard_stranded": self.shard_stranded,
             "runs": [
@@ -248,6 +250,14 @@ def _rates(s: Snapshot) -> Table:
             f"from {ramp['start_rate_per_s']:g}/s at {ramp['started_at']:%H:%M:%SZ}); {step}",
         )
     grid.add_row("measured", measured)
+    for action, until in sorted(active_pauses(s.control.action_pauses, s.at).items()):
+        grid.add_row(
+            "action paused",
+            Text(f"{action} until {until:%H:%M:%SZ} (its dependency's Retry-After)", style="bold"),
+        )
+    lanes = s.runs[0].lanes if s.runs else {}
+    if lanes:
+        grid.add_row("lanes (last run)", lane_summary(lanes))
     eta = s.eta_s
     if eta is None:
         eta_text = "- (paused)" if s.control.paused else "-"
@@ -255,6 +265,19 @@ def _rates(s: Snapshot) -> Table:
         eta_text = "drained" if eta == 0 else format_duration(math.ceil(eta))
     grid.add_row("ETA", eta_text)
     return grid
+
+
+def lane_summary(lanes: Mapping[str, Mapping[str, Any]]) -> str:
+    """A run's claim lanes on one line: claimed/budget at each rate, or paused until when."""
+    parts = []
+    for key, lane in lanes.items():
+        name = "rest" if key == REST else key
+        if lane.get("paused_until"):
+            parts.append(f"{name} paused until {lane['paused_until']:%H:%M:%SZ}")
+            continue
+        rate = f" at {lane['rate_per_s']:g}/s" if lane.get("rate_per_s") else ""
+        parts.append(f"{name} {lane['claimed']:,}/{lane['budget']:,}{rate}")
+    return "; ".join(parts)
 
 
 def _stopped(run: ScanRun) -> str:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.jobs.errors import ValidationError
+from services.jobs.lanes import PAUSES_FIELD, pauses_from_document
 from services.jobs.layout import LAYOUT_FIELD, ShardLayout
 from services.jobs.ramp import Ramp
 
@@ -112,6 +113,10 @@ class Control:
     # The shard count the records were last laid out for (services/jobs/layout.py): written by
     # `jobsctl backfill-shards --apply` or adopted by the scan, carried through operator changes.
     shard_layout: ShardLayout | None = None
+    # Actions whose dependency asked to wait (429/503 + Retry-After): action -> until. Written
+    # by the worker (services/jobs/lanes.py), carried through operator changes; the scan claims
+    # none of an action's jobs until its pause ends.
+    action_pauses: Mapping[str, datetime] = dataclasses.field(default_factory=dict)
 
     def per_run_cap(self, deployment_cap: int) -> int:
         """The claims one run may make at most: the deployment's cap, lowered by the
@@ -176,6 +181,8 @@ class Control:
         document["ramp"] = self.ramp.to_document() if self.ramp is not None else None
         if self.shard_layout is not None:
             document[LAYOUT_FIELD] = self.shard_layout.to_document()
+        if self.action_pauses:
+            document[PAUSES_FIELD] = dict(self.action_pauses)
         return document
 
     @classmethod
@@ -231,6 +238,7 @@ class Control:
             housekeeping=HousekeepingMark.from_document(data.get(HOUSEKEEPING_FIELD)),
             ramp=Ramp.from_document(data.get("ramp")),
             shard_layout=ShardLayout.from_document(data.get(LAYOUT_FIELD)),
+            action_pauses=pauses_from_document(data.get(PAUSES_FIELD)),
         )
 
 

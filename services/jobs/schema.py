@@ -62,6 +62,11 @@ UNSHARDED_INDEXES: tuple[CompositeIndex, ...] = (
     CompositeIndex(JOBS, (IndexField("state"), IndexField("lease_until"))),
     # backlog (stale_enqueued, oldest enqueued age), reclaim_expired (lost messages)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("enqueued_at"))),
+    # claim_due of one action's lane (services/jobs/lanes.py): `action == A`, in due order
+    CompositeIndex(JOBS, (IndexField("state"), IndexField("action"), IndexField("due_at"))),
+    # claim_due of the rest lane: `action not-in [...]`, a second inequality, which Firestore
+    # orders after the explicit due_at order (the query names both)
+    CompositeIndex(JOBS, (IndexField("state"), IndexField("due_at"), IndexField("action"))),
 )
 
 # The same queries with JOBS_SHARDS > 1, one per shard (`... and shard == k`). Firestore takes
@@ -84,6 +89,15 @@ SHARDED_INDEXES: tuple[CompositeIndex, ...] = (
     CompositeIndex(JOBS, (IndexField("state"), IndexField(SHARD), IndexField("claim.claimed_at"))),
     CompositeIndex(JOBS, (IndexField("state"), IndexField(SHARD), IndexField("lease_until"))),
     CompositeIndex(JOBS, (IndexField("state"), IndexField(SHARD), IndexField("enqueued_at"))),
+    # The claim lanes per shard: one action's (and its `shard in [...]` probe), and the rest.
+    CompositeIndex(
+        JOBS,
+        (IndexField("state"), IndexField(SHARD), IndexField("action"), IndexField("due_at")),
+    ),
+    CompositeIndex(
+        JOBS,
+        (IndexField("state"), IndexField(SHARD), IndexField("due_at"), IndexField("action")),
+    ),
     # list() and list(due_before=…) over every state: with N = 1 the single-field `due_at`
     # index serves them; with N > 1 that index is switched off (an exemption) and this one
     # serves each shard's page.
@@ -169,6 +183,10 @@ TIMESTAMP_SHAPES: tuple[QueryShape, ...] = (
     QueryShape(JOBS, frozenset({"state"}), (IndexField("enqueued_at"),)),
     # list() and list(due_before=…): every state, in due order
     QueryShape(JOBS, frozenset(), (IndexField("due_at"),)),
+    # claim_due and anything_due of one action's claim lane (`action == A`)
+    QueryShape(JOBS, frozenset({"state", "action"}), (IndexField("due_at"),)),
+    # claim_due of the rest lane (`action not-in [...]`): due_at, then action
+    QueryShape(JOBS, frozenset({"state"}), (IndexField("due_at"), IndexField("action"))),
 )
 
 # The queries whatever N is: none orders or ranges on a value growing with time in a

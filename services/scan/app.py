@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,7 +34,9 @@ from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticat
 from services.edge.monitoring import build_sink
 from services.edge.publisher import Publisher
 from services.edge.startup import json_response
+from services.jobs.catalogue import load_catalogue
 from services.jobs.clock import Clock, SystemClock
+from services.jobs.lanes import claim_rates
 from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder
 from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, StoreUnreachable
 from services.scan.pacer import Sleep
@@ -256,6 +259,7 @@ def create_app(
     leases: LeaseKeeper | None = None,
     sleep: Sleep | None = None,
     queue_age: QueueAgeSource | None = None,
+    rates: Mapping[str, float] | None = None,
 ) -> flask.Flask:
     """The scan app; builds each dependency that is not injected (clients are built here).
     `sleep` is how a paced run waits (time.sleep; a FakeClock's advance in tests);
@@ -300,6 +304,9 @@ def create_app(
         leases=leases,
         sleep=sleep,
         queue_age=queue_age or build_queue_age(settings, clock),
+        # Each action's claim rate: the catalogue's budgets (services/jobs/lanes.py). The
+        # HTTP targets' rates join here as `extra` (claim_rates(catalogue, target_rates)).
+        rates=claim_rates(load_catalogue()) if rates is None else rates,
     )
     handler = ScanHandler(
         scanner, verifier, clock, settings.project, runs, partitions=settings.partitions

@@ -13,9 +13,12 @@ No ID is ever dropped silently.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 import uuid
+from collections.abc import Mapping
+from concurrent import futures
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -32,6 +35,7 @@ from services.jobs.budget import (
 )
 from services.jobs.clock import Clock
 from services.jobs.control import Control, HousekeepingMark
+from services.jobs.lanes import REST, LaneBudget, plan_lanes
 from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder
 from services.scan.errors import QueueUnreachable, StoreRefused, StoreUnreachable
 from services.scan.gauges import Gauges
@@ -74,8 +78,12 @@ class Scanner:
         leases: LeaseKeeper | None = None,
         sleep: Sleep | None = None,
         queue_age: QueueAgeSource | None = None,
+        rates: Mapping[str, float] | None = None,
     ) -> None:
         self._store = store
+        # Each action's claim rate (jobs/s; services/jobs/lanes.py `claim_rates`): the
+        # catalogue's budgets and the deployment's own. Empty: one lane, as before lanes.
+        self._rates: dict[str, float] = dict(rates or {})
         self._clock = clock
         self._limits = limits
         self._leases = leases
@@ -184,7 +192,16 @@ class Scanner:
                             self.reclaimer.reclaim(
                                 run_id, claim_timeout, tally, quick=not housekeeping
                             )
-                        stopped = self._stage(run_id, budget, started_at, tally, pace_per_s, shards)
+                        stopped = self._stage(
+                            run_id,
+                            budget,
+                            started_at,
+                            tally,
+                            pace_per_s,
+                            shards,
+                            control,
+                            partition,
+                        )
                         # A run whose publishes all failed answers 503: Cloud Scheduler's
                         # retry of it must run, not be taken for a duplicate.
                         finished = stopped != "unavailable"
@@ -239,10 +256,100 @@ class Scanner:
         tally: RunTally,
         pace_per_s: float,
         shards: tuple[int, ...] | None,
+        control: Control | None = None,
+        partition: int = 0,
     ) -> StopReason:
         time_budget = TimeBudget(started_at, self._limits.time_budget_s)
+        lanes = self.lanes_for(control or Control(), budget, started_at, partition)
+        if len(lanes) == 1 and lanes[0].claims.everything:
+            # No action has a rate and none is paused: one lane, every due job.
+            return self._stage_lane(run_id, budget, time_budget, tally, pace_per_s, shards)
+        for lane in lanes:
+            tally.add_lane(lane)
+        working = [lane for lane in lanes if not lane.paused and lane.limit > 0]
+        for lane in lanes:
+            if lane.paused:
+                logger.info(
+                    "claims of %s paused until %s (its dependency asked to wait)",
+                    lane.key,
+                    lane.paused_until,
+                    extra={"fields": {"action": lane.key, "reason": "action_paused"}},
+                )
+            elif lane.limit <= 0:
+                tally.lane_stopped(lane.key, "budget")
+        # Each lane on a thread of its own (its claims on its own claim thread), so a slow or
+        # empty lane never holds another's pages up.
+        with futures.ThreadPoolExecutor(
+            max_workers=max(1, len(working)), thread_name_prefix="scan-lane"
+        ) as pool:
+            running = {
+                lane.key: pool.submit(
+                    contextvars.copy_context().run,
+                    self._stage_lane,
+                    run_id,
+                    self._lane_budget(budget, lane),
+                    time_budget,
+                    tally,
+                    self._lane_pace(budget, lane, pace_per_s),
+                    shards,
+                    lane,
+                )
+                for lane in working
+            }
+            futures.wait(list(running.values()))
+        reasons: dict[str, StopReason] = {}
+        for key, future in running.items():
+            reasons[key] = future.result()  # a lane's StoreUnreachable surfaces here
+            tally.lane_stopped(key, reasons[key])
+        if "unavailable" in reasons.values():
+            return "unavailable"
+        return reasons.get(REST, "budget")
+
+    def lanes_for(
+        self,
+        control: Control,
+        budget: EnqueueBudget,
+        now: datetime,
+        partition: int = 0,
+    ) -> tuple[LaneBudget, ...]:
+        """This run's claim lanes: one per action with a rate (at min(rate, the catch-up
+        rate) x interval, this partition's share), none for a paused action, and the rest at
+        the run's own budget (services/jobs/lanes.py)."""
+        return plan_lanes(
+            self._rates,
+            control.action_pauses,
+            now,
+            rest_limit=budget.limit,
+            catch_up_rate=budget.rate_per_s,
+            interval_s=self._limits.interval_s,
+            cap=control.per_run_cap(self._limits.max_per_run),
+            partition=partition,
+            partitions=self._limits.partitions,
+        )
+
+    def _lane_budget(self, budget: EnqueueBudget, lane: LaneBudget) -> EnqueueBudget:
+        if lane.key == REST:
+            return budget
+        return EnqueueBudget(lane.limit, budget.cap, lane.rate_per_s, budget.interval_s, "rate")
+
+    def _lane_pace(self, budget: EnqueueBudget, lane: LaneBudget, pace_per_s: float) -> float:
+        """A lane's paced claim rate: its budget spread over the time budget, like the run's."""
+        if lane.key == REST or self._limits.mode != "paced":
+            return pace_per_s
+        return pace_rate(self._lane_budget(budget, lane), self._limits.time_budget_s)
+
+    def _stage_lane(
+        self,
+        run_id: str,
+        budget: EnqueueBudget,
+        time_budget: TimeBudget,
+        tally: RunTally,
+        pace_per_s: float,
+        shards: tuple[int, ...] | None,
+        lane: LaneBudget | None = None,
+    ) -> StopReason:
         if self._limits.mode != "paced" or pace_per_s <= 0:
-            return self.stager.run(run_id, budget, time_budget, tally, shards=shards)
+            return self.stager.run(run_id, budget, time_budget, tally, shards=shards, lane=lane)
         pacer = Pacer(
             self._clock,
             self._sleep,
@@ -252,7 +359,7 @@ class Scanner:
             ceiling_per_s=catch_up_ceiling(budget),
         )
         poll_s = self._limits.poll_s if self._limits.polls else None
-        return self.stager.run(run_id, budget, time_budget, tally, pacer, poll_s, shards)
+        return self.stager.run(run_id, budget, time_budget, tally, pacer, poll_s, shards, lane)
 
     def _anything_due(self, now: datetime, shards: tuple[int, ...] | None) -> bool:
         try:

@@ -19,12 +19,13 @@ from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from services.edge.publisher import PublishError
 from services.jobs import errors
 from services.jobs.budget import EnqueueBudget, ScanLimits, TimeBudget
 from services.jobs.clock import Clock
+from services.jobs.lanes import EVERYTHING, ClaimFilter, LaneBudget
 from services.jobs.parts import ErrorInfo
 from services.jobs.results import ClaimedJob, EnqueueMark
 from services.scan.dependencies import JobPublisher
@@ -72,20 +73,36 @@ class Stager:
         pacer: Pacer | None = None,
         poll_s: float | None = None,
         shards: tuple[int, ...] | None = None,
+        lane: LaneBudget | None = None,
     ) -> StopReason:
         """Stage one run's pages; waits for every mark before it returns.
 
         With a `pacer` each page waits for its tokens (a paced run); with `poll_s` as well, a
         short page does not end the run: the next claim comes `poll_s` later, until the time
-        budget ends."""
+        budget ends. With a `lane` (services/jobs/lanes.py) only that lane's jobs are claimed,
+        on a claim thread of its own, so lanes run side by side, each at its own pace."""
         # The marks of one page run while the next page is claimed and published; at most
         # one page of marks is outstanding, and the run waits for all of them before it ends.
         in_flight: list[futures.Future[None]] = []
-        pace = _Pace(pacer, poll_s if pacer is not None else None, shards)
+        claimer = None
+        if lane is not None:
+            claimer = futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"scan-claim-{lane.key}"
+            )
+        pace = _Pace(
+            pacer,
+            poll_s if pacer is not None else None,
+            shards,
+            claimer,
+            lane.claims if lane is not None else EVERYTHING,
+            lane.key if lane is not None else None,
+        )
         try:
             return self.stage(run_id, budget, time_budget, tally, in_flight, pace)
         finally:
             _wait_all(in_flight)
+            if claimer is not None:
+                claimer.shutdown(wait=True)
 
     def stage(
         self,
@@ -106,7 +123,7 @@ class Stager:
             if isinstance(claims, _Deadline):
                 # A paced run's wait for tokens (or a poll) reached the time budget.
                 return "time"
-            tally.add_claimed(len(claims))
+            tally.add_claimed(len(claims), pace.lane)
             remaining -= len(claims)
             # A short page means nothing more was due when it was claimed.
             full = len(claims) == page.want
@@ -189,20 +206,16 @@ class Stager:
                     return _DEADLINE
                 at = self._clock.now()  # what became due while it waited is due now
             # One claim transaction per page: JOBS_SCAN_PAGE_SIZE sets its size.
+            narrowed: dict[str, Any] = {}
             if pace.shards is not None:  # a partition's own shards
-                return self._store.claim_due(
-                    at,
-                    run_id,
-                    want,
-                    page_size=want,
-                    on_quarantine=tally.add_quarantined,
-                    shards=pace.shards,
-                )
+                narrowed["shards"] = pace.shards
+            if not pace.claims.everything:  # one lane's jobs
+                narrowed["claims"] = pace.claims
             return self._store.claim_due(
-                at, run_id, want, page_size=want, on_quarantine=tally.add_quarantined
+                at, run_id, want, page_size=want, on_quarantine=tally.add_quarantined, **narrowed
             )
 
-        future = self._claimer.submit(context.run, claim)
+        future = (pace.claimer or self._claimer).submit(context.run, claim)
         return _Claiming(want, future)
 
     def _claimed(self, page: _Claiming) -> list[ClaimedJob] | _Deadline | None:
@@ -365,6 +378,10 @@ class _Pace:
     poll_s: float | None
     # A partition's shards (None: all of them).
     shards: tuple[int, ...] | None
+    # A lane's own claim thread (None: the stager's), its jobs, and its key for the tally.
+    claimer: futures.ThreadPoolExecutor | None = None
+    claims: ClaimFilter = EVERYTHING
+    lane: str | None = None
 
 
 @dataclass(frozen=True)

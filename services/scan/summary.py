@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from services.jobs.lanes import LaneBudget
 from services.store.runs import MAX_FAILED_IDS, ScanRun
 from services.telemetry import metrics
 
@@ -76,11 +77,31 @@ class RunTally:
     failed_ids: list[str] = field(default_factory=list)
     # Undecodable job documents this run moved aside (claim, mark, reclaim or due_at check).
     quarantined_ids: set[str] = field(default_factory=set)
+    # Per claim lane (services/jobs/lanes.py), when the run has lanes: its budget, rate,
+    # pause, claims and stop reason (empty: one lane, every due job, as before lanes).
+    lanes: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add_claimed(self, count: int) -> None:
+    def add_claimed(self, count: int, lane: str | None = None) -> None:
         with self._lock:
             self.claimed += count
+            if lane is not None and lane in self.lanes:
+                self.lanes[lane]["claimed"] += count
+
+    def add_lane(self, lane: LaneBudget) -> None:
+        with self._lock:
+            self.lanes[lane.key] = {
+                "claimed": 0,
+                "budget": lane.limit,
+                "rate_per_s": lane.rate_per_s,
+                "paused_until": lane.paused_until,
+                "stopped_because": "paused" if lane.paused else "",
+            }
+
+    def lane_stopped(self, lane: str, reason: str) -> None:
+        with self._lock:
+            if lane in self.lanes:
+                self.lanes[lane]["stopped_because"] = reason
 
     def add_published(self, latency_s: float) -> None:
         with self._lock:
@@ -147,6 +168,7 @@ class RunTally:
                 rate_per_s=rate_per_s,
                 note=note,
                 execution=execution,
+                lanes={key: dict(lane) for key, lane in self.lanes.items()},
             )
 
 
@@ -222,7 +244,21 @@ def log_fields(run: ScanRun) -> dict[str, Any]:
         fields["failed_ids"] = list(run.failed_ids)
     if run.execution:
         fields["execution"] = run.execution
+    if run.lanes:
+        fields["lanes"] = lane_fields(run)
+        fields["actions_paused"] = run.actions_paused
     return fields
+
+
+def lane_fields(run: ScanRun) -> dict[str, dict[str, Any]]:
+    """The run's lanes as JSON: per lane its claims, budget, rate, stop reason and pause."""
+    return {
+        key: {
+            **lane,
+            "paused_until": lane["paused_until"].isoformat() if lane.get("paused_until") else None,
+        }
+        for key, lane in run.lanes.items()
+    }
 
 
 def scan_report(run: ScanRun) -> metrics.ScanReport:
@@ -242,4 +278,5 @@ def scan_report(run: ScanRun) -> metrics.ScanReport:
         quarantined=run.quarantined,
         shard_stranded=run.shard_stranded,
         shard_layout_mismatch=int(run.shard_layout_mismatch),
+        actions_paused=run.actions_paused,
     )

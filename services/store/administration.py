@@ -16,6 +16,7 @@ from typing import Any
 
 from services.jobs.control import HOUSEKEEPING_FIELD, Control, HousekeepingMark
 from services.jobs.errors import InvalidRecord, ValidationError
+from services.jobs.lanes import PAUSES_FIELD, merged_pauses, pauses_from_document
 from services.jobs.layout import LAYOUT_FIELD, ShardCensus, ShardLayout
 from services.jobs.record import SCHEMA_VERSION, Job
 from services.jobs.results import Backlog, NewerRecords, Page, Stats
@@ -331,6 +332,28 @@ class Administration:
             writes = self._docs.gateway.writes()
             writes.merge(self._docs.control_ref, {HOUSEKEEPING_FIELD: mark.to_document()})
             self._docs.gateway.commit(writes, idempotent=True)
+
+    def record_action_pause(self, action: str, until: datetime) -> bool:
+        """Pause the scan's claims of `action` until `until` (its dependency answered 429/503
+        with Retry-After): kept in the control document's `action_pauses` map, which every
+        scan run reads anyway. One transaction: 1 read, and 1 write only when the stored pause
+        ends earlier (ended pauses are dropped from the map then); True when it wrote."""
+        require_text(action=action)
+        until = require_aware(until, "until")
+        ref = self._docs.control_ref
+        now = self._docs.clock.now()
+
+        def body(transaction: Transaction) -> bool:
+            snapshot = self._docs.get_in(transaction, ref)
+            stored = pauses_from_document((snapshot.to_dict() or {}).get(PAUSES_FIELD))
+            merged = merged_pauses(stored, action, until, now)
+            if merged is None:
+                return False
+            # A merge of the one map: the operator's settings and the scan's marks stay.
+            transaction.merge(ref, {PAUSES_FIELD: merged})
+            return True
+
+        return self._docs.tx.run(body)
 
 
 def _age(now: datetime, snapshots: list[Any], field: str) -> float | None:

@@ -26,6 +26,7 @@ from services.jobs.errors import (
     StoreUnavailable,
     ValidationError,
 )
+from services.jobs.lanes import EVERYTHING, ClaimFilter
 from services.jobs.parts import ErrorInfo
 from services.jobs.record import Job
 from services.jobs.results import ClaimedJob, EnqueueMark
@@ -70,8 +71,10 @@ class Claims:
         page_size: int = CLAIM_PAGE_SIZE,
         on_quarantine: Callable[[str], None] | None = None,
         shards: Sequence[int] | None = None,
+        claims: ClaimFilter = EVERYTHING,
     ) -> list[ClaimedJob]:
         """`shards`: only these shards (a scan partition's group); None: all of them.
+        `claims`: one lane's jobs (services/jobs/lanes.py); every due job by default.
 
         Claim up to `limit` deferred jobs due at or before `now`: oldest due first with one
         shard; with JOBS_SHARDS > 1 oldest first within each shard, the limit split over the
@@ -90,16 +93,22 @@ class Claims:
         if self._docs.shards == 1:
             # One unsharded query, as before the field existed: records without `shard`
             # are claimed too.
-            return self._claim_shard(now, run_id, limit, page_size, on_quarantine, None)
-        return self._claim_sharded(now, run_id, limit, page_size, on_quarantine, shards)
+            return self._claim_shard(now, run_id, limit, page_size, on_quarantine, None, claims)
+        return self._claim_sharded(now, run_id, limit, page_size, on_quarantine, shards, claims)
 
-    def anything_due(self, now: datetime, shards: Sequence[int] | None = None) -> bool:
-        """Whether any deferred job is due at `now` (in `shards`, when given): one billed read
-        (one per 30 shards). The scan asks before it takes its partition's lease."""
+    def anything_due(
+        self,
+        now: datetime,
+        shards: Sequence[int] | None = None,
+        claims: ClaimFilter = EVERYTHING,
+    ) -> bool:
+        """Whether any deferred job (of `claims`' lane) is due at `now` (in `shards`, when
+        given): one billed read (one per 30 shards). The scan asks before it takes its
+        partition's lease."""
         if self._docs.shards == 1:
             with store_errors():
-                return bool(list(self._docs.stream(due_query(now, 1))))
-        return self._anything_due(now, shards)
+                return bool(list(self._docs.stream(due_query(now, 1, None, claims))))
+        return self._anything_due(now, shards, claims)
 
     def _claim_sharded(
         self,
@@ -109,17 +118,18 @@ class Claims:
         page_size: int,
         on_quarantine: Callable[[str], None] | None,
         only: Sequence[int] | None = None,
+        claims: ClaimFilter = EVERYTHING,
     ) -> list[ClaimedJob]:
         """`limit` split evenly over the shards still holding due jobs, each shard claimed in
         its own due order on a bounded pool; a shard that returns less than its share is
         drained, and what it left over goes to the others in the next round. First one probe
         per 30 shards (`shard in [...]`, 1 read when empty), so a run with nothing due bills
         about what N = 1 does, not one read per shard."""
-        if not self._anything_due(now, only):
+        if not self._anything_due(now, only, claims):
             return []
 
         def take(shard: int, share: int) -> list[ClaimedJob]:
-            return self._claim_shard(now, run_id, share, page_size, on_quarantine, shard)
+            return self._claim_shard(now, run_id, share, page_size, on_quarantine, shard, claims)
 
         # A random first shard within the run's shards: the split's remainder goes to the first
         # shards listed, so a fixed order would starve the last ones whenever the budget is
@@ -158,7 +168,9 @@ class Claims:
             )
         return chosen
 
-    def _anything_due(self, now: datetime, only: Sequence[int] | None = None) -> bool:
+    def _anything_due(
+        self, now: datetime, only: Sequence[int] | None = None, claims: ClaimFilter = EVERYTHING
+    ) -> bool:
         if only is None:
             groups = shard_groups(self._docs.shards)  # what read_parts has with N > 1
         else:
@@ -166,7 +178,9 @@ class Claims:
             step = MAX_IN_VALUES
             groups = [tuple(chosen[n : n + step]) for n in range(0, len(chosen), step)]
         with store_errors():
-            return any(list(self._docs.stream(due_probe_query(now, group))) for group in groups)
+            return any(
+                list(self._docs.stream(due_probe_query(now, group, claims))) for group in groups
+            )
 
     def _claim_shard(
         self,
@@ -176,13 +190,16 @@ class Claims:
         page_size: int,
         on_quarantine: Callable[[str], None] | None,
         shard: int | None,
+        claims: ClaimFilter = EVERYTHING,
     ) -> list[ClaimedJob]:
         claimed: list[ClaimedJob] = []
         after: tuple[Any, ...] | None = None  # the next page starts after this record
         while len(claimed) < limit:
             want = min(page_size, limit - len(claimed))
             try:
-                page, invalid, last = self._claim_remembering(now, run_id, want, shard, after)
+                page, invalid, last = self._claim_remembering(
+                    now, run_id, want, shard, after, claims
+                )
             except (LostRace, StoreUnavailable, StoreRejected) as exc:
                 # The pages already committed are claimed: return them to be published.
                 if not claimed:
@@ -221,16 +238,18 @@ class Claims:
         want: int,
         shard: int | None,
         after: tuple[Any, ...] | None = None,
+        claims: ClaimFilter = EVERYTHING,
     ) -> tuple[list[ClaimedJob], list[str], tuple[Any, ...] | None]:
         """The page's claims, the IDs it could not decode, and the cursor after the last
-        record it read (its due_at and ID)."""
+        record it read (its due_at, its action for the rest lane, and its ID)."""
         at = self._docs.clock.now()
         claimed = []
         invalid = []
         last: tuple[Any, ...] | None = None
         query = self._docs.query(
-            dataclasses.replace(due_query(now, want, shard), start_after=after)
+            dataclasses.replace(due_query(now, want, shard, claims), start_after=after)
         )
+        by_action = bool(claims.exclude)  # the rest lane orders by due_at, then action
         jobs = self._docs.jobs
         for job_id, document in self._docs.tx.query_in(transaction, query):
             try:
@@ -238,14 +257,15 @@ class Claims:
             except InvalidRecord:
                 invalid.append(job_id)
                 # The query ranged on due_at: it is a timestamp, whatever else is wrong.
-                due = decode_fields(document.fields, self._docs.client).get("due_at")
-                last = (due, job_id)
+                fields = decode_fields(document.fields, self._docs.client)
+                due = fields.get("due_at")
+                last = (due, fields.get("action"), job_id) if by_action else (due, job_id)
                 continue
             new = self._docs.rules.claim(job, run_id, at)
             write_changes(transaction, jobs.document(job_id), job, new)
             claimed.append(ClaimedJob(job.job_id, new.generation, job.due_at, at, job.action))
             self._pending.jobs.append(new)
-            last = (job.due_at, job_id)
+            last = (job.due_at, job.action, job_id) if by_action else (job.due_at, job_id)
         return claimed, invalid, last
 
     def _claim_remembering(
@@ -255,6 +275,7 @@ class Claims:
         want: int,
         shard: int | None,
         after: tuple[Any, ...] | None = None,
+        claims: ClaimFilter = EVERYTHING,
     ) -> tuple[list[ClaimedJob], list[str], tuple[Any, ...] | None]:
         """A claim page; each claimed job is remembered with the update_time its write got."""
 
@@ -265,7 +286,7 @@ class Claims:
             self._pending.transaction = transaction
             return self._claim_page(transaction, *args)
 
-        result = self._docs.tx.run(attempt, now, run_id, want, shard, after)
+        result = self._docs.tx.run(attempt, now, run_id, want, shard, after, claims)
         transaction = self._pending.transaction
         names = getattr(transaction, "written_names", [])
         written = getattr(transaction, "write_results", None) or []

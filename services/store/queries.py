@@ -19,6 +19,7 @@ from google.cloud.firestore_v1.types import query as query_types
 
 from services.jobs import schema
 from services.jobs.errors import ValidationError
+from services.jobs.lanes import EVERYTHING, ClaimFilter
 from services.jobs.shard import Part
 from services.jobs.state import State
 from services.store.encoding import encode_value
@@ -37,11 +38,14 @@ class QuerySpec:
     order_by: tuple[str, ...] = ()
     limit: int | None = None
     start_after: tuple[Any, ...] | None = None  # the other order_by values, then the doc ID
+    # `field not-in [values]`: an inequality, ordered after the explicit orders and the ranges.
+    excludes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     @property
     def shape(self) -> schema.QueryShape:
         ordered = list(self.order_by)
         ordered += [f for f, _, _ in self.ranges if f not in ordered]
+        ordered += [f for f, _ in self.excludes if f not in ordered]
         return schema.QueryShape(
             self.collection,
             frozenset(f for f, _ in self.equals),
@@ -55,31 +59,55 @@ def _in_shard(equals: tuple[tuple[str, Any], ...], shard: Part) -> tuple[tuple[s
     return equals if shard is None else ((schema.SHARD, shard), *equals)
 
 
-def due_probe_query(now: datetime, shards: tuple[int, ...]) -> QuerySpec:
+def due_probe_query(
+    now: datetime, shards: tuple[int, ...], claims: ClaimFilter = EVERYTHING
+) -> QuerySpec:
     """One deferred job due at or before `now` in any of `shards` (`shard in [...]`): whether
     a sharded claim has anything to do, for one billed read instead of one per shard. The `in`
     filter counts as an equality for the indexes, so (state, shard, due_at) serves it; Google's
     own sharded-timestamp example queries its shards this way
-    (https://cloud.google.com/firestore/docs/solutions/shard-timestamp)."""
+    (https://cloud.google.com/firestore/docs/solutions/shard-timestamp). A lane's probe adds
+    `action == A` ((state, shard, action, due_at) serves it); Firestore does not combine
+    `not-in` with `in`, so the rest lane probes every action."""
+    if claims.exclude:
+        claims = EVERYTHING
     return QuerySpec(
         schema.JOBS,
-        equals=_in_shard((("state", State.DEFERRED.value),), shards),
+        equals=_in_shard(_lane_equals(claims), shards),
         ranges=(("due_at", "<=", now),),
         order_by=("due_at",),
         limit=1,
     )
 
 
-def due_query(now: datetime, limit: int | None, shard: Part = None) -> QuerySpec:
+def due_query(
+    now: datetime, limit: int | None, shard: Part = None, claims: ClaimFilter = EVERYTHING
+) -> QuerySpec:
     """Deferred jobs due at or before `now`, oldest due first: every job (shard None), or one
-    shard's. Every builder below takes `shard` the same way."""
+    shard's. Every builder below takes `shard` the same way. `claims` narrows it to one
+    action's lane (`action ==`: the (state, [shard,] action, due_at) index) or to the rest
+    (`action not-in [...]`, ordered by due_at then action: the (state, [shard,] due_at, action)
+    index)."""
+    excludes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    order: tuple[str, ...] = ("due_at",)
+    if claims.exclude:
+        excludes = (("action", claims.exclude),)
+        order = ("due_at", "action")
     return QuerySpec(
         schema.JOBS,
-        equals=_in_shard((("state", State.DEFERRED.value),), shard),
+        equals=_in_shard(_lane_equals(claims), shard),
         ranges=(("due_at", "<=", now),),
-        order_by=("due_at",),
+        order_by=order,
         limit=limit,
+        excludes=excludes,
     )
+
+
+def _lane_equals(claims: ClaimFilter) -> tuple[tuple[str, Any], ...]:
+    equals: tuple[tuple[str, Any], ...] = (("state", State.DEFERRED.value),)
+    if claims.action is not None:
+        equals += (("action", claims.action),)
+    return equals
 
 
 def expired_claims_query(cutoff: datetime, limit: int | None, shard: Part = None) -> QuerySpec:
@@ -221,6 +249,7 @@ _OPERATORS = {
     ">=": _STRUCTURED.FieldFilter.Operator.GREATER_THAN_OR_EQUAL,
     ">": _STRUCTURED.FieldFilter.Operator.GREATER_THAN,
     "in": _STRUCTURED.FieldFilter.Operator.IN,
+    "not-in": _STRUCTURED.FieldFilter.Operator.NOT_IN,
 }
 
 
@@ -237,6 +266,7 @@ def structured_query(spec: QuerySpec, documents: str) -> Any:
     query.from_.add().collection_id = spec.collection
     filters = [(name, "in" if isinstance(v, tuple) else "==", v) for name, v in spec.equals]
     filters += list(spec.ranges)
+    filters += [(name, "not-in", values) for name, values in spec.excludes]
     if len(filters) == 1:
         _field_filter(query.where, *filters[0])
     elif filters:
@@ -272,7 +302,8 @@ def _field_filter(target: Any, name: str, op: str, value: Any) -> None:
     field_filter = target.field_filter
     field_filter.field.field_path = name
     field_filter.op = _OPERATORS[op]
-    field_filter.value.CopyFrom(encode_value(list(value) if op == "in" else value))
+    listed = op in ("in", "not-in")
+    field_filter.value.CopyFrom(encode_value(list(value) if listed else value))
 
 
 def _order(query: Any, name: str) -> None:

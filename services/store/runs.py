@@ -94,6 +94,15 @@ class ScanRun:
     rate_per_s: float = 0.0  # a paced run's claim rate (0: one-pass, as fast as it goes)
     note: str = ""  # why an overlap or duplicate claimed nothing
     execution: str | None = None  # the Cloud Scheduler execution (job@schedule time), if any
+    # Per claim lane (services/jobs/lanes.py): an action with a rate, a paused action, or "*"
+    # (the rest) -> claimed, budget, rate_per_s, stopped_because, paused_until. Empty for a run
+    # without lanes (no action has a rate and none is paused).
+    lanes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def actions_paused(self) -> int:
+        """How many actions' claims a dependency's Retry-After held back in this run."""
+        return sum(1 for lane in self.lanes.values() if lane.get("paused_until"))
 
     @property
     def duration_s(self) -> float:
@@ -139,6 +148,7 @@ class ScanRun:
             "rate_per_s": self.rate_per_s,
             "note": self.note,
             "execution": self.execution,
+            "lanes": {key: dict(lane) for key, lane in self.lanes.items()},
             schema.EXPIRE_AT: self.finished_at + retention,
         }
 
@@ -173,6 +183,7 @@ class ScanRun:
             rate_per_s=float(data.get("rate_per_s") or 0.0),
             note=str(data.get("note") or ""),
             execution=str(execution) if (execution := data.get("execution")) else None,
+            lanes=_lanes(data.get("lanes")),
         )
 
 
@@ -232,6 +243,26 @@ class ScanRunLog:
             return [ScanRun.from_document(s.to_dict() or {}) for s in query.stream()]
         except gexc.GoogleAPICallError as exc:
             raise RunLogError(f"could not list scan runs: {exc}") from exc
+
+
+def _lanes(data: Any) -> dict[str, dict[str, Any]]:
+    """The stored lanes; anything malformed is left out (an old document has none)."""
+    if not isinstance(data, Mapping):
+        return {}
+    lanes: dict[str, dict[str, Any]] = {}
+    for key, lane in data.items():
+        if not isinstance(lane, Mapping):
+            continue
+        until = lane.get("paused_until")
+        rate = lane.get("rate_per_s")
+        lanes[str(key)] = {
+            "claimed": int(lane.get("claimed") or 0),
+            "budget": int(lane.get("budget") or 0),
+            "rate_per_s": float(rate) if isinstance(rate, int | float) else None,
+            "stopped_because": str(lane.get("stopped_because") or ""),
+            "paused_until": _utc(until) if isinstance(until, datetime) else None,
+        }
+    return lanes
 
 
 def _utc(value: datetime) -> datetime:

@@ -81,6 +81,15 @@ SHARD_LAYOUT_MISMATCH = GaugeMetric(
     "for (or the layout is unknown and records are out of reach): run jobsctl backfill-shards.",
 )
 
+# Budgets per action (services/jobs/lanes.py, docs/scan.md "Budgets per action").
+ACTIONS_PAUSED = GaugeMetric(
+    "actions_paused",
+    "INT64",
+    "1",
+    "Actions whose claims one scan run held back because their dependency answered 429/503 "
+    "with Retry-After (the pause lasts until then).",
+)
+
 SCAN_GAUGES: tuple[GaugeMetric, ...] = (
     OLDEST_OVERDUE_AGE,
     DUE_COUNT,
@@ -95,6 +104,7 @@ SCAN_GAUGES: tuple[GaugeMetric, ...] = (
     RUN_QUARANTINED,
     SHARD_STRANDED,
     SHARD_LAYOUT_MISMATCH,
+    ACTIONS_PAUSED,
 )
 
 # Structured log fields the worker writes on its one line per outcome; log-based metrics
@@ -117,6 +127,9 @@ EVENT_STORE_REJECTED = "store_rejected"  # Firestore refused a request retrying 
 # The scan's ERROR line while job records are out of the shard queries' reach, or laid out for
 # another shard count than JOBS_SHARDS (services/jobs/layout.py).
 EVENT_SHARD_LAYOUT = "shard_layout"
+# The worker's line when an action's dependency asked to wait (429/503 + Retry-After) and it
+# recorded a pause of that action's claims (once per pause window, not per job).
+EVENT_ACTION_PAUSED = "action_paused"
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,13 @@ UNKNOWN_ACTIONS = LogMetric(
     "Deliveries of jobs whose action the worker does not know (deferred, never failed).",
 )
 
+ACTION_PAUSES = LogMetric(
+    "deferred_jobs_action_paused",
+    EVENT_ACTION_PAUSED,
+    "Pauses of an action's claims recorded because its dependency answered 429/503 with "
+    "Retry-After (the line names the action).",
+)
+
 LOG_METRICS: tuple[LogMetric, ...] = (
     WORKER_DUE_TO_DONE,
     WORKER_ENQUEUE_TO_DONE,
@@ -172,6 +192,7 @@ LOG_METRICS: tuple[LogMetric, ...] = (
     SCAN_RUNS,
     NEWER_RECORDS,
     UNKNOWN_ACTIONS,
+    ACTION_PAUSES,
 )
 
 
@@ -200,6 +221,7 @@ class ScanReport:
     quarantined: int = 0
     shard_stranded: int = 0
     shard_layout_mismatch: int = 0
+    actions_paused: int = 0
 
     def gauge_values(self) -> dict[GaugeMetric, int | float]:
         """Each scan gauge with this run's value, in SCAN_GAUGES order."""
@@ -217,6 +239,7 @@ class ScanReport:
             RUN_QUARANTINED: int(self.quarantined),
             SHARD_STRANDED: int(self.shard_stranded),
             SHARD_LAYOUT_MISMATCH: int(self.shard_layout_mismatch),
+            ACTIONS_PAUSED: int(self.actions_paused),
         }
         return {gauge: values[gauge] for gauge in SCAN_GAUGES}
 

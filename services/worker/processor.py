@@ -53,16 +53,19 @@ from services.jobs.errors import (
     InvalidRecord,
     InvalidTransition,
     JobNotFound,
+    JobsError,
     LeaseHeld,
     LeaseLost,
     LostRace,
     NewerRecord,
     PermanentError,
+    RetryAfter,
     StaleGeneration,
     StoreRejected,
     StoreUnavailable,
     TransientError,
 )
+from services.jobs.lanes import PauseBook, pause_until
 from services.jobs.parts import ErrorInfo, Lease, Result
 from services.jobs.record import Job
 from services.jobs.state import State
@@ -220,6 +223,8 @@ class Processor:
         self._retry_attempts = outcome_retry_attempts
         self._retry_initial_s = OUTCOME_RETRY_INITIAL_S
         self._retry_max_s = OUTCOME_RETRY_MAX_S
+        # The action pauses this process recorded: one write per pause window, not per job.
+        self._pauses = PauseBook()
 
     def process(self, delivery: Delivery) -> Outcome:
         """Process one delivery; never raises for a store or action failure."""
@@ -354,6 +359,8 @@ class Processor:
             return self._interrupted(delivery, job, heartbeat, exc)
         except PermanentError as exc:
             return self._fail(job, heartbeat.lease, ErrorInfo("permanent", str(exc)), heartbeat)
+        except RetryAfter as exc:
+            return self._retry_after(job, heartbeat.lease, exc, heartbeat)
         except TransientError as exc:
             return self._transient(delivery, job, heartbeat.lease, action, exc, heartbeat)
         except Exception as exc:
@@ -423,6 +430,53 @@ class Processor:
         except AttemptsExhausted:
             return self._fail(job, lease, error, heartbeat)
         return self._moved(job, OutcomeKind.DEFERRED, f"due again {due_at}"), job
+
+    def _retry_after(
+        self, job: Job, lease: Lease, exc: RetryAfter, heartbeat: Heartbeat
+    ) -> tuple[Outcome, Job]:
+        """The dependency answered 429/503 with Retry-After: the job waits that long (within
+        MIN_PAUSE..MAX_PAUSE) in the same attempt (the dependency refused it, it did not fail),
+        and the scan claims none of the action's jobs until then (`_pause`)."""
+        until = pause_until(self._clock.now(), exc.delay_s)
+        error = ErrorInfo("retry_after", str(exc))
+        job = self._durably(
+            lease,
+            lambda: self._store.retry_later(lease, until, error, count_attempt=False),
+            heartbeat,
+        )
+        self._pause(job.action, until)
+        return self._moved(job, OutcomeKind.DEFERRED, f"due again {until} (Retry-After)"), job
+
+    def _pause(self, action: str, until: datetime) -> None:
+        """Record that the scan should claim none of `action`'s jobs until `until`: one small
+        transaction on the control document, only when this process has not recorded a pause
+        covering it. Best effort: a failure is logged (the job itself is deferred already)."""
+        if not self._pauses.needs_write(action, until):
+            return
+        try:
+            wrote = self._store.record_action_pause(action, until)
+        except JobsError as exc:
+            self._pauses.forget(action)
+            logger.warning(
+                "could not record the pause of %s: %s",
+                action,
+                exc,
+                extra={"fields": {"action": action, "reason": "action_pause_unrecorded"}},
+            )
+            return
+        if wrote:
+            logger.warning(
+                "claims of %s paused until %s: its dependency asked to wait",
+                action,
+                until.isoformat(),
+                extra={
+                    "fields": {
+                        metrics.LOG_EVENT: metrics.EVENT_ACTION_PAUSED,
+                        "action": action,
+                        "paused_until": until.isoformat(),
+                    }
+                },
+            )
 
     def _await_action(self, job: Job, lease: Lease) -> tuple[Outcome, Job]:
         """This worker does not know the job's action (a producer deployed before the worker,

@@ -10,7 +10,7 @@ from typing import Any
 from services.cli.errors import UsageError
 from services.cli.output import Report, table
 from services.cli.session import Session
-from services.cli.view import effective_run_rate
+from services.cli.view import effective_run_rate, lane_summary
 from services.jobs.errors import StoreUnavailable
 from services.store.rejections import RejectionStore
 from services.store.runs import RunLogError, ScanRun, ScanRunLog
@@ -104,6 +104,8 @@ def runs(session: Session, args: argparse.Namespace) -> Report:
     reasons = "".join(f"\n{r.run_id}: {failure_reason(r)}" for r in recent if r.failure)
     # Why an overlapping or duplicate run claimed nothing.
     reasons += "".join(f"\n{r.run_id}: {r.stopped_because}: {r.note}" for r in recent if r.note)
+    # Per claim lane (an action's budget, or its pause): what each claimed of its budget.
+    reasons += "".join(f"\n{r.run_id}: lanes {lane_summary(r.lanes)}" for r in recent if r.lanes)
     return Report(data={"runs": data}, text=f"{table(headers, rows)}\n{legend}{reasons}")
 
 

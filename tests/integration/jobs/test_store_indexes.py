@@ -13,6 +13,7 @@ from google.cloud import firestore
 
 from services.jobs import schema
 from services.jobs.clock import FakeClock
+from services.jobs.lanes import ClaimFilter
 from services.jobs.state import State
 from services.store.job_store import FirestoreJobStore
 from tests.integration.jobs.conftest import QueryLog, new_job
@@ -29,10 +30,13 @@ def test_every_query_the_store_runs_is_a_declared_and_served_shape(
     shard_indexes(shards)
     query_log = QueryLog(shards)
     store = FirestoreJobStore(firestore_client, clock, query_observer=query_log, shards=shards)
-    for n in range(3):
+    for n in range(5):  # enough due that every claim below finds one to claim
         store.schedule(new_job(f"j{n}"))
     now = clock.now()
     store.claim_due(now, "run-1", 2)
+    # The claim lanes (services/jobs/lanes.py): one action's, and the rest (not-in).
+    store.claim_due(now, "run-1", 1, claims=ClaimFilter(action="media.delete_source"))
+    store.claim_due(now, "run-1", 1, claims=ClaimFilter(exclude=("trials.expire",)))
     store.reclaim_expired(now, timedelta(minutes=1), 10, "run-2", enqueued_timeout=timedelta(1))
     store.newer_records(store.stats(now, timedelta(minutes=1)))
     store.backlog(now, timedelta(minutes=1), timedelta(days=1))

@@ -130,8 +130,11 @@ class Rig:
         summary: dict[str, Any] = response.get_json()
         return summary
 
-    def seed(self, count: int, due_at: datetime = T0, prefix: str = "job") -> list[str]:
-        """Write `count` deferred jobs with batched writes (what `schedule` would write)."""
+    def seed(
+        self, count: int, due_at: datetime = T0, prefix: str = "job", action: str = ACTION
+    ) -> list[str]:
+        """Write `count` deferred jobs with batched writes (what `schedule` would write), of
+        `action` (any name: a plug-in's the scan itself need not know)."""
         ids = [f"{prefix}-{n:06d}" for n in range(count)]
         for start in range(0, count, 500):
             batch = self.client.batch()
@@ -139,7 +142,8 @@ class Rig:
                 params = {"object": f"media-{job_id}/source.mp4"}
                 new = NewJob(job_id, ACTION, f"media-{job_id}", due_at, params)
                 job = Job.create(new.validated(), self.clock.now(), shards=self.settings.shards)
-                batch.set(self.client.collection(schema.JOBS).document(job_id), job.to_document())
+                document = {**job.to_document(), "action": action}
+                batch.set(self.client.collection(schema.JOBS).document(job_id), document)
             batch.commit()
         return ids
 
@@ -204,6 +208,7 @@ def scan_rig(
         publisher: Publisher | None = None,
         cloud_run: bool = True,
         sleep: Callable[[float], None] | None = None,
+        rates: dict[str, float] | None = None,
         **overrides: Any,
     ) -> Rig:
         served: Served | None = None
@@ -268,6 +273,7 @@ def scan_rig(
             runs=runs,
             leases=PartitionLeases(firestore_client, timeout_s=settings.firestore_timeout_s),
             sleep=sleep or advance,
+            rates=rates,
         )
         if cloud_run:
             apps.append(app)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from services.jobs import errors
 from services.jobs.control import Control, HousekeepingMark
+from services.jobs.lanes import EVERYTHING, ClaimFilter
 from services.jobs.layout import ShardCensus, ShardLayout
 from services.jobs.parts import ErrorInfo
 from services.jobs.results import Backlog, ClaimedJob, EnqueueMark, Reclaimed, ReclaimReport
@@ -54,6 +55,9 @@ class FakeStore:
     out_of_range: int = 0
     without_shard: int = 0
     census_calls: list[bool] = field(default_factory=list)
+    # Each due job's action (services/jobs/lanes.py); a job not named is media.delete_source.
+    actions: dict[str, str] = field(default_factory=dict)
+    claim_filters: list[ClaimFilter] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _check(self, op: str) -> None:
@@ -64,9 +68,23 @@ class FakeStore:
         self._check("get_control")
         return self.control
 
-    def anything_due(self, now: datetime) -> bool:
+    def anything_due(
+        self,
+        now: datetime,
+        shards: Sequence[int] | None = None,
+        claims: ClaimFilter = EVERYTHING,
+    ) -> bool:
         self._check("claim_due")
-        return bool(self.due)
+        return any(self._in_lane(job_id, claims) for job_id in self.due)
+
+    def action_of(self, job_id: str) -> str:
+        return self.actions.get(job_id, "media.delete_source")
+
+    def _in_lane(self, job_id: str, claims: ClaimFilter) -> bool:
+        action = self.action_of(job_id)
+        if claims.action is not None:
+            return action == claims.action
+        return action not in claims.exclude
 
     def record_housekeeping(self, mark: HousekeepingMark) -> None:
         self._check("record_housekeeping")
@@ -122,19 +140,24 @@ class FakeStore:
         *,
         page_size: int = 100,
         on_quarantine: Callable[[str], None] | None = None,
+        shards: Sequence[int] | None = None,
+        claims: ClaimFilter = EVERYTHING,
     ) -> Sequence[ClaimedJob]:
         self._check("claim_due")
         assert page_size == limit  # the scanner claims each of its pages in one transaction
         self.claim_calls.append(limit)
+        self.claim_filters.append(claims)
         if self.on_claim:
             self.on_claim()
         with self._lock:
-            batch, self.due = self.due[:limit], self.due[limit:]
+            batch = [job_id for job_id in self.due if self._in_lane(job_id, claims)][:limit]
+            taken = set(batch)
+            self.due = [job_id for job_id in self.due if job_id not in taken]
             out = []
             for job_id in batch:
                 generation = self.claimed.get(job_id, 0) + 1
                 self.claimed[job_id] = generation
-                out.append(ClaimedJob(job_id, generation, T0, now, "media.delete_source"))
+                out.append(ClaimedJob(job_id, generation, T0, now, self.action_of(job_id)))
             return out
 
     def mark_enqueued_many(

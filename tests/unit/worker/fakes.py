@@ -16,6 +16,7 @@ from services.jobs.clock import Clock
 from services.jobs.errors import (
     JobNotFound,
 )
+from services.jobs.lanes import merged_pauses
 from services.jobs.model import NewJob
 from services.jobs.parts import Claim, ErrorInfo, Lease, Result
 from services.jobs.record import Job
@@ -31,6 +32,9 @@ class MemoryStore:
         self.idempotency: dict[str, IdempotencyRecord] = {}
         self.calls: list[str] = []
         self.rules = Transitions()
+        # The control document's action pauses (services/jobs/lanes.py).
+        self.pauses: dict[str, datetime] = {}
+        self.pause_writes = 0
 
     def add(
         self,
@@ -160,6 +164,15 @@ class MemoryStore:
                 job, lease, due_at, error, now, progress=progress, count_attempt=count_attempt
             )
         )
+
+    def record_action_pause(self, action: str, until: datetime) -> bool:
+        self.calls.append("record_action_pause")
+        merged = merged_pauses(self.pauses, action, until, self.clock.now())
+        if merged is None:
+            return False
+        self.pauses = merged
+        self.pause_writes += 1
+        return True
 
     def fail(self, lease: Lease, error: ErrorInfo) -> Job:
         self.calls.append("fail")

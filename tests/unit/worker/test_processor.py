@@ -10,7 +10,7 @@ import pytest
 
 from services.jobs.actions import Action, ActionRequest, ActionResult, RetryPolicy
 from services.jobs.clock import FakeClock
-from services.jobs.errors import DependencyDown, PermanentError, TransientError
+from services.jobs.errors import DependencyDown, PermanentError, RetryAfter, TransientError
 from services.jobs.parts import CancelRequest
 from services.jobs.results import IdempotencyRecord
 from services.jobs.state import State
@@ -381,3 +381,26 @@ def test_an_action_that_dies_leaves_no_heartbeat_thread_behind(
     with pytest.raises(_Crash):
         processor.process(delivery())
     assert not [t for t in threading.enumerate() if t.name == "lease-heartbeat"]
+
+
+def test_retry_after_defers_by_its_delay_in_the_same_attempt_and_pauses_the_action_once(
+    store: MemoryStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.add("job-1")
+    store.add("job-2")
+    processor = processor_for(store, clock, Script(RetryAfter(30), RetryAfter(30)))
+    caplog.set_level(logging.WARNING)
+    outcomes = [processor.process(delivery(job_id)) for job_id in ("job-1", "job-2")]
+    until = START + timedelta(seconds=30)
+    for outcome, job_id in zip(outcomes, ("job-1", "job-2"), strict=True):
+        assert outcome.kind is OutcomeKind.DEFERRED and outcome.acknowledged
+        job = store.jobs[job_id]
+        assert job.state is State.DEFERRED and job.due_at == until
+        assert job.attempt == 1  # the dependency refused the job; no attempt was spent
+        assert job.last_error is not None and job.last_error.code == "retry_after"
+    # One pause for the action, written once for the burst, not once per job.
+    assert store.pauses == {"media.delete_source": until}
+    assert store.pause_writes == 1
+    assert store.calls.count("record_action_pause") == 1
+    paused = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "action_paused"]
+    assert len(paused) == 1 and paused[0].fields["action"] == "media.delete_source"
