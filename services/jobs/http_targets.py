@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
-ACTION_NAME = "http.request"
 ENV_VARIABLE = "JOBS_HTTP_TARGETS"
 
 TARGET_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
