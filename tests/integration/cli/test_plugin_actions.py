@@ -57,6 +57,7 @@ def test_a_plugins_jobs_wait_for_a_worker_that_knows_them_then_complete(
     listed = jobsctl("actions", "--json").json()["actions"]
     assert {a["name"]: a["pending"] for a in listed} == {
         "media.delete_source": 0,
+        "http.request": 0,
         "trials.expire": 4,
     }
     lacking = jobsctl("actions", "check", "--worker-actions", "media.delete_source")
@@ -91,4 +92,4 @@ def test_jobsctl_actions_lists_the_catalogue_with_its_sources(jobsctl: Jobsctl) 
     assert run.code == 0, run.err
     assert "trials.expire" in run.out and "my-trials 1.0" in run.out and "5/s" in run.out
     names = jobsctl("actions", "--names")
-    assert names.out.split() == ["media.delete_source", "trials.expire"]
+    assert names.out.split() == ["media.delete_source", "http.request", "trials.expire"]
