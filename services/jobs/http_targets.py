@@ -83,6 +83,29 @@ def parse_targets(text: str | None, *, source: str = ENV_VARIABLE) -> dict[str, 
     return targets_from_mapping(raw, source=source)
 
 
+def targets_json(targets: Mapping[str, HttpTarget]) -> str:
+    """`targets` as `JOBS_HTTP_TARGETS` JSON (what `parse_targets` reads back as equal)."""
+    encoded: dict[str, dict[str, Any]] = {}
+    for name, target in targets.items():
+        fields: dict[str, Any] = {"url": target.url, "audience": target.audience}
+        if target.rate is not None:
+            fields["rate"] = target.rate
+        if target.concurrency is not None:
+            fields["concurrency"] = target.concurrency
+        fields["timeout_s"] = target.timeout_s
+        encoded[name] = fields
+    return json.dumps(encoded, separators=(",", ":"), sort_keys=True)
+
+
+def target_flag(text: str) -> dict[str, HttpTarget]:
+    """One `NAME=URL` (a command line's target: audience the URL's origin, no rate, the
+    default timeout) as targets; TargetsError names what is wrong."""
+    name, equals, url = text.partition("=")
+    if not equals:
+        raise TargetsError([f"{text!r}: expected NAME=URL"])
+    return targets_from_mapping({name.strip(): {"url": url.strip()}}, source="--http-target")
+
+
 def targets_from_mapping(raw: Any, *, source: str = ENV_VARIABLE) -> dict[str, HttpTarget]:
     if not isinstance(raw, Mapping):
         raise TargetsError([f"{source}: expected an object of target name → settings"])
