@@ -152,7 +152,7 @@ def test_a_job_scheduled_with_jobsctl_calls_the_local_target_with_a_verified_tok
             assert state not in {"failed", "cancelled"}, job
     finally:
         proc.send_signal(signal.SIGINT)
-        rest, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
 
     [call] = target.calls
