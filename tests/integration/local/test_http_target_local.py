@@ -113,7 +113,7 @@ def test_a_job_scheduled_with_jobsctl_calls_the_local_target_with_a_verified_tok
             "1",
             "--http-target",
             f"trials={target.url}",
-        ],  # fmt: skip
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
