@@ -101,7 +101,7 @@ def test_the_worker_may_invoke_exactly_the_cloud_run_targets_of_the_project(
     }
     assert set(grants) == {"worker-invokes-target-trials", "worker-invokes-target-search"}
     worker_account = with_targets.one("serviceaccount/account:Account", "sa-worker").state
-    for name, state in grants.items():
+    for state in grants.values():
         assert state["role"] == "roles/run.invoker"
         assert state["member"] == f"serviceAccount:{worker_account['email']}"
         assert state["project"] == "acme-jobs-dev"
