@@ -55,7 +55,7 @@ def test_no_targets_by_default() -> None:
         (
             {"t": {"url": "https://t.example", "cloudRunService": "Bad_Name"}},
             "httpTargets.t.cloudRunService",
-        ),  # fmt: skip
+        ),
         (["not", "a", "mapping"], "httpTargets"),
     ],
 )
