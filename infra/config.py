@@ -243,7 +243,7 @@ SETTINGS: tuple[Setting, ...] = (
         "httpTargets",
         "object",
         {},
-        doc="services http.request may call: name -> {url, audience, rate, concurrency, "
+        doc="services the HTTP action may call: name -> {url, audience, rate, concurrency, "
         "timeout_s, cloudRunService} (docs/actions.md)",
     ),
 )

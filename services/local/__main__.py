@@ -132,7 +132,7 @@ def parse_args(argv: list[str] | None, environ: Mapping[str, str] | None = None)
         action="append",
         default=[],
         metavar="NAME=URL",
-        help=f"an HTTP target http.request jobs may name (repeatable; audience: the URL's "
+        help=f"an HTTP target the HTTP action's jobs may name (repeatable; audience: the URL's "
         f"origin). Added to {ENV_VARIABLE} from this environment (a flag replaces a target "
         "of the same name there); the worker, the api and the env file get the result, and "
         "the worker's ID tokens come from the local OIDC issuer",
