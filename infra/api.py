@@ -31,6 +31,7 @@ from infra.program import Deployment
 from infra.program import build as build_core
 from services.api import settings as api_keys
 from services.edge import settings as common
+from services.jobs.http_targets import targets_json
 
 FUNCTION = "api"
 RUNTIME_ROLES: tuple[str, ...] = ("roles/datastore.user",)
@@ -46,6 +47,7 @@ API_VARIABLES: tuple[str, ...] = (
     common.TERMINAL_RETENTION_S,
     common.BEHIND_CLOUD_RUN_IAM,
     common.SHARDS,
+    common.HTTP_TARGETS,
 )
 
 
@@ -102,6 +104,8 @@ def api_environment(config: StackConfig, url: pulumi.Input[str]) -> Mapping[str,
         common.BEHIND_CLOUD_RUN_IAM: service_env.BEHIND_CLOUD_RUN_IAM,
         # The API schedules jobs: it writes the shard the scan claims them from.
         common.SHARDS: str(config.shards),
+        # An http.request job must name one of the stack's targets (checked when scheduled).
+        common.HTTP_TARGETS: targets_json(config.http_targets.targets),
     }
 
 

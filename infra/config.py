@@ -28,6 +28,7 @@ from services.edge.scheduler_job import (
 )
 from services.jobs.budget import PACED_MARGIN_S, SCAN_MODES
 from services.jobs.durations import DurationError, parse_duration
+from services.jobs.http_targets import HttpTarget, TargetsError, targets_from_mapping
 from services.jobs.shard import MAX_SHARDS
 from services.scan import cadence
 from services.worker.deadline import HEARTBEATS_PER_LEASE
@@ -39,7 +40,8 @@ from services.worker.settings import (
 
 # "duration": a key ending in S, a number of whole seconds written in the one duration grammar
 # (services/jobs/durations.py: 600, 600s, 10m, 1h30m, 2w), as the services read their JOBS_*_S.
-Kind = Literal["int", "duration", "bool", "str", "list"]
+# "object": a YAML mapping (Pulumi hands it to the program as JSON text).
+Kind = Literal["int", "duration", "bool", "str", "list", "object"]
 
 # Cloud Monitoring accepts a metric-absence duration of at most 23 h 30 min (inferred from the
 # console's limit); the "scan runs absent" alert waits three scan intervals.
@@ -237,6 +239,13 @@ SETTINGS: tuple[Setting, ...] = (
         MAX_SHARDS,
         "jobs index shards (JOBS_SHARDS) and the index set; change only as docs/capacity.md says",
     ),
+    Setting(
+        "httpTargets",
+        "object",
+        {},
+        doc="services the HTTP action may call: name -> {url, audience, rate, concurrency, "
+        "timeout_s, cloudRunService} (docs/actions.md)",
+    ),
 )
 
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
@@ -263,6 +272,66 @@ MAX_CPU = 8
 _SERVICE_ACCOUNT = re.compile(
     r"^[a-z0-9][a-z0-9-]{4,28}[a-z0-9]@[a-z0-9.-]+\.gserviceaccount\.com\Z"
 )
+
+
+# A target's stack-only field: the Cloud Run service of this project it is (`NAME`, in the
+# stack's region, or `REGION/NAME`), so the worker's account gets roles/run.invoker on it. Not
+# derived from a *.run.app URL: such a URL may belong to another project, and its service name
+# is not reliably in it. Never passed to the services (JOBS_HTTP_TARGETS does not carry it).
+CLOUD_RUN_SERVICE_FIELD = "cloudRunService"
+# Cloud Run service names: lowercase letters, digits and '-', a letter first, at most 49.
+_RUN_SERVICE = re.compile(
+    r"^(?:(?P<region>[a-z]+-[a-z]+\d+)/)?(?P<name>[a-z](?:[a-z0-9-]{0,47}[a-z0-9])?)\Z"
+)
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """An HTTP target that is a Cloud Run service of the stack's project."""
+
+    target: str
+    region: str | None  # None: the stack's region
+    service: str
+
+
+@dataclass(frozen=True)
+class StackTargets:
+    """`httpTargets` validated: the targets as the services read them, and the Cloud Run ones."""
+
+    targets: Mapping[str, HttpTarget]
+    run_services: tuple[RunTarget, ...] = ()
+
+
+def stack_targets(raw: Any, errors: list[str]) -> StackTargets:
+    """`httpTargets` through the services' own parser (`targets_from_mapping`), every problem
+    named `httpTargets.<name>.<field>`; `cloudRunService` is the stack's own field."""
+    if not raw:
+        return StackTargets({})
+    if not isinstance(raw, Mapping):
+        errors.append("httpTargets: expected a mapping of target name -> settings")
+        return StackTargets({})
+    plain: dict[str, Any] = {}
+    services: list[RunTarget] = []
+    for name, settings in raw.items():
+        fields = dict(settings) if isinstance(settings, Mapping) else settings
+        service = fields.pop(CLOUD_RUN_SERVICE_FIELD, None) if isinstance(fields, dict) else None
+        plain[name] = fields
+        if service is None:
+            continue
+        match = _RUN_SERVICE.match(service) if isinstance(service, str) else None
+        if match is None:
+            errors.append(
+                f"httpTargets.{name}.{CLOUD_RUN_SERVICE_FIELD}: expected a Cloud Run service "
+                "name of this project (NAME or REGION/NAME)"
+            )
+            continue
+        services.append(RunTarget(str(name), match["region"], match["name"]))
+    try:
+        targets = targets_from_mapping(plain, source="httpTargets")
+    except TargetsError as exc:
+        errors.extend(exc.problems)
+        return StackTargets({})
+    return StackTargets(targets, tuple(services))
 
 
 @dataclass(frozen=True)
@@ -326,6 +395,7 @@ class StackConfig:
     scan_poll_s: int = 5
     scan_end_when_idle: bool = True
     scan_partitions: int = 1
+    http_targets: StackTargets = StackTargets({})
 
     @property
     def terminal_retention_s(self) -> int:
@@ -361,6 +431,7 @@ def parse_config(
     project = _require_gcp(raw, "gcp:project", errors)
     region = _require_gcp(raw, "gcp:region", errors)
     interval = _check_cross_fields(values, errors)
+    targets = stack_targets(values["httpTargets"], errors)
     if errors:
         raise InfraConfigError("invalid stack configuration:\n  " + "\n  ".join(errors))
     return StackConfig(
@@ -418,6 +489,7 @@ def parse_config(
         scan_poll_s=values["scanPollS"],
         scan_end_when_idle=values["scanEndWhenIdle"],
         scan_partitions=values["scanPartitions"],
+        http_targets=targets,
     )
 
 
@@ -496,12 +568,20 @@ def _to_list(value: Any) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _to_object(value: Any) -> dict[str, Any]:
+    found = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(found, Mapping):
+        raise ValueError(value)
+    return dict(found)
+
+
 _CONVERTERS: dict[Kind, Callable[[Any], Any]] = {
     "int": _to_int,
     "duration": _to_seconds,
     "bool": _to_bool,
     "str": str,
     "list": _to_list,
+    "object": _to_object,
 }
 
 

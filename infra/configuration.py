@@ -50,6 +50,13 @@ TEST_SETTINGS: Mapping[str, str] = {
     scan_settings.MONITORING_EMULATOR_HOST: (
         "test setting: the Monitoring emulator's host:port (emulators/monitoring)"
     ),
+    worker_settings.WORKER_ID_TOKEN_URL: (
+        "test setting: the OIDC emulator's token endpoint for the ID tokens HTTP targets get "
+        "(make run); unset, the metadata server"
+    ),
+    worker_settings.WORKER_ID_TOKEN_EMAIL: (
+        "test setting: the account the OIDC emulator's tokens name (make run)"
+    ),
 }
 # Variables an operator may set by hand on a service (not through the stack) or in jobsctl's
 # shell; they stay, and the table says so.

@@ -17,6 +17,7 @@ import pulumi
 from infra.config import StackConfig
 from services.edge import scan_deployment
 from services.edge import settings as common
+from services.jobs.http_targets import targets_json
 from services.scan import settings as scan
 from services.worker import settings as worker
 
@@ -97,6 +98,7 @@ WORKER_VARIABLES: tuple[str, ...] = (
     worker.WORKER_RETRY_LATER_AFTER_ATTEMPTS,
     worker.MEDIA_BUCKET,
     common.SHARDS,
+    common.HTTP_TARGETS,
 )
 
 
@@ -159,6 +161,8 @@ def worker_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulu
         worker.RETRY_LATER_DELAY_S: str(config.retry_later_delay_s),
         worker.WORKER_RETRY_LATER_AFTER_ATTEMPTS: str(config.retry_later_after_attempts),
         worker.MEDIA_BUCKET: config.media_bucket,
+        # The targets http.request calls (the stack's httpTargets, cloudRunService left out).
+        common.HTTP_TARGETS: targets_json(config.http_targets.targets),
         common.TERMINAL_RETENTION_S: str(config.terminal_retention_s),
         common.BEHIND_CLOUD_RUN_IAM: BEHIND_CLOUD_RUN_IAM,
         common.SHARDS: str(config.shards),

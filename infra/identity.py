@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
-from pulumi_gcp import projects, serviceaccount, storage
+from pulumi_gcp import cloudrunv2, projects, serviceaccount, storage
 
 from infra.config import StackConfig
 from services.edge.resource_names import Names
+from services.jobs.http_request import RUN_INVOKER
 
 # Project-level roles per runtime, only those its code uses. Firestore has no IAM finer than
 # the project: roles/datastore.user is the narrowest grant that reads and writes documents.
@@ -160,3 +161,23 @@ def allow_pubsub_to_sign_as_pusher(
         member=agent.member,
         opts=opts,
     )
+
+
+def grant_target_invokers(
+    config: StackConfig, accounts: Accounts, opts: pulumi.ResourceOptions
+) -> list[cloudrunv2.ServiceIamMember]:
+    """roles/run.invoker for the worker's account on each HTTP target that is a Cloud Run
+    service of this project (`httpTargets.<name>.cloudRunService`), on that service only: its
+    IAM check then admits the worker's ID token. Other targets verify the token themselves."""
+    return [
+        cloudrunv2.ServiceIamMember(
+            f"worker-invokes-target-{run.target}",
+            project=config.project,
+            location=run.region or config.region,
+            name=run.service,
+            role=RUN_INVOKER,
+            member=member(accounts.worker),
+            opts=opts,
+        )
+        for run in config.http_targets.run_services
+    ]

@@ -60,6 +60,7 @@ def build(config: StackConfig) -> Deployment:
     accounts = identity.create_accounts(config, names, after_apis)
     runtime_grants = identity.grant_runtime_roles(config, accounts, after_apis)
     media_grant = identity.grant_media_access(config, accounts, after_apis)
+    target_grants = identity.grant_target_invokers(config, accounts, after_apis)
     pubsub_agent = identity.create_pubsub_service_agent(config, after_apis)
     signer = identity.allow_pubsub_to_sign_as_pusher(accounts, pubsub_agent, after_apis)
     db = database.create_database(config, after_apis)
@@ -123,6 +124,7 @@ def build(config: StackConfig) -> Deployment:
         *db.ready,
         *runtime_grants,
         media_grant,
+        *target_grants,
         queues.topic,
         queues.subscription,
         *queues.grants,

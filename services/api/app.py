@@ -38,6 +38,7 @@ from services.edge.error_model import target_problem
 from services.edge.startup import json_response
 from services.jobs.catalogue import Catalogue, built_in, load_catalogue
 from services.jobs.clock import Clock, SystemClock
+from services.jobs.deployment import Deployment
 from services.jobs.errors import AlreadyTerminal, JobsError
 from services.jobs.ids import job_id_problems
 from services.jobs.record import Job
@@ -319,9 +320,11 @@ def create_app(
 ) -> flask.Flask:
     """The API's Flask app; clients are built here (never at import) unless injected.
     `catalogue`: the actions it schedules (default: the built-in ones and the installed
-    plug-ins'; a broken plug-in raises CatalogueError, so the API does not start)."""
+    plug-ins', checking an http.request job's target against the settings' HTTP targets; a
+    broken plug-in raises CatalogueError, so the API does not start)."""
     clock = clock or SystemClock()
-    catalogue = load_catalogue() if catalogue is None else catalogue
+    if catalogue is None:
+        catalogue = load_catalogue(deployment=Deployment(http_targets=settings.http_targets))
     if store is None:
         from google.cloud import firestore
 

@@ -6,6 +6,7 @@ what this reads. `from_env` names every missing or invalid key in one `SettingsE
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,9 +17,12 @@ from services.edge.settings import (
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
     GOOGLE_CERTS_URL,
+    HTTP_TARGETS,
     CommonSettings,
     EnvReader,
+    read_http_targets,
 )
+from services.jobs.http_targets import HttpTarget
 
 # The API's own (the shared ones are services.edge.settings', read through CommonSettings).
 API_AUDIENCE = "JOBS_API_AUDIENCE"
@@ -31,6 +35,7 @@ ALL_KEYS = (
     API_AUDIENCE,
     API_ALLOWED_CALLERS,
     API_TRUSTED_CALLERS,
+    HTTP_TARGETS,
 )
 
 # A schedule request is at most a 1,500-byte ID, a 1 KiB subject and 16 KiB of params (see
@@ -59,6 +64,8 @@ class ApiSettings:
     shards: int = 1
     # JOBS_API_TRUSTED_CALLERS: may act on every job (a subset of allowed_callers).
     trusted_callers: frozenset[str] = frozenset()
+    # JOBS_HTTP_TARGETS: an http.request job must name one of them (checked when scheduled).
+    http_targets: Mapping[str, HttpTarget] = dataclasses.field(default_factory=dict)
 
     @property
     def terminal_retention(self) -> datetime.timedelta:
@@ -86,6 +93,7 @@ class ApiSettings:
             audience=env.url(API_AUDIENCE),
             allowed_callers=frozenset(callers),
             trusted_callers=frozenset(trusted),
+            http_targets=read_http_targets(env),
         )
         env.finish()
         return settings

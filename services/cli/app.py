@@ -21,7 +21,9 @@ from services.cli.errors import ExitCode
 from services.cli.session import Session, run_command, write_error
 from services.edge.settings import PROJECT
 from services.jobs.catalogue import Catalogue, load_catalogue
+from services.jobs.deployment import Deployment
 from services.jobs.errors import CatalogueError
+from services.jobs.http_targets import TargetsError
 
 EPILOG = """\
 exit codes: 0 done; 1 refused (not found, terminal, lost race, conflict); 2 usage or
@@ -89,10 +91,14 @@ def build_parser(catalogue: Catalogue | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (the console script exits with it)."""
     try:
-        catalogue = load_catalogue()
+        # JOBS_HTTP_TARGETS: an http.request job must name one of them, as the API checks.
+        catalogue = load_catalogue(deployment=Deployment.from_env(os.environ))
     except CatalogueError as exc:
         # A broken or conflicting plug-in: nothing may run with a catalogue that lies.
         sys.stderr.write(f"jobsctl: action catalogue: {exc}\n")
+        return ExitCode.USAGE
+    except TargetsError as exc:
+        sys.stderr.write(f"jobsctl: {exc}\n")
         return ExitCode.USAGE
     parser = build_parser(catalogue)
     tokens = _attach_past_times(sys.argv[1:] if argv is None else argv)

@@ -15,14 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.cli.errors import BackendUnavailable, UsageError
-from services.edge.settings import PROJECT
+from services.edge.settings import HTTP_TARGETS, PROJECT
 
 # The CLI's own variables (the ones the services also read are their settings' constants).
 OPERATOR = "JOBS_OPERATOR"  # who the operator is in audit trails
 FIRESTORE_DATABASE = "JOBS_FIRESTORE_DATABASE"  # a named Firestore database
 DEAD_LETTER_SUBSCRIPTION = "JOBS_DEAD_LETTER_SUBSCRIPTION"  # dead-letter pull subscription
-# The variables only jobsctl reads (docs/configuration.md lists them beside the services').
-OWN_KEYS = (OPERATOR, FIRESTORE_DATABASE, DEAD_LETTER_SUBSCRIPTION)
+# The variables jobsctl reads itself (docs/configuration.md lists them beside the services'):
+# its own three, and the HTTP targets an `http.request` job it schedules must name (the api's
+# and the worker's key, read through `Deployment.from_env`).
+OWN_KEYS = (OPERATOR, FIRESTORE_DATABASE, DEAD_LETTER_SUBSCRIPTION, HTTP_TARGETS)
 
 FIRESTORE_EMULATOR_HOST = "FIRESTORE_EMULATOR_HOST"
 PUBSUB_EMULATOR_HOST = "PUBSUB_EMULATOR_HOST"

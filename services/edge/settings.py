@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from services.jobs.durations import DurationError, parse_duration
+from services.jobs.http_targets import ENV_VARIABLE, HttpTarget, TargetsError, parse_targets
 from services.jobs.shard import MAX_SHARDS
 from services.jobs.transitions import DEFAULT_TERMINAL_RETENTION
 from services.store.bounds import DEFAULT_CALL_TIMEOUT_S
@@ -57,6 +58,10 @@ COMMON_KEYS = (
     BEHIND_CLOUD_RUN_IAM,
     SHARDS,
 )
+
+# The services `http.request` may call (services/jobs/http_targets.py): the worker calls them,
+# and every scheduling component (api, jobsctl, the store) checks a job's target against them.
+HTTP_TARGETS = ENV_VARIABLE
 
 DEFAULT_TERMINAL_RETENTION_S = int(DEFAULT_TERMINAL_RETENTION.total_seconds())
 MIN_TERMINAL_RETENTION_S, MAX_TERMINAL_RETENTION_S = 3600, 10 * 365 * 86400
@@ -373,3 +378,14 @@ class CommonSettings:
     @property
     def log_level_number(self) -> builtins.int:
         return logging.getLevelNamesMapping()[self.log_level]
+
+
+def read_http_targets(env: EnvReader) -> dict[builtins.str, HttpTarget]:
+    """JOBS_HTTP_TARGETS, parsed by the domain's one parser; each problem recorded on `env`,
+    naming the target and field (`JOBS_HTTP_TARGETS.trials.url: …`)."""
+    try:
+        return parse_targets(env.str(HTTP_TARGETS, default=""))
+    except TargetsError as exc:
+        for problem in exc.problems:
+            env.problem(HTTP_TARGETS, problem)
+        return {}

@@ -26,6 +26,7 @@ from importlib import metadata
 from typing import Any
 
 from services.jobs.actions import Action
+from services.jobs.deployment import Deployment
 from services.jobs.errors import CatalogueError
 from services.jobs.params import ParamsSchema, params_problems
 
@@ -37,11 +38,19 @@ BUILT_IN_SOURCE = "deferred-jobs (built in)"
 
 class Catalogue:
     """The actions one process knows, by name; iterating it yields their names (so it is a
-    `Collection[str]` wherever a set of action names is asked for)."""
+    `Collection[str]` wherever a set of action names is asked for). `deployment`: what the
+    process's environment configures (its HTTP targets), for the params checks that need it."""
 
-    def __init__(self, actions: Iterable[Action] = (), *, sources: Mapping[str, str] = {}) -> None:
+    def __init__(
+        self,
+        actions: Iterable[Action] = (),
+        *,
+        sources: Mapping[str, str] = {},
+        deployment: Deployment | None = None,
+    ) -> None:
         self._actions: dict[str, Action] = {}
         self._sources: dict[str, str] = {}
+        self.deployment = deployment or Deployment()
         for action in actions:
             self.add(action, sources.get(action.name, BUILT_IN_SOURCE))
 
@@ -76,8 +85,16 @@ class Catalogue:
         return {name: a.params for name, a in self._actions.items() if a.params is not None}
 
     def params_problems(self, action: str, params: Mapping[str, Any]) -> list[str]:
-        """Why `params` do not fit `action`'s declared schema (empty when they do)."""
-        return params_problems(action, params, self.schemas)
+        """Why `params` do not fit `action`'s declared schema in this deployment (empty when
+        they do)."""
+        return params_problems(action, params, self.schemas, self.deployment)
+
+    def with_deployment(self, deployment: Deployment) -> Catalogue:
+        """The same actions, checking params against `deployment`."""
+        copy = Catalogue(deployment=deployment)
+        for name, action in self._actions.items():
+            copy.add(action, self._sources[name])
+        return copy
 
     def default(self) -> str:
         """The first action (the first built-in): what `jobsctl schedule` schedules when
@@ -99,18 +116,26 @@ class Catalogue:
         return f"Catalogue({', '.join(self._actions)})"
 
 
-def built_in() -> Catalogue:
-    """The built-in actions only (no installed plug-in)."""
+def built_in(deployment: Deployment | None = None) -> Catalogue:
+    """The built-in actions only (no installed plug-in): the media actions, then
+    `http.request`."""
+    from services.jobs.http_request import HTTP_REQUEST
     from services.jobs.media import BUILT_IN
 
-    return Catalogue(BUILT_IN)
+    return Catalogue((*BUILT_IN, HTTP_REQUEST), deployment=deployment)
 
 
-def load_catalogue(entry_points: Iterable[metadata.EntryPoint] | None = None) -> Catalogue:
+def load_catalogue(
+    entry_points: Iterable[metadata.EntryPoint] | None = None,
+    *,
+    deployment: Deployment | None = None,
+) -> Catalogue:
     """The built-in actions plus every installed plug-in's (`entry_points` overrides the
-    installed ones, for tests). Raises CatalogueError, naming the distribution and the entry
-    point, for a plug-in that is broken or conflicts with another; the caller stops."""
-    catalogue = built_in()
+    installed ones, for tests), checking params against `deployment` (None: nothing
+    configured, so an `http.request` job names no known target). Raises CatalogueError, naming
+    the distribution and the entry point, for a plug-in that is broken or conflicts with
+    another; the caller stops."""
+    catalogue = built_in(deployment)
     found = metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points is None else entry_points
     for entry_point in sorted(found, key=lambda ep: (ep.name, ep.value)):
         source = describe(entry_point)
@@ -140,11 +165,15 @@ def describe(entry_point: metadata.EntryPoint) -> str:
     return f"{who} (entry point {entry_point.name} = {entry_point.value} in {ENTRY_POINT_GROUP})"
 
 
-def load_or_exit(entry_points: Iterable[metadata.EntryPoint] | None = None) -> Catalogue:
+def load_or_exit(
+    entry_points: Iterable[metadata.EntryPoint] | None = None,
+    *,
+    deployment: Deployment | None = None,
+) -> Catalogue:
     """`load_catalogue()` for a process's start: a broken or conflicting plug-in ends the
     process with the message on stderr and exit status 78 (configuration error)."""
     try:
-        return load_catalogue(entry_points)
+        return load_catalogue(entry_points, deployment=deployment)
     except CatalogueError as exc:
         logger.critical("action catalogue: %s", exc)
         sys.stderr.write(f"deferred-jobs: action catalogue: {exc}\n")

@@ -28,7 +28,8 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
-ACTION_NAME = "http.request"
+from services.jobs.lanes import MAX_PAUSE, MIN_PAUSE
+
 ENV_VARIABLE = "JOBS_HTTP_TARGETS"
 
 TARGET_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
@@ -40,8 +41,9 @@ MAX_PATH_BYTES = 2048
 MAX_BODY_BYTES = 64 * 1024
 # What of a 2xx answer's body the result keeps: enough to read, bounded for the record.
 RESULT_EXCERPT_BYTES = 512
-MIN_RETRY_AFTER_S = 1.0
-MAX_RETRY_AFTER_S = 6 * 3600.0
+# The scan's pause bounds (lanes.py): what the worker waits is what the scan pauses for.
+MIN_RETRY_AFTER_S = MIN_PAUSE.total_seconds()
+MAX_RETRY_AFTER_S = MAX_PAUSE.total_seconds()
 # Plain http only to this machine (a local target under `make run`); anything else is https.
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 # RFC 3986 path characters (pchar) and "/" plus a query; "%" only as a valid escape.
@@ -82,6 +84,29 @@ def parse_targets(text: str | None, *, source: str = ENV_VARIABLE) -> dict[str, 
     except json.JSONDecodeError as exc:
         raise TargetsError([f"{source}: not JSON ({exc.msg} at {exc.pos})"]) from exc
     return targets_from_mapping(raw, source=source)
+
+
+def targets_json(targets: Mapping[str, HttpTarget]) -> str:
+    """`targets` as `JOBS_HTTP_TARGETS` JSON (what `parse_targets` reads back as equal)."""
+    encoded: dict[str, dict[str, Any]] = {}
+    for name, target in targets.items():
+        fields: dict[str, Any] = {"url": target.url, "audience": target.audience}
+        if target.rate is not None:
+            fields["rate"] = target.rate
+        if target.concurrency is not None:
+            fields["concurrency"] = target.concurrency
+        fields["timeout_s"] = target.timeout_s
+        encoded[name] = fields
+    return json.dumps(encoded, separators=(",", ":"), sort_keys=True)
+
+
+def target_flag(text: str) -> dict[str, HttpTarget]:
+    """One `NAME=URL` (a command line's target: audience the URL's origin, no rate, the
+    default timeout) as targets; TargetsError names what is wrong."""
+    name, equals, url = text.partition("=")
+    if not equals:
+        raise TargetsError([f"{text!r}: expected NAME=URL"])
+    return targets_from_mapping({name.strip(): {"url": url.strip()}}, source="--http-target")
 
 
 def targets_from_mapping(raw: Any, *, source: str = ENV_VARIABLE) -> dict[str, HttpTarget]:

@@ -11,16 +11,27 @@ accepts.
 
 An action declared without a schema gets only the generic limits every params map has (JSON
 values, Firestore's nesting, 16 KiB).
+
+Some checks need the deployment, not only the params: `http.request` must refuse a target the
+deployment does not configure. Such a schema carries a `check` taking the params and the
+`Deployment` (`services.jobs.deployment`); the catalogue passes the deployment it was loaded
+with, so the store, the API and `jobsctl` refuse the job at schedule time, naming the field.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Kind = Literal["string", "integer", "number", "boolean", "string_list"]
+from services.jobs.deployment import Deployment
+
+# `json`: any JSON value (within the generic limits every params map has).
+Kind = Literal["string", "integer", "number", "boolean", "string_list", "json"]
+# A check that needs the deployment: the params (already fitting the fields) and the
+# deployment in, the problems out, each naming its field (`params.target: …`).
+DeploymentCheck = Callable[[Mapping[str, Any], Deployment], list[str]]
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,8 @@ class Field:
             return found
         if self.kind == "string":
             return self._string_problems(value, where)
+        if self.kind == "json":
+            return []
         if self.kind == "boolean":
             return [] if isinstance(value, bool) else [f"{where} must be true or false"]
         if self.kind == "integer":
@@ -78,14 +91,19 @@ class Field:
 
 @dataclass(frozen=True)
 class ParamsSchema:
-    """The params of one action: its fields, no others, and groups of which exactly one."""
+    """The params of one action: its fields, no others, groups of which exactly one, and
+    optionally a `check` against the deployment (run once the fields fit)."""
 
     action: str
     fields: tuple[Field, ...]
     exactly_one_of: tuple[tuple[str, ...], ...] = ()
+    check: DeploymentCheck | None = None
 
-    def problems(self, params: Mapping[str, Any]) -> list[str]:
-        """Why `params` do not fit (empty when they do); every problem names its field."""
+    def problems(
+        self, params: Mapping[str, Any], deployment: Deployment | None = None
+    ) -> list[str]:
+        """Why `params` do not fit (empty when they do); every problem names its field.
+        `deployment` None: nothing configured (`Deployment()`)."""
         known = {f.name: f for f in self.fields}
         found = [
             f"params.{name} is not a field of {self.action} (fields: {', '.join(known)})"
@@ -102,6 +120,8 @@ class ParamsSchema:
                 found.extend(spec.problems(params[spec.name]))
             elif spec.required:
                 found.append(f"params.{spec.name} is required for {self.action}")
+        if not found and self.check is not None:
+            found.extend(self.check(params, deployment or Deployment()))
         return found
 
     def summary(self) -> str:
@@ -111,9 +131,12 @@ class ParamsSchema:
 
 
 def params_problems(
-    action: str, params: Mapping[str, Any], schemas: Mapping[str, ParamsSchema]
+    action: str,
+    params: Mapping[str, Any],
+    schemas: Mapping[str, ParamsSchema],
+    deployment: Deployment | None = None,
 ) -> list[str]:
-    """Why `params` do not fit `action`'s declared schema among `schemas` (the catalogue's);
-    empty when they do, or when the action declares none."""
+    """Why `params` do not fit `action`'s declared schema among `schemas` (the catalogue's),
+    in `deployment`; empty when they do, or when the action declares none."""
     schema = schemas.get(action)
-    return schema.problems(params) if schema is not None else []
+    return schema.problems(params, deployment) if schema is not None else []

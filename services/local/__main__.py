@@ -17,12 +17,21 @@ import argparse
 import faulthandler
 import logging
 import math
+import os
 import sys
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 
 from emulators.launcher import DEFAULT_PROJECT
 from emulators.port_number import port_number
+from services.jobs.http_targets import (
+    ENV_VARIABLE,
+    HttpTarget,
+    TargetsError,
+    parse_targets,
+    target_flag,
+)
 from services.jobs.shard import MAX_SHARDS
 from services.local.stack import ChildDied, StackError
 from services.local.system import ROOT, DemoTimeout, LocalSystem, Options, Ports
@@ -30,7 +39,7 @@ from services.local.system import ROOT, DemoTimeout, LocalSystem, Options, Ports
 EXIT_WATCHDOG_S = 10.0  # how long the interpreter may take to exit once every child stopped
 
 
-def parse_args(argv: list[str] | None) -> Options:
+def parse_args(argv: list[str] | None, environ: Mapping[str, str] | None = None) -> Options:
     parser = argparse.ArgumentParser(
         prog="python -m services.local",
         description=__doc__,
@@ -119,9 +128,23 @@ def parse_args(argv: list[str] | None) -> Options:
         "stack per directory (default .local/)",
     )
     parser.add_argument(
+        "--http-target",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help=f"an HTTP target the HTTP action's jobs may name (repeatable; audience: the URL's "
+        f"origin). Added to {ENV_VARIABLE} from this environment (a flag replaces a target "
+        "of the same name there); the worker, the api and the env file get the result, and "
+        "the worker's ID tokens come from the local OIDC issuer",
+    )
+    parser.add_argument(
         "--log-level", default="WARNING", help="this process's log level (default WARNING)"
     )
     args = parser.parse_args(argv)
+    try:
+        http_targets = http_targets_of(args.http_target, os.environ if environ is None else environ)
+    except TargetsError as exc:
+        parser.error(str(exc))
     if args.test_cadence_s is not None and not 0 < args.test_cadence_s < math.inf:
         parser.error("--test-cadence-s must be a number of seconds above 0")  # also nan
     if args.timeout is not None and not 0 < args.timeout < math.inf:
@@ -152,7 +175,17 @@ def parse_args(argv: list[str] | None) -> Options:
         fresh=args.fresh,
         shards=args.shards,
         image=args.image,
+        http_targets=http_targets,
     )
+
+
+def http_targets_of(flags: list[str], environ: Mapping[str, str]) -> dict[str, HttpTarget]:
+    """JOBS_HTTP_TARGETS of this process's environment, then each `--http-target NAME=URL`
+    (replacing a target of the same name); TargetsError names the key or the flag."""
+    targets = parse_targets(environ.get(ENV_VARIABLE))
+    for flag in flags:
+        targets.update(target_flag(flag))
+    return targets
 
 
 def _shard_count(text: str) -> int:

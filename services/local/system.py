@@ -13,6 +13,7 @@ import logging
 import os
 import queue
 import secrets
+import shlex
 import shutil
 import signal
 import sys
@@ -47,6 +48,8 @@ from services.edge.resource_names import Names
 from services.edge.scheduler_cron import CronSchedule
 from services.jobs.catalogue import Catalogue, load_catalogue
 from services.jobs.clock import SystemClock
+from services.jobs.deployment import Deployment
+from services.jobs.http_targets import HttpTarget, targets_json
 from services.local.cloud_run import deployments, front_end_argv
 from services.local.demo import Demo, DemoStatus, demo_status, plan_demo, seed_demo
 from services.local.interrupts import InterruptGate
@@ -124,6 +127,16 @@ class Options:
     # A container image: the front ends run the services from it with podman (docs/image.md)
     # instead of as processes of this checkout. Needs the front ends (cloud_run).
     image: str | None = None
+    # The services http.request jobs may call (--http-target, JOBS_HTTP_TARGETS): the worker,
+    # the api and the env file get them.
+    http_targets: Mapping[str, HttpTarget] = field(default_factory=dict)
+
+    @property
+    def http_targets_environment(self) -> dict[str, str]:
+        """JOBS_HTTP_TARGETS for a process that schedules or runs http.request jobs."""
+        if not self.http_targets:
+            return {}
+        return {common_keys.HTTP_TARGETS: targets_json(self.http_targets)}
 
     @property
     def behind_cloud_run_iam(self) -> bool:
@@ -326,7 +339,9 @@ class LocalSystem:
     def _start_services(self) -> None:
         # The catalogue the services will load (built-ins and this environment's plug-ins):
         # a broken or conflicting plug-in stops `make run` here, before any process starts.
-        self.catalogue = load_catalogue()
+        self.catalogue = load_catalogue(
+            deployment=Deployment(http_targets=self.options.http_targets)
+        )
         ports = self.options.ports
         scan_port = ports.scan or free_port(HOST)
         worker_port = ports.worker or free_port(HOST)
@@ -338,6 +353,11 @@ class LocalSystem:
             worker_keys.WORKER_AUDIENCE: self.endpoints.worker_url,
             worker_keys.WORKER_ALLOWED_INVOKERS: self.topology.pusher_email,
             worker_keys.MEDIA_BUCKET: self.demo.bucket,
+            **self.options.http_targets_environment,
+            # http.request's ID tokens: the local issuer's, naming the worker's own account
+            # (in Cloud Run: the metadata server's, for the worker's service account).
+            worker_keys.WORKER_ID_TOKEN_URL: self._token_url(),
+            worker_keys.WORKER_ID_TOKEN_EMAIL: self.worker_email,
         }
         started = [
             self._start_function("worker", worker_port, worker_env),
@@ -397,12 +417,18 @@ class LocalSystem:
             **common,
             api_keys.API_AUDIENCE: self.endpoints.api_url,
             api_keys.API_ALLOWED_CALLERS: self.api_caller_email,
+            **self.options.http_targets_environment,
         }
         return self._start_function("api", port, env)
 
     @property
     def api_caller_email(self) -> str:
         return self.topology.names.email(API_CALLER_ACCOUNT, self.options.project)
+
+    @property
+    def worker_email(self) -> str:
+        """The worker's service account, as infra names it: the ID tokens it sends name it."""
+        return self.topology.names.email(self.topology.names.worker_account, self.options.project)
 
     def _start_function(self, target: str, port: int, env: Mapping[str, str]) -> tuple[Child, int]:
         """The functions-framework process of `target`, on `port` or behind a front end there."""
@@ -581,7 +607,7 @@ class LocalSystem:
     # -- helpers ------------------------------------------------------------------------
 
     def _write_env_file(self) -> None:
-        lines = [f"export {k}={v}" for k, v in self._shell_exports().items()]
+        lines = [f"export {k}={shlex.quote(v)}" for k, v in self._shell_exports().items()]
         # jobsctl (and the project's Python) on PATH: `source .local/env; jobsctl stats`.
         lines.append(f'export PATH="{Path(sys.executable).parent}:$PATH"')
         (self.options.log_dir / "env").write_text("\n".join(lines) + "\n")
@@ -603,6 +629,8 @@ class LocalSystem:
             PRODUCER_API_URL: self.endpoints.api_url,
             PRODUCER_TOKEN_URL: self._token_url(),
             PRODUCER_CALLER: self.api_caller_email,
+            # jobsctl schedule checks an http.request job's target against the same targets.
+            **self.options.http_targets_environment,
         }
 
     def _banner(self) -> None:
@@ -619,6 +647,10 @@ class LocalSystem:
         if catalogue is not None:
             listed = ", ".join(f"{n} ({catalogue.source_of(n)})" for n in catalogue.names())
             self._say(f"actions {listed}")
+        targets = self.options.http_targets
+        if targets:
+            listed = ", ".join(f"{n} {t.url} (audience {t.audience})" for n, t in targets.items())
+            self._say(f"http targets {listed}; ID tokens name {self.worker_email}")
         self._say(f"emulators (pid {e.pids['emulators']}); logs in {self.options.log_dir}")
         self._say(self._data_line())
         for note in e.notes:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 
 from services.jobs.catalogue import Catalogue, load_catalogue
+from services.jobs.deployment import Deployment
 from services.jobs.errors import InvalidRecord, LostRace, ScheduleConflict, ValidationError
 from services.jobs.model import NewJob
 from services.jobs.record import Job, decode_job
@@ -90,11 +92,12 @@ class Scheduling:
 
     def __init__(self, docs: Documents, known_actions: Catalogue | Collection[str] | None) -> None:
         """`known_actions`: the action catalogue (None: load it, built-ins and installed
-        plug-ins; a broken plug-in raises CatalogueError here), or a plain collection of names
-        (checked against the built-in schemas)."""
+        plug-ins, checking params against this process's deployment, `JOBS_HTTP_TARGETS`; a
+        broken plug-in raises CatalogueError here, bad targets TargetsError), or a plain
+        collection of names (checked against the built-in schemas, nothing configured)."""
         self._docs = docs
         if known_actions is None:
-            known_actions = load_catalogue()
+            known_actions = load_catalogue(deployment=Deployment.from_env(os.environ))
         self._known_actions: Catalogue | frozenset[str] = (
             known_actions if isinstance(known_actions, Catalogue) else frozenset(known_actions)
         )

@@ -25,6 +25,7 @@ from services.edge.auth_errors import CertsUnavailable, Forbidden, Unauthenticat
 from services.edge.startup import json_response
 from services.jobs.catalogue import Catalogue, load_catalogue
 from services.jobs.clock import Clock, SystemClock
+from services.jobs.deployment import Deployment
 from services.jobs.errors import StoreUnavailable
 from services.store.rejections import PAYLOAD_LIMIT, RejectionStore, rejection_of
 from services.telemetry import log, metrics
@@ -337,26 +338,13 @@ def handler_of(app: flask.Flask) -> PushHandler:
 
 
 def default_actions(settings: WorkerSettings, catalogue: Catalogue | None = None) -> ActionRegistry:
-    """Every action of the catalogue (default: the built-in ones and the installed plug-ins'),
-    bound with the settings (real clients, the settings' retry policy for an action that
-    declares none). A broken plug-in raises CatalogueError: the worker does not start."""
-    registry = bind(load_catalogue() if catalogue is None else catalogue, ActionContext(settings))
-    if settings.http_targets:
-        # Not yet in the catalogue (the schedule side does not accept it yet): the worker can
-        # run it once the catalogue declares it with its target-aware params check.
-        import requests
-
-        from services.worker.http_request import MetadataIdTokens, http_request_action
-
-        registry.register(
-            http_request_action(
-                settings.http_targets,
-                MetadataIdTokens(),
-                requests.Session(),
-                policy=settings.retry_policy,
-            )
-        )
-    return registry
+    """Every action of the catalogue (default: the built-in ones, `http.request` over the
+    settings' HTTP targets among them, and the installed plug-ins'), bound with the settings
+    (real clients, the settings' retry policy for an action that declares none). A broken
+    plug-in raises CatalogueError: the worker does not start."""
+    if catalogue is None:
+        catalogue = load_catalogue(deployment=Deployment(http_targets=settings.http_targets))
+    return bind(catalogue, ActionContext(settings))
 
 
 # What a requests session with `trust_env` reads from the environment on every request

@@ -27,23 +27,26 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import google.auth.exceptions
 import google.auth.transport.requests
 import google.oauth2.id_token
 import requests
 
-from services.jobs.actions import Action, ActionRequest, ActionResult, RetryPolicy
+from services.jobs.actions import Action, ActionFn, ActionRequest, ActionResult, RetryPolicy
 from services.jobs.errors import PermanentError, RetryAfter, TransientError
+from services.jobs.http_request import ACTION_NAME
 from services.jobs.http_targets import (
-    ACTION_NAME,
     DEFAULT_METHOD,
     HttpTarget,
     excerpt,
     judge,
     request_params_problems,
 )
+
+if TYPE_CHECKING:
+    from services.worker.actions import ActionContext
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +100,20 @@ class IssuerIdTokens(MetadataIdTokens):
         super().__init__(fetch)
 
 
+def build_http_request(context: ActionContext) -> ActionFn:
+    """The declaration's `build` (services/jobs/http_request.py): the call over the worker's
+    configured targets, with ID tokens from the metadata server (Cloud Run) or, when the
+    settings name one, the local OIDC issuer (make run); called once at the worker's start."""
+    settings = context.settings
+    session = requests.Session()
+    tokens: IdTokens
+    if settings.id_token_url and settings.id_token_email:
+        tokens = IssuerIdTokens(settings.id_token_url, settings.id_token_email, requests.Session())
+    else:
+        tokens = MetadataIdTokens()
+    return http_request_call(settings.http_targets, tokens, session)
+
+
 def http_request_action(
     targets: Mapping[str, HttpTarget],
     tokens: IdTokens,
@@ -105,7 +122,20 @@ def http_request_action(
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     policy: RetryPolicy | None = None,
 ) -> Action:
-    """The `http.request` action over these targets."""
+    """The `http.request` action over these targets, bound (for a registry of its own)."""
+    return Action(
+        ACTION_NAME, http_request_call(targets, tokens, session, now=now), policy or RetryPolicy()
+    )
+
+
+def http_request_call(
+    targets: Mapping[str, HttpTarget],
+    tokens: IdTokens,
+    session: requests.Session,
+    *,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> ActionFn:
+    """The callable that performs `http.request` over these targets."""
     limits = {
         name: threading.BoundedSemaphore(target.concurrency)
         for name, target in targets.items()
@@ -176,4 +206,4 @@ def http_request_action(
             raise TransientError(f"{where}: {excerpt(body[:200])}")
         raise PermanentError(f"{where}: {excerpt(body[:200])}")
 
-    return Action(ACTION_NAME, run, policy or RetryPolicy())
+    return run

@@ -18,15 +18,17 @@ from services.edge.settings import (
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
     GOOGLE_CERTS_URL,
+    HTTP_TARGETS,
     CommonSettings,
     EnvReader,
+    read_http_targets,
 )
 from services.jobs.actions import (
     DEFAULT_LONG_RETRY_DELAY,
     DEFAULT_RETRY_LATER_AFTER_ATTEMPTS,
     RetryPolicy,
 )
-from services.jobs.http_targets import ENV_VARIABLE, HttpTarget, TargetsError, parse_targets
+from services.jobs.http_targets import HttpTarget
 from services.worker.media import is_valid_bucket_name
 from services.worker.processor import DEFAULT_DEADLINE_MARGIN, DEFAULT_MAX_DELIVERY
 
@@ -42,8 +44,11 @@ WORKER_DEADLINE_MARGIN_S = "JOBS_WORKER_DEADLINE_MARGIN_S"
 # The longest one delivery acts before handing what is left to the next; set it below the
 # Cloud Run request timeout (which does not stop the thread).
 WORKER_MAX_DELIVERY_S = "JOBS_WORKER_MAX_DELIVERY_S"
-# The services the http.request action may call (services/jobs/http_targets.py).
-HTTP_TARGETS = ENV_VARIABLE
+# TEST SETTINGS (make run): where the worker takes its ID tokens for http.request's targets
+# (the local OIDC issuer's token endpoint) and the account they name. Unset: the metadata
+# server, as the worker's own service account (Cloud Run).
+WORKER_ID_TOKEN_URL = "JOBS_WORKER_ID_TOKEN_URL"
+WORKER_ID_TOKEN_EMAIL = "JOBS_WORKER_ID_TOKEN_EMAIL"
 
 ALL_KEYS = (
     *COMMON_KEYS,
@@ -56,6 +61,8 @@ ALL_KEYS = (
     WORKER_DEADLINE_MARGIN_S,
     WORKER_MAX_DELIVERY_S,
     HTTP_TARGETS,
+    WORKER_ID_TOKEN_URL,
+    WORKER_ID_TOKEN_EMAIL,
 )
 
 # The lease must end before Pub/Sub's push deadline (at most 600 s) hands the message to
@@ -87,6 +94,10 @@ class WorkerSettings:
     retry_later_after_attempts: int = DEFAULT_RETRY_LATER_AFTER_ATTEMPTS
     media_bucket: str | None = None
     http_targets: Mapping[str, HttpTarget] = dataclasses.field(default_factory=dict)
+    # None: ID tokens from the metadata server; else the local OIDC issuer's token URL and
+    # the email its tokens name (make run).
+    id_token_url: str | None = None
+    id_token_email: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_level: str = "INFO"
     auth_clock_skew_s: int = DEFAULT_CLOCK_SKEW_S
@@ -164,16 +175,21 @@ class WorkerSettings:
                 max=MAX_RETRY_LATER_AFTER_ATTEMPTS,
             ),
             media_bucket=bucket,
-            http_targets=_http_targets(env),
+            http_targets=read_http_targets(env),
+            id_token_url=env.url(WORKER_ID_TOKEN_URL, default="") or None,
+            id_token_email=_id_token_email(env),
         )
         env.finish()
         return settings
 
 
-def _http_targets(env: EnvReader) -> dict[str, HttpTarget]:
-    try:
-        return parse_targets(env.str(HTTP_TARGETS, default=""))
-    except TargetsError as exc:
-        for problem in exc.problems:
-            env.problem(HTTP_TARGETS, problem)
-        return {}
+def _id_token_email(env: EnvReader) -> str | None:
+    email = env.str(WORKER_ID_TOKEN_EMAIL, default="") or None
+    if email is not None and ("@" not in email or " " in email):
+        env.problem(WORKER_ID_TOKEN_EMAIL, f"not an email address: {email!r}")
+    if bool(email) != bool(env.str(WORKER_ID_TOKEN_URL, default="")):
+        env.problem(
+            WORKER_ID_TOKEN_EMAIL,
+            f"set both {WORKER_ID_TOKEN_URL} and {WORKER_ID_TOKEN_EMAIL}, or neither",
+        )
+    return email

@@ -13,6 +13,10 @@ worker deletes:
 - explicit keys: N/2 jobs each with its own explicit idempotency key, then N/2 more jobs that
   share those keys (the first wave's results are reused; no side effect twice).
 
+- http.request: the sequential pass again, each job an `http.request` to a local target that
+  answers 204 (the worker's call, its token and the target cost no Firestore operation; the
+  figure is the record's own life). `JOBS_BENCH_COST_ONLY=http.request` runs this pass alone.
+
 Run: `.venv/bin/python -m tests.benchmarks cost`. Everything is in this process on 127.0.0.1.
 """
 
@@ -50,7 +54,13 @@ class Cost:
 
 def main() -> None:
     jobs = int(os.environ.get("JOBS_BENCH_COST_JOBS", DEFAULT_JOBS))
+    if os.environ.get("JOBS_BENCH_COST_ONLY") == "http.request":
+        with rig.in_process() as emulators, _HttpTarget() as target:
+            _http_request_pass(emulators, target, jobs)
+        return
     with rig.in_process() as emulators:
+        with _HttpTarget() as target:
+            _http_request_pass(emulators, target, jobs)
         with _World(emulators, "bench-cost-seq", live=False) as world:
             base = world.cycle("sequential", jobs)
         with _World(emulators, "bench-cost-live", live=True) as world:
@@ -65,10 +75,77 @@ def _key(n: int) -> str:
     return f"shared-{n}"
 
 
+class _HttpTarget:
+    """A local target answering 204 to every call, counting them."""
+
+    def __enter__(self) -> _HttpTarget:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        target = self
+        self.calls = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                target.calls += 1
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _StaticTokens:
+    """An ID token source (the token costs no Firestore operation; the target ignores it)."""
+
+    def token(self, audience: str) -> str:
+        return "bench-token"
+
+
+def _http_request_pass(emulators: rig.Emulators, target: _HttpTarget, jobs: int) -> Cost:
+    import requests
+
+    from services.jobs.catalogue import load_catalogue
+    from services.jobs.deployment import Deployment
+    from services.jobs.http_targets import target_flag
+    from services.worker.http_request import http_request_action
+
+    targets = target_flag(f"bench={target.url}")
+    action = http_request_action(targets, _StaticTokens(), requests.Session())
+    catalogue = load_catalogue(deployment=Deployment(http_targets=targets))
+    params = {"target": "bench", "path": "/jobs/expire", "body": {"n": 1}}
+    with _World(emulators, "bench-cost-http", live=False, extra_actions=(action,)) as world:
+        cost = world.cycle(
+            "http.request",
+            jobs,
+            prefix="call",
+            seed={"action": "http.request", "catalogue": catalogue, "params": lambda n: params},
+        )
+    print(f"  target calls: {target.calls:,}")
+    return cost
+
+
 class _World:
     """One project: client, worker, topic, store and a metered Scanner."""
 
-    def __init__(self, emulators: rig.Emulators, project: str, *, live: bool) -> None:
+    def __init__(
+        self,
+        emulators: rig.Emulators,
+        project: str,
+        *,
+        live: bool,
+        extra_actions: tuple[Any, ...] = (),
+    ) -> None:
         from google.cloud import firestore
 
         from services.jobs.clock import SystemClock
@@ -80,7 +157,7 @@ class _World:
         self.live = live
         self.client = firestore.Client(project=project)
         self.clock = SystemClock()
-        self.worker = rig.serve_worker(project, emulators, self.client)
+        self.worker = rig.serve_worker(project, emulators, self.client, extra_actions=extra_actions)
         self.topic = rig.topic(project, push_url=self.worker.url if live else None)
         self.bucket = f"{project}-media"
         self.storage = self.worker.storage_client.create_bucket(self.bucket)
@@ -115,9 +192,11 @@ class _World:
         prefix: str = "job",
         key: Callable[[int], str] | None = None,
         fixed_from: list[int] | None = None,
+        seed: dict[str, Any] | None = None,
     ) -> Cost:
         print(f"-- {label}: {jobs:,} jobs", flush=True)
-        rig.upload_objects(self.storage, jobs, prefix)
+        if seed is None:
+            rig.upload_objects(self.storage, jobs, prefix)
         rig.seed_due(
             self.client,
             jobs,
@@ -125,6 +204,7 @@ class _World:
             prefix=prefix,
             bucket=self.bucket,
             idempotency_key=key,
+            **(seed or {}),
         )
         self.metered.fixed.per_call.clear()
         before = self.worker.done.completed

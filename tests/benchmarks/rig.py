@@ -206,7 +206,10 @@ class WorkerServer:
             self.devnull.close()
 
 
-def serve_worker(project: str, emulators: Emulators, client: Any) -> WorkerServer:
+def serve_worker(
+    project: str, emulators: Emulators, client: Any, *, extra_actions: Sequence[Any] = ()
+) -> WorkerServer:
+    """The worker with the media action (and `extra_actions`, bound), on 127.0.0.1."""
     import google.cloud.storage as storage
     from google.auth.credentials import AnonymousCredentials
 
@@ -235,7 +238,9 @@ def serve_worker(project: str, emulators: Emulators, client: Any) -> WorkerServe
         allowed_invokers=frozenset({PUSHER}),
         certs_url=emulators.oidc.certs_url,
     )
-    actions = ActionRegistry([media.delete_source_action(storage_client, settings.retry_policy)])
+    actions = ActionRegistry(
+        [media.delete_source_action(storage_client, settings.retry_policy), *extra_actions]
+    )
     holder["app"] = create_app(
         settings,
         clock=clock,
@@ -301,6 +306,8 @@ def seed_due(
     idempotency_key: Callable[[int], str | None] | None = None,
     spacing: timedelta = timedelta(0),
     shards: int = 1,
+    action: str = ACTION,
+    catalogue: Any = None,
 ) -> list[str]:
     """`count` deferred jobs as `schedule` writes them (with JOBS_SHARDS=`shards`), in
     500-write batches (4 at a time)."""
@@ -318,13 +325,13 @@ def seed_due(
         for n in range(first, min(first + 500, count)):
             new = NewJob(
                 ids[n],
-                ACTION,
+                action,
                 f"media-{n}",
                 due_at + spacing * n,
                 params(n) if params else {"bucket": bucket, "objects": [f"src/{prefix}-{n}"]},
                 idempotency_key=idempotency_key(n) if idempotency_key else None,
             )
-            job = Job.create(new.validated(), due_at, shards=shards)
+            job = Job.create(new.validated(catalogue), due_at, shards=shards)
             writes.set(collection.document(ids[n]), job.to_document())
         writes.commit()
 

@@ -12,7 +12,7 @@ addressed to the front end's URL; `container_url` reaches the app as only Cloud 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +26,7 @@ from services.api.app import create_app
 from services.api.settings import ApiSettings
 from services.jobs import schema
 from services.jobs.clock import FakeClock
+from services.jobs.http_targets import HttpTarget
 from services.local.cloud_run import API_CONCURRENCY, API_SERVICE, API_TIMEOUT_S
 from tests.fixtures.cloudrun import front_end
 
@@ -92,8 +93,10 @@ def _rig(
     cloud_run: bool,
     callers: tuple[str, ...] = (CALLER,),
     trusted: tuple[str, ...] = (),
+    http_targets: Mapping[str, HttpTarget] | None = None,
 ) -> Iterator[ApiRig]:
-    """The API (behind a front end when `cloud_run`) for `callers`, `trusted` among them."""
+    """The API (behind a front end when `cloud_run`) for `callers`, `trusted` among them,
+    scheduling `http.request` jobs to `http_targets` (its JOBS_HTTP_TARGETS)."""
     # Served first (a front end needs its upstream), the app plugged in once built.
     apps: list[Any] = []
     server = make_server("127.0.0.1", 0, lambda env, start: apps[0](env, start), threaded=True)
@@ -118,6 +121,7 @@ def _rig(
         certs_url=oidc_server.certs_url,
         behind_cloud_run_iam=cloud_run,
         trusted_callers=frozenset(trusted),
+        http_targets=dict(http_targets or {}),
     )
     clock = FakeClock(T0)
     apps.append(create_app(settings, clock=clock, firestore_client=firestore_client))

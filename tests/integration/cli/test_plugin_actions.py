@@ -58,6 +58,7 @@ def test_a_plugins_jobs_wait_for_a_worker_that_knows_them_then_complete(
     assert {a["name"]: a["pending"] for a in listed} == {
         "media.delete_source": 0,
         "media.delete_prefix": 0,
+        "http.request": 0,
         "trials.expire": 4,
     }
     lacking = jobsctl("actions", "check", "--worker-actions", "media.delete_source")
@@ -92,4 +93,9 @@ def test_jobsctl_actions_lists_the_catalogue_with_its_sources(jobsctl: Jobsctl) 
     assert run.code == 0, run.err
     assert "trials.expire" in run.out and "my-trials 1.0" in run.out and "5/s" in run.out
     names = jobsctl("actions", "--names")
-    assert names.out.split() == ["media.delete_source", "media.delete_prefix", "trials.expire"]
+    assert names.out.split() == [
+        "media.delete_source",
+        "media.delete_prefix",
+        "http.request",
+        "trials.expire",
+    ]

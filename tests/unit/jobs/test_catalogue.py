@@ -36,9 +36,9 @@ T0_CLOCK = FakeClock(T0)
 TRIAL = NewJob("trial-1", "trials.expire", "trial-1", T0, {"trial_id": "t-1"})
 
 
-def test_the_built_in_catalogue_holds_the_two_media_actions() -> None:
+def test_the_built_in_catalogue_holds_the_media_actions_and_http_request() -> None:
     catalogue = built_in()
-    assert catalogue.names() == ["media.delete_source", "media.delete_prefix"]
+    assert catalogue.names() == ["media.delete_source", "media.delete_prefix", "http.request"]
     assert catalogue.default() == "media.delete_source"
 
 
@@ -46,7 +46,12 @@ def test_an_installed_plugins_action_joins_the_catalogue_with_its_source(
     trials_plugin: Path,
 ) -> None:
     catalogue = load_catalogue()
-    assert catalogue.names() == ["media.delete_source", "media.delete_prefix", "trials.expire"]
+    assert catalogue.names() == [
+        "media.delete_source",
+        "media.delete_prefix",
+        "http.request",
+        "trials.expire",
+    ]
     action = catalogue.get("trials.expire")
     assert action is not None and action.budget is not None and action.budget.per_second == 5
     source = catalogue.source_of("trials.expire")
@@ -75,7 +80,12 @@ def test_the_apis_document_lists_the_plugins_action(trials_plugin: Path) -> None
     app = create_api(API_SETTINGS, store=FakeStore(T0_CLOCK), verifier=FakeVerifier())
     served = app.test_client().get("/v1/openapi.json", headers={"Authorization": GOOD})
     action = served.get_json()["components"]["schemas"]["ScheduleRequest"]["properties"]["action"]
-    assert action["enum"] == ["media.delete_source", "media.delete_prefix", "trials.expire"]
+    assert action["enum"] == [
+        "media.delete_source",
+        "media.delete_prefix",
+        "http.request",
+        "trials.expire",
+    ]
 
 
 @pytest.fixture
@@ -220,7 +230,7 @@ def test_nothing_but_its_declaration_spells_an_actions_name() -> None:
     """Every component reads the catalogue: no code outside an action's declaring module names
     it (docstrings may, as prose), and the OpenAPI file names none (the served document gets
     them from the catalogue)."""
-    declaring = {ROOT / "services" / "jobs" / "media.py"}
+    declaring = {ROOT / "services" / "jobs" / name for name in ("media.py", "http_request.py")}
     names = built_in().names()
     found = [
         f"{path.relative_to(ROOT)}:{line} {value!r}"
