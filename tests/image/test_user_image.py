@@ -9,6 +9,8 @@ entry point to a missing module stops every start, naming the distribution and t
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import tomllib
 import urllib.error
 import urllib.request
@@ -256,7 +258,16 @@ def test_an_entry_point_to_a_missing_module_stops_the_start_naming_distribution_
     broken_image: str, target: str
 ) -> None:
     # The image's own CMD, with settings that pass: the catalogue check alone refuses.
-    done = podman.run(broken_image, env={**_target_env(target), **NOWHERE})
+    name = f"deferred-jobs-broken-{target}-{os.getpid()}"
+    try:
+        done = podman.run(
+            broken_image, env={**_target_env(target), **NOWHERE}, extra=[f"--name={name}"]
+        )
+    except subprocess.TimeoutExpired:
+        logs = podman.podman("logs", name, check=False)
+        pytest.fail(f"{target} started with the broken plug-in:\n{logs.stdout}{logs.stderr}")
+    finally:
+        podman.podman("rm", "--force", name, check=False)
     output = done.stdout + done.stderr
     assert done.returncode == EXIT_BAD_SETTINGS, output
     lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
