@@ -1,6 +1,6 @@
 """The functions-framework entry point of the scan service (`--target=scan`).
 
-    python -m services.scan.main        # the start-up check: exit 2 naming every bad key
+    python -m services.scan.main        # the start-up check: exit 2 naming every bad key or plug-in
     python -m services.edge.server --target=scan --source=services/scan/main.py
 
 The image runs both, in that order (Dockerfile), so a bad JOBS_* value stops the revision at
@@ -35,8 +35,12 @@ def scan(request: flask.Request) -> flask.Response:
 
 
 def check() -> int:
-    """The start-up check of the scan's settings (see the module docstring)."""
-    return startup.check_settings(SERVICE, ScanSettings.from_env, os.environ)
+    """The start-up check of the scan's settings and action catalogue (see the module
+    docstring): the scan claims by each action's budget, so a plug-in that cannot be loaded
+    stops its start too, not its first run."""
+    return startup.check_settings(SERVICE, ScanSettings.from_env, os.environ) or (
+        startup.check_catalogue(SERVICE)
+    )
 
 
 def _build() -> ScanHandler:

@@ -54,6 +54,11 @@ def build_base(name: str = BASE_IMAGE) -> str:
 
 def build_app(base: str, name: str = APP_IMAGE) -> str:
     """The project's Dockerfile, unchanged, FROM the stand-in (`--from` replaces only FROM)."""
+    return build(ROOT, name, f"--from={base}")
+
+
+def build(context: Path, name: str, *flags: str, dockerfile: str = "Dockerfile") -> str:
+    """`podman build` of `context`'s `dockerfile` as `name`, from local images only."""
     mount = []
     if HOST_CA_BUNDLE.is_file():
         # The build network may re-sign TLS with a local CA: pip in the RUN steps needs the
@@ -62,13 +67,13 @@ def build_app(base: str, name: str = APP_IMAGE) -> str:
     podman(
         "build",
         "--pull=never",
-        f"--from={base}",
+        *flags,
         f"--runtime={container_image.RUNTIME}",
         *container_image.ulimits(),
         *mount,
         f"--tag={name}",
-        "--file=Dockerfile",
-        str(ROOT),
+        f"--file={context / dockerfile}",
+        str(context),
         timeout_s=BUILD_TIMEOUT_S,
     )
     return name
