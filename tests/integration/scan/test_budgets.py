@@ -34,10 +34,25 @@ def limited_rig(scan_rig: Callable[..., Rig], shards: int = 1) -> Rig:
     return rig
 
 
-@pytest.mark.parametrize("shards", [1, 4])
 def test_a_limited_action_claims_its_rate_per_run_and_the_other_is_not_starved(
-    scan_rig: Callable[..., Rig], shards: int
+    scan_rig: Callable[..., Rig],
 ) -> None:
+    limited_and_other_lanes(scan_rig, shards=1)
+
+
+@pytest.mark.production_strict("pessimistic locking: concurrent shard claims wait or abort")
+def test_at_four_shards_a_limited_action_claims_its_rate_and_the_other_is_not_starved(
+    scan_rig: Callable[..., Rig],
+) -> None:
+    """Each lane claims its shards in parallel transactions. Production locks what a
+    transaction reads and delays or aborts one side of a conflict
+    (https://cloud.google.com/firestore/docs/transaction-data-contention); on Google's emulator
+    parallel claimers hold locks up to ~30 s and the run outlived the 120 s request timeout
+    (docs/emulators.md, row F2)."""
+    limited_and_other_lanes(scan_rig, shards=4)
+
+
+def limited_and_other_lanes(scan_rig: Callable[..., Rig], shards: int) -> None:
     # Each shard layout's own index set: the emulator refuses a query no declared index serves.
     rig = limited_rig(scan_rig, shards)
     # The limited action's backlog is older than the other's: without lanes it would fill
