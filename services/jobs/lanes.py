@@ -114,10 +114,10 @@ def claim_rates(
             else:
                 beyond.append(key)
         raise ValueError(
-            f"{len(rates)} claim lanes have a rate (actions, and HTTP targets as "
-            f"http.request/<target>), weighing {weight} against Firestore's not-in limit of "
-            f"{MAX_LANES} (a target lane counts, and so does its action when it has no rate of "
-            f"its own); beyond it: {', '.join(beyond)}"
+            f"at most {MAX_LANES} claim lanes fit Firestore's not-in limit (a target lane "
+            "counts, and so does its action when it has no rate of its own); "
+            f"{len(rates)} keys have a rate (actions, and targets as action/target), "
+            f"weighing {weight}; beyond the limit: {', '.join(beyond)}"
         )
     return dict(sorted(rates.items()))
 
