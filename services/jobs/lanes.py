@@ -242,8 +242,7 @@ def plan_lanes(
     actions = {key for key in keys if key_parts(key)[1] is None}
     split = sorted({key_parts(key)[0] for key in keys} - actions)
     also = tuple(
-        ClaimFilter(action=action, exclude_targets=_laned_targets(action, keys))
-        for action in split
+        ClaimFilter(action=action, exclude_targets=_laned_targets(action, keys)) for action in split
     )
     rest = ClaimFilter(exclude=tuple(sorted(actions | set(split))), also=also)
     lanes.append(LaneBudget(REST, rest, rest_limit, None))

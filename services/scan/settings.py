@@ -47,7 +47,6 @@ from services.edge.settings import (
     EnvReader,
     read_http_targets,
 )
-from services.jobs.http_targets import HttpTarget
 from services.jobs.budget import (
     DEFAULT_ENQUEUED_TIMEOUT_S,
     DEFAULT_HOUSEKEEPING_INTERVAL_S,
@@ -57,6 +56,7 @@ from services.jobs.budget import (
     ScanLimits,
     ScanMode,
 )
+from services.jobs.http_targets import HttpTarget
 from services.telemetry import metrics
 
 # The scan's own (the shared ones are services.edge.settings', read through CommonSettings;

@@ -1,7 +1,8 @@
 """The stack's `httpTargets`: validated at preview by the services' own parser (each problem
-named `httpTargets.<name>.<field>`), handed to the worker, the api and the scan (each rated target's
-claim lane) as JOBS_HTTP_TARGETS (which they read back as the same targets), and the worker's account gets roles/run.invoker on each
-target that is a Cloud Run service of the project, on that service only."""
+named `httpTargets.<name>.<field>`), handed to the worker, the api and the scan (each rated
+target's claim lane) as JOBS_HTTP_TARGETS (which they read back as the same targets), and the
+worker's account gets roles/run.invoker on each target that is a Cloud Run service of the
+project, on that service only."""
 
 from __future__ import annotations
 
