@@ -84,6 +84,7 @@ SCAN_VARIABLES: tuple[str, ...] = (
     common.TERMINAL_RETENTION_S,
     common.BEHIND_CLOUD_RUN_IAM,
     common.SHARDS,
+    common.HTTP_TARGETS,
 )
 WORKER_VARIABLES: tuple[str, ...] = (
     common.PROJECT,
@@ -145,6 +146,8 @@ def scan_environment(config: StackConfig, wiring: Wiring) -> Mapping[str, pulumi
         # Every service that writes a new job (the worker's retries reschedule in place, but
         # all three share the key) computes its shard from the same count.
         common.SHARDS: str(config.shards),
+        # Each target with a `rate` is a claim lane of its own (services/jobs/lanes.py).
+        common.HTTP_TARGETS: targets_json(config.http_targets.targets),
     }
 
 

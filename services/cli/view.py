@@ -22,7 +22,7 @@ from rich.text import Text
 from services.cli.planner import budget_arithmetic, format_duration
 from services.jobs.budget import EnqueueBudget
 from services.jobs.control import Control
-from services.jobs.lanes import REST, active_pauses
+from services.jobs.lanes import active_pauses, lane_label
 from services.jobs.layout import layout_line, mismatched
 from services.jobs.results import Stats
 from services.jobs.state import State
@@ -253,7 +253,10 @@ def _rates(s: Snapshot) -> Table:
     for action, until in sorted(active_pauses(s.control.action_pauses, s.at).items()):
         grid.add_row(
             "action paused",
-            Text(f"{action} until {until:%H:%M:%SZ} (its dependency's Retry-After)", style="bold"),
+            Text(
+                f"{lane_label(action)} until {until:%H:%M:%SZ} (its dependency's Retry-After)",
+                style="bold",
+            ),
         )
     lanes = s.runs[0].lanes if s.runs else {}
     if lanes:
@@ -271,7 +274,7 @@ def lane_summary(lanes: Mapping[str, Mapping[str, Any]]) -> str:
     """A run's claim lanes on one line: claimed/budget at each rate, or paused until when."""
     parts = []
     for key, lane in lanes.items():
-        name = "rest" if key == REST else key
+        name = lane_label(key)  # `http.request target trials` for a target's lane
         if lane.get("paused_until"):
             parts.append(f"{name} paused until {lane['paused_until']:%H:%M:%SZ}")
             continue

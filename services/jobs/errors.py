@@ -193,11 +193,16 @@ class Interrupted(ActionError):
 
 class RetryAfter(TransientError):
     """The dependency asked to be called again after `delay_s` seconds (429 or 503 with
-    `Retry-After`): the job waits that long, without spending an attempt."""
+    `Retry-After`): the job waits that long, without spending an attempt. `target` names the
+    action's own target that answered (http.request's HTTP target): the pause then holds only
+    that target's jobs (services/jobs/lanes.py, key `action/target`), not the action's."""
 
-    def __init__(self, delay_s: float, message: str | None = None) -> None:
+    def __init__(
+        self, delay_s: float, message: str | None = None, *, target: str | None = None
+    ) -> None:
         super().__init__(message or f"the dependency asked to wait {delay_s:g} s")
         self.delay_s = delay_s
+        self.target = target
 
 
 class PermanentError(ActionError):

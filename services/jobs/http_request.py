@@ -22,14 +22,26 @@ from services.jobs.http_targets import (
     MAX_PATH_BYTES,
     METHODS,
     TARGET_NAME,
+    HttpTarget,
     request_params_problems,
 )
+from services.jobs.lanes import lane_key
 from services.jobs.params import Field, ParamsSchema
 
 ACTION_NAME = "http.request"
 # What the stack grants the worker on each target that is a Cloud Run service of its project
 # (infra/identity.py): Cloud Run's IAM check admits the worker's ID token.
 RUN_INVOKER = "roles/run.invoker"
+
+
+def target_rates(targets: Mapping[str, HttpTarget]) -> dict[str, float]:
+    """Each target's claim rate under its lane key (`http.request/<target>`): what the scan
+    adds to the catalogue's budgets (`lanes.claim_rates(catalogue, target_rates(...))`)."""
+    return {
+        lane_key(ACTION_NAME, name): target.rate
+        for name, target in sorted(targets.items())
+        if target.rate is not None
+    }
 
 
 def targets_check(params: Mapping[str, Any], deployment: Deployment) -> list[str]:

@@ -46,6 +46,8 @@ class CompositeIndex:
 
 
 SHARD = "shard"
+# The HTTP target an http.request job names (services/jobs/lanes.py: a target's claim lane).
+TARGET = "params.target"
 
 # `state == X and <field> <= T order by <field>`: equality field first, then the range field.
 # Each serves the store's queries named beside it with JOBS_SHARDS = 1 (tests/unit/jobs/
@@ -67,6 +69,15 @@ UNSHARDED_INDEXES: tuple[CompositeIndex, ...] = (
     # claim_due of the rest lane: `action not-in [...]`, a second inequality, which Firestore
     # orders after the explicit due_at order (the query names both)
     CompositeIndex(JOBS, (IndexField("state"), IndexField("due_at"), IndexField("action"))),
+    # claim_due of one target's lane: `action == A and params.target == T`, in due order
+    CompositeIndex(
+        JOBS, (IndexField("state"), IndexField("action"), IndexField(TARGET), IndexField("due_at"))
+    ),
+    # claim_due of an action's jobs but its laned targets': `params.target not-in [...]`,
+    # ordered after due_at like the rest lane's `action`
+    CompositeIndex(
+        JOBS, (IndexField("state"), IndexField("action"), IndexField("due_at"), IndexField(TARGET))
+    ),
 )
 
 # The same queries with JOBS_SHARDS > 1, one per shard (`... and shard == k`). Firestore takes
@@ -97,6 +108,28 @@ SHARDED_INDEXES: tuple[CompositeIndex, ...] = (
     CompositeIndex(
         JOBS,
         (IndexField("state"), IndexField(SHARD), IndexField("due_at"), IndexField("action")),
+    ),
+    # The target lanes per shard: one target's (and its `shard in [...]` probe), and an
+    # action's jobs but its laned targets'.
+    CompositeIndex(
+        JOBS,
+        (
+            IndexField("state"),
+            IndexField(SHARD),
+            IndexField("action"),
+            IndexField(TARGET),
+            IndexField("due_at"),
+        ),
+    ),
+    CompositeIndex(
+        JOBS,
+        (
+            IndexField("state"),
+            IndexField(SHARD),
+            IndexField("action"),
+            IndexField("due_at"),
+            IndexField(TARGET),
+        ),
     ),
     # list() and list(due_before=…) over every state: with N = 1 the single-field `due_at`
     # index serves them; with N > 1 that index is switched off (an exemption) and this one
@@ -187,6 +220,10 @@ TIMESTAMP_SHAPES: tuple[QueryShape, ...] = (
     QueryShape(JOBS, frozenset({"state", "action"}), (IndexField("due_at"),)),
     # claim_due of the rest lane (`action not-in [...]`): due_at, then action
     QueryShape(JOBS, frozenset({"state"}), (IndexField("due_at"), IndexField("action"))),
+    # claim_due and anything_due of one target's lane (`action == A and params.target == T`)
+    QueryShape(JOBS, frozenset({"state", "action", TARGET}), (IndexField("due_at"),)),
+    # claim_due of an action's jobs but its laned targets' (`params.target not-in [...]`)
+    QueryShape(JOBS, frozenset({"state", "action"}), (IndexField("due_at"), IndexField(TARGET))),
 )
 
 # The queries whatever N is: none orders or ranges on a value growing with time in a

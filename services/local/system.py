@@ -127,8 +127,8 @@ class Options:
     # A container image: the front ends run the services from it with podman (docs/image.md)
     # instead of as processes of this checkout. Needs the front ends (cloud_run).
     image: str | None = None
-    # The services http.request jobs may call (--http-target, JOBS_HTTP_TARGETS): the worker,
-    # the api and the env file get them.
+    # The services http.request jobs may call (--http-target, JOBS_HTTP_TARGETS): the scan
+    # (each rated target's claim lane), the worker, the api and the env file get them.
     http_targets: Mapping[str, HttpTarget] = field(default_factory=dict)
 
     @property
@@ -390,6 +390,8 @@ class LocalSystem:
             # No Cloud Monitoring write API locally: the gauges go to the scan's log instead.
             scan_keys.METRICS: "log",
             **self.options.scan_run_environment,
+            # A target with a `rate` is a claim lane of its own, as infra sets it.
+            **self.options.http_targets_environment,
             # The backlog-aware stale-enqueued rescue reads the push subscription's oldest
             # unacked age from the Monitoring emulator (exported as MONITORING_ENV, which the
             # scan reads); with Google's emulators there is none, and the rescue measures from

@@ -36,13 +36,14 @@ from services.edge.publisher import Publisher
 from services.edge.startup import json_response
 from services.jobs.catalogue import load_catalogue
 from services.jobs.clock import Clock, SystemClock
+from services.jobs.http_request import target_rates
 from services.jobs.lanes import claim_rates
 from services.scan.dependencies import JobPublisher, LeaseKeeper, RunRecorder
 from services.scan.errors import QueueUnreachable, ScanError, StoreRefused, StoreUnreachable
 from services.scan.pacer import Sleep
 from services.scan.queue_age import QueueAgeSource, build_queue_age
 from services.scan.scanner import Scanner
-from services.scan.settings import ScanSettings
+from services.scan.settings import HTTP_TARGETS, ScanSettings
 from services.scan.summary import log_fields, response_body
 from services.scan.trigger import (
     MAX_BODY_BYTES,
@@ -304,9 +305,9 @@ def create_app(
         leases=leases,
         sleep=sleep,
         queue_age=queue_age or build_queue_age(settings, clock),
-        # Each action's claim rate: the catalogue's budgets (services/jobs/lanes.py). The
-        # HTTP targets' rates join here as `extra` (claim_rates(catalogue, target_rates)).
-        rates=claim_rates(load_catalogue()) if rates is None else rates,
+        # Each lane's claim rate: the catalogue's budgets and each HTTP target's `rate`
+        # (key http.request/<target>; services/jobs/lanes.py).
+        rates=scan_rates(settings) if rates is None else rates,
     )
     handler = ScanHandler(
         scanner, verifier, clock, settings.project, runs, partitions=settings.partitions
@@ -317,6 +318,18 @@ def create_app(
         "/", "scan", lambda: handler.handle(flask.request), methods=["POST", "GET", "PUT"]
     )
     return app
+
+
+def scan_rates(settings: ScanSettings) -> dict[str, float]:
+    """The claim rates of the scan's lanes: the catalogue's budgets and the targets' rates.
+    Raises ValueError naming the lane keys beyond Firestore's not-in limit, and the key."""
+    try:
+        return claim_rates(load_catalogue(), target_rates(settings.http_targets))
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc} (the rated actions are the catalogue's budgets; the targets' rates are "
+            f"{HTTP_TARGETS}'s `rate` fields)"
+        ) from exc
 
 
 def handler_of(app: flask.Flask) -> ScanHandler:

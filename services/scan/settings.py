@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from services.edge.publisher import DEFAULT_TIMEOUT_S as DEFAULT_PUBLISH_TIMEOUT_S
 from services.edge.scan_deployment import (
@@ -41,9 +41,11 @@ from services.edge.settings import (
     DEFAULT_FIRESTORE_TIMEOUT_S,
     DEFAULT_TERMINAL_RETENTION_S,
     GOOGLE_CERTS_URL,
+    HTTP_TARGETS,
     SHARDS,
     CommonSettings,
     EnvReader,
+    read_http_targets,
 )
 from services.jobs.budget import (
     DEFAULT_ENQUEUED_TIMEOUT_S,
@@ -54,6 +56,7 @@ from services.jobs.budget import (
     ScanLimits,
     ScanMode,
 )
+from services.jobs.http_targets import HttpTarget
 from services.telemetry import metrics
 
 # The scan's own (the shared ones are services.edge.settings', read through CommonSettings;
@@ -102,6 +105,7 @@ ALL_KEYS = (
     SCAN_PARTITIONS,
     SUBSCRIPTION,
     MONITORING_EMULATOR_HOST,
+    HTTP_TARGETS,
 )
 
 DEFAULT_PAGE_SIZE = 200
@@ -153,6 +157,9 @@ class ScanSettings:
     partitions: int = 1
     subscription: str | None = None
     monitoring_emulator_host: str | None = None
+    # JOBS_HTTP_TARGETS: each target with a `rate` is a claim lane of its own
+    # (services/jobs/lanes.py, key http.request/<target>).
+    http_targets: Mapping[str, HttpTarget] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ScanSettings:
@@ -201,6 +208,7 @@ class ScanSettings:
             partitions=env.int(SCAN_PARTITIONS, 1, min=1, max=MAX_PARTITIONS),
             subscription=env.str(SUBSCRIPTION, "") or None,
             monitoring_emulator_host=env.str(MONITORING_EMULATOR_HOST, "") or None,
+            http_targets=read_http_targets(env),
         )
         for key, message in run_bound_problems(settings):
             env.problem(key, message)

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -90,6 +90,26 @@ class Claims:
         require_text(run_id=run_id)
         if limit < 0 or page_size < 1:
             raise ValidationError("limit must be >= 0 and page_size >= 1")
+        if claims.also:
+            # The rest lane with an action's unrated targets: its parts share the limit as
+            # shards do (evenly, what one leaves goes to the others), each in its due order.
+            def take(part: ClaimFilter, part_limit: int) -> list[ClaimedJob]:
+                return self.claim_due(
+                    now,
+                    run_id,
+                    part_limit,
+                    page_size=page_size,
+                    on_quarantine=on_quarantine,
+                    shards=shards,
+                    claims=part,
+                )
+
+            claimed, errors_seen = spend_over_shards(
+                limit, claims.parts(), take, (LostRace, StoreUnavailable, StoreRejected)
+            )
+            if errors_seen and not claimed:
+                raise _worst(errors_seen)
+            return claimed
         if self._docs.shards == 1:
             # One unsharded query, as before the field existed: records without `shard`
             # are claimed too.
@@ -105,6 +125,8 @@ class Claims:
         """Whether any deferred job (of `claims`' lane) is due at `now` (in `shards`, when
         given): one billed read (one per 30 shards). The scan asks before it takes its
         partition's lease."""
+        if claims.also:
+            return any(self.anything_due(now, shards, part) for part in claims.parts())
         if self._docs.shards == 1:
             with store_errors():
                 return bool(list(self._docs.stream(due_query(now, 1, None, claims))))
@@ -249,7 +271,10 @@ class Claims:
         query = self._docs.query(
             dataclasses.replace(due_query(now, want, shard, claims), start_after=after)
         )
-        by_action = bool(claims.exclude)  # the rest lane orders by due_at, then action
+        # The rest lane orders by due_at, then action; an action's lane leaving targets out
+        # by due_at, then params.target: the cursor names that second order too.
+        by_action = bool(claims.exclude)
+        by_target = bool(claims.exclude_targets)
         jobs = self._docs.jobs
         for job_id, document in self._docs.tx.query_in(transaction, query):
             try:
@@ -259,13 +284,19 @@ class Claims:
                 # The query ranged on due_at: it is a timestamp, whatever else is wrong.
                 fields = decode_fields(document.fields, self._docs.client)
                 due = fields.get("due_at")
-                last = (due, fields.get("action"), job_id) if by_action else (due, job_id)
+                last = _cursor(due, fields, job_id, by_action, by_target)
                 continue
             new = self._docs.rules.claim(job, run_id, at)
             write_changes(transaction, jobs.document(job_id), job, new)
             claimed.append(ClaimedJob(job.job_id, new.generation, job.due_at, at, job.action))
             self._pending.jobs.append(new)
-            last = (job.due_at, job.action, job_id) if by_action else (job.due_at, job_id)
+            last = _cursor(
+                job.due_at,
+                {"action": job.action, "params": job.params},
+                job_id,
+                by_action,
+                by_target,
+            )
         return claimed, invalid, last
 
     def _claim_remembering(
@@ -447,3 +478,15 @@ def _worst(seen: Sequence[Exception]) -> Exception:
             if isinstance(exc, kind):
                 return exc
     return seen[0]
+
+
+def _cursor(
+    due: Any, fields: dict[str, Any], job_id: str, by_action: bool, by_target: bool
+) -> tuple[Any, ...]:
+    """Where the next claim page of a lane starts: after this record, in the lane's order."""
+    if by_action:
+        return (due, fields.get("action"), job_id)
+    if by_target:
+        params = fields.get("params")
+        return (due, params.get("target") if isinstance(params, Mapping) else None, job_id)
+    return (due, job_id)

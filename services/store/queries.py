@@ -67,10 +67,14 @@ def due_probe_query(
     filter counts as an equality for the indexes, so (state, shard, due_at) serves it; Google's
     own sharded-timestamp example queries its shards this way
     (https://cloud.google.com/firestore/docs/solutions/shard-timestamp). A lane's probe adds
-    `action == A` ((state, shard, action, due_at) serves it); Firestore does not combine
-    `not-in` with `in`, so the rest lane probes every action."""
-    if claims.exclude:
+    `action == A` ((state, shard, action, due_at) serves it), a target lane's `params.target
+    == T` as well ((state, shard, action, params.target, due_at)); Firestore does not combine
+    `not-in` with `in`, so the rest lane probes every action, and an action's lane that leaves
+    targets out probes every job of the action."""
+    if claims.exclude or claims.also:
         claims = EVERYTHING
+    elif claims.exclude_targets:
+        claims = ClaimFilter(action=claims.action)
     return QuerySpec(
         schema.JOBS,
         equals=_in_shard(_lane_equals(claims), shards),
@@ -84,15 +88,23 @@ def due_query(
     now: datetime, limit: int | None, shard: Part = None, claims: ClaimFilter = EVERYTHING
 ) -> QuerySpec:
     """Deferred jobs due at or before `now`, oldest due first: every job (shard None), or one
-    shard's. Every builder below takes `shard` the same way. `claims` narrows it to one
-    action's lane (`action ==`: the (state, [shard,] action, due_at) index) or to the rest
-    (`action not-in [...]`, ordered by due_at then action: the (state, [shard,] due_at, action)
-    index)."""
+    shard's. Every builder below takes `shard` the same way. `claims` (one part of it: the
+    store claims a filter with `also` part by part) narrows it to one action's lane (`action
+    ==`: the (state, [shard,] action, due_at) index), to one target's (`params.target ==` as
+    well: (state, [shard,] action, params.target, due_at)), to an action's jobs but its laned
+    targets' (`params.target not-in [...]`, ordered by due_at then params.target: (state,
+    [shard,] action, due_at, params.target)) or to the rest (`action not-in [...]`, ordered by
+    due_at then action: the (state, [shard,] due_at, action) index)."""
+    if claims.also:
+        raise ValueError("a filter with further parts is claimed part by part (parts())")
     excludes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     order: tuple[str, ...] = ("due_at",)
     if claims.exclude:
         excludes = (("action", claims.exclude),)
         order = ("due_at", "action")
+    elif claims.exclude_targets:
+        excludes = ((schema.TARGET, claims.exclude_targets),)
+        order = ("due_at", schema.TARGET)
     return QuerySpec(
         schema.JOBS,
         equals=_in_shard(_lane_equals(claims), shard),
@@ -107,6 +119,8 @@ def _lane_equals(claims: ClaimFilter) -> tuple[tuple[str, Any], ...]:
     equals: tuple[tuple[str, Any], ...] = (("state", State.DEFERRED.value),)
     if claims.action is not None:
         equals += (("action", claims.action),)
+    if claims.target is not None:
+        equals += ((schema.TARGET, claims.target),)
     return equals
 
 

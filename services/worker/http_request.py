@@ -199,8 +199,11 @@ def http_request_call(
             return ActionResult("called", {"status": answer.status_code, "body": excerpt(body)})
         if verdict.verdict == "retry_after":
             assert verdict.retry_after_s is not None
+            # The pause is this target's (http.request/<target>), not every target's.
             raise RetryAfter(
-                verdict.retry_after_s, f"{where}; Retry-After {verdict.retry_after_s:g} s"
+                verdict.retry_after_s,
+                f"{where}; Retry-After {verdict.retry_after_s:g} s",
+                target=target.name,
             )
         if verdict.verdict == "transient":
             raise TransientError(f"{where}: {excerpt(body[:200])}")

@@ -65,7 +65,7 @@ from services.jobs.errors import (
     StoreUnavailable,
     TransientError,
 )
-from services.jobs.lanes import PauseBook, pause_until
+from services.jobs.lanes import PauseBook, key_parts, lane_key, pause_until
 from services.jobs.parts import ErrorInfo, Lease, Result
 from services.jobs.record import Job
 from services.jobs.state import State
@@ -436,7 +436,9 @@ class Processor:
     ) -> tuple[Outcome, Job]:
         """The dependency answered 429/503 with Retry-After: the job waits that long (within
         MIN_PAUSE..MAX_PAUSE) in the same attempt (the dependency refused it, it did not fail),
-        and the scan claims none of the action's jobs until then (`_pause`)."""
+        and the scan claims none of the action's jobs until then (`_pause`); when the action
+        names the target that answered (`exc.target`: http.request's), none of that target's
+        jobs only (key `action/target`), so the action's other targets go on."""
         until = pause_until(self._clock.now(), exc.delay_s)
         error = ErrorInfo("retry_after", str(exc))
         job = self._durably(
@@ -444,35 +446,46 @@ class Processor:
             lambda: self._store.retry_later(lease, until, error, count_attempt=False),
             heartbeat,
         )
-        self._pause(job.action, until)
+        self._pause(lane_key(job.action, exc.target), until)
         return self._moved(job, OutcomeKind.DEFERRED, f"due again {until} (Retry-After)"), job
 
-    def _pause(self, action: str, until: datetime) -> None:
-        """Record that the scan should claim none of `action`'s jobs until `until`: one small
-        transaction on the control document, only when this process has not recorded a pause
-        covering it. Best effort: a failure is logged (the job itself is deferred already)."""
-        if not self._pauses.needs_write(action, until):
+    def _pause(self, key: str, until: datetime) -> None:
+        """Record that the scan should claim none of the lane `key`'s jobs (an action's, or
+        one target's: `action/target`) until `until`: one small transaction on the control
+        document, only when this process has not recorded a pause covering it. Best effort: a
+        failure is logged (the job itself is deferred already)."""
+        action, target = key_parts(key)
+        if not self._pauses.needs_write(key, until):
             return
         try:
-            wrote = self._store.record_action_pause(action, until)
+            wrote = self._store.record_action_pause(key, until)
         except JobsError as exc:
-            self._pauses.forget(action)
+            self._pauses.forget(key)
             logger.warning(
                 "could not record the pause of %s: %s",
-                action,
+                key,
                 exc,
-                extra={"fields": {"action": action, "reason": "action_pause_unrecorded"}},
+                extra={
+                    "fields": {
+                        "action": action,
+                        "target": target,
+                        "lane": key,
+                        "reason": "action_pause_unrecorded",
+                    }
+                },
             )
             return
         if wrote:
             logger.warning(
                 "claims of %s paused until %s: its dependency asked to wait",
-                action,
+                key,
                 until.isoformat(),
                 extra={
                     "fields": {
                         metrics.LOG_EVENT: metrics.EVENT_ACTION_PAUSED,
                         "action": action,
+                        "target": target,
+                        "lane": key,
                         "paused_until": until.isoformat(),
                     }
                 },

@@ -1,7 +1,8 @@
 """The stack's `httpTargets`: validated at preview by the services' own parser (each problem
-named `httpTargets.<name>.<field>`), handed to the worker and the api as JOBS_HTTP_TARGETS (which
-they read back as the same targets), and the worker's account gets roles/run.invoker on each
-target that is a Cloud Run service of the project, on that service only."""
+named `httpTargets.<name>.<field>`), handed to the worker, the api and the scan (each rated
+target's claim lane) as JOBS_HTTP_TARGETS (which they read back as the same targets), and the
+worker's account gets roles/run.invoker on each target that is a Cloud Run service of the
+project, on that service only."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from infra.config import RunTarget, parse_config
 from infra.errors import InfraConfigError
+from services.jobs.http_request import target_rates
 from services.jobs.http_targets import parse_targets
 from tests.infra.conftest import PROJECT_NUMBER, StackRun, run_with_api
 from tests.infra.test_config import MINIMAL
@@ -75,8 +77,8 @@ def _envs(run: StackRun, key: str) -> dict[str, str]:
     return {item["name"]: item["value"] for item in service["template"]["containers"][0]["envs"]}
 
 
-@pytest.mark.parametrize("service", ["worker", "api"])
-def test_the_worker_and_the_api_read_back_the_stacks_targets(
+@pytest.mark.parametrize("service", ["worker", "api", "scan"])
+def test_the_worker_the_api_and_the_scan_read_back_the_stacks_targets(
     with_targets: StackRun, service: str
 ) -> None:
     env = _envs(with_targets, service)
@@ -87,8 +89,10 @@ def test_the_worker_and_the_api_read_back_the_stacks_targets(
     assert "cloudRunService" not in env["JOBS_HTTP_TARGETS"]
 
 
-def test_the_scan_gets_no_targets(with_targets: StackRun) -> None:
-    assert "JOBS_HTTP_TARGETS" not in _envs(with_targets, "scan")
+def test_the_scan_claims_each_rated_target_in_a_lane_of_its_own(with_targets: StackRun) -> None:
+    # The scan reads the targets for their rates (issue 32 item 4: a budget per target).
+    targets = parse_targets(_envs(with_targets, "scan")["JOBS_HTTP_TARGETS"])
+    assert target_rates(targets) == {"http.request/trials": 5}
 
 
 def test_the_worker_may_invoke_exactly_the_cloud_run_targets_of_the_project(

@@ -30,9 +30,20 @@ def test_every_query_the_store_runs_is_a_declared_and_served_shape(
     shard_indexes(shards)
     query_log = QueryLog(shards)
     store = FirestoreJobStore(firestore_client, clock, query_observer=query_log, shards=shards)
-    for n in range(5):  # enough due that every claim below finds one to claim
+    for n in range(8):  # enough due that every claim below finds one to claim
         store.schedule(new_job(f"j{n}"))
+    # Three http.request jobs, one of target `trials` (as a producer's would read, raw).
+    for n, target in ((5, "trials"), (6, "billing"), (7, "billing")):
+        firestore_client.collection(schema.JOBS).document(f"j{n}").update(
+            {"action": "http.request", "params": {"target": target, "path": "/hooks"}}
+        )
     now = clock.now()
+    # The target lanes: one target's, its action's other targets' (not-in), and the rest with
+    # them as a further part.
+    store.claim_due(now, "run-1", 1, claims=ClaimFilter(action="http.request", target="trials"))
+    others = ClaimFilter(action="http.request", exclude_targets=("trials",))
+    store.claim_due(now, "run-1", 1, claims=others)
+    store.claim_due(now, "run-1", 2, claims=ClaimFilter(exclude=("http.request",), also=(others,)))
     store.claim_due(now, "run-1", 2)
     # The claim lanes (services/jobs/lanes.py): one action's, and the rest (not-in).
     store.claim_due(now, "run-1", 1, claims=ClaimFilter(action="media.delete_source"))

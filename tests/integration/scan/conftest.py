@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -131,18 +131,26 @@ class Rig:
         return summary
 
     def seed(
-        self, count: int, due_at: datetime = T0, prefix: str = "job", action: str = ACTION
+        self,
+        count: int,
+        due_at: datetime = T0,
+        prefix: str = "job",
+        action: str = ACTION,
+        params: Mapping[str, Any] | None = None,
     ) -> list[str]:
         """Write `count` deferred jobs with batched writes (what `schedule` would write), of
-        `action` (any name: a plug-in's the scan itself need not know)."""
+        `action` (any name: a plug-in's the scan itself need not know), with `params` when
+        given (an http.request job's target, say)."""
         ids = [f"{prefix}-{n:06d}" for n in range(count)]
         for start in range(0, count, 500):
             batch = self.client.batch()
             for job_id in ids[start : start + 500]:
-                params = {"object": f"media-{job_id}/source.mp4"}
-                new = NewJob(job_id, ACTION, f"media-{job_id}", due_at, params)
+                media = {"object": f"media-{job_id}/source.mp4"}
+                new = NewJob(job_id, ACTION, f"media-{job_id}", due_at, media)
                 job = Job.create(new.validated(), self.clock.now(), shards=self.settings.shards)
                 document = {**job.to_document(), "action": action}
+                if params is not None:
+                    document["params"] = dict(params)
                 batch.set(self.client.collection(schema.JOBS).document(job_id), document)
             batch.commit()
         return ids

@@ -59,6 +59,14 @@ def every_store_query(shards: int = 1) -> list[QuerySpec]:
             if k is not None
             else []
         ),
+        # The target lanes: one target's, and its action's other targets (not-in).
+        due_query(T, 100, k, ClaimFilter(action="http.request", target="trials")),
+        due_query(T, 100, k, ClaimFilter(action="http.request", exclude_targets=("trials",))),
+        *(
+            [due_probe_query(T, (0, 1, 2, 3), ClaimFilter(action="http.request", target="b"))]
+            if k is not None
+            else []
+        ),
         *(state_query(state) for state in State),
         # The shard census (services/jobs/layout.py), which N = 1 never takes.
         *([live_query(), out_of_range_query(shards), in_range_query(shards)] if k else []),
@@ -126,12 +134,13 @@ def test_above_one_shard_every_timestamp_index_has_the_shard_before_the_timestam
     timestamps = {"due_at", "claim.claimed_at", "lease_until", "enqueued_at"}
     for index in schema.composite_indexes(4):
         paths = index.field_paths
-        # The timestamp ends the index, or comes just before `action` (the rest claim lane's
-        # not-in, which Firestore orders after the due_at order): either way the shard is
-        # before it, so it is N key ranges, not one hot spot.
+        # The timestamp ends the index, or comes just before `action` or `params.target` (the
+        # not-in of the rest claim lane, or of an action's lane leaving its laned targets out,
+        # which Firestore orders after the due_at order): either way the shard is before it,
+        # so it is N key ranges, not one hot spot.
         stamp = len(paths) - 1 if paths[-1] in timestamps else len(paths) - 2
         assert paths[stamp] in timestamps, paths
-        assert paths[stamp + 1 :] in ((), ("action",)), paths
+        assert paths[stamp + 1 :] in ((), ("action",), (schema.TARGET,)), paths
         assert schema.SHARD in paths[:stamp], paths
     exempt = {(e.collection, e.field) for e in schema.exemptions(4)}
     # ... and no single-field index of a timestamp is left: each is one hot range.

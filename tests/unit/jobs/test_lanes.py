@@ -20,6 +20,9 @@ from services.jobs.lanes import (
     PauseBook,
     active_pauses,
     claim_rates,
+    key_parts,
+    lane_key,
+    lane_label,
     lane_limit,
     merged_pauses,
     pause_until,
@@ -184,3 +187,98 @@ def test_the_control_document_carries_the_pauses_and_drops_malformed_ones() -> N
     # An operator change keeps the pauses (the worker wrote them).
     changed = control.changed(by="op", reason="slower", at=NOW, catch_up_rate=5)
     assert Control.from_document(changed.to_document()).action_pauses == {"a.x": until}
+
+
+HTTP = "http.request"
+TRIALS = lane_key(HTTP, "trials")
+
+
+def test_a_target_lane_key_names_its_action_and_target() -> None:
+    assert TRIALS == "http.request/trials"
+    assert key_parts(TRIALS) == (HTTP, "trials")
+    assert key_parts("media.delete_source") == ("media.delete_source", None)
+    assert lane_label(TRIALS) == "http.request target trials"
+    assert lane_label(REST) == "rest" and lane_label(HTTP) == HTTP
+
+
+def test_a_rated_target_is_a_lane_and_the_actions_other_targets_claim_with_the_rest() -> None:
+    lanes = plan_lanes(
+        {TRIALS: 5, "a.limited": 2},
+        {},
+        NOW,
+        rest_limit=1200,
+        catch_up_rate=20,
+        interval_s=60,
+        cap=12_000,
+    )
+    by_key = {lane.key: lane for lane in lanes}
+    assert set(by_key) == {TRIALS, "a.limited", REST}
+    assert by_key[TRIALS].claims == ClaimFilter(action=HTTP, target="trials")
+    assert (by_key[TRIALS].limit, by_key[TRIALS].rate_per_s) == (300, 5)
+    # http.request has no rate: its other targets' jobs are a further part of the rest, which
+    # leaves the action out of its own not-in.
+    rest = by_key[REST].claims
+    assert rest.exclude == ("a.limited", HTTP) and by_key[REST].limit == 1200
+    assert rest.also == (ClaimFilter(action=HTTP, exclude_targets=("trials",)),)
+    assert rest.parts() == (ClaimFilter(exclude=("a.limited", HTTP)), *rest.also)
+
+
+def test_a_rated_action_keeps_its_unrated_targets_in_its_own_lane() -> None:
+    lanes = plan_lanes(
+        {TRIALS: 5, HTTP: 10}, {}, NOW, rest_limit=1200, catch_up_rate=20, interval_s=60, cap=99_999
+    )
+    by_key = {lane.key: lane for lane in lanes}
+    assert by_key[HTTP].claims == ClaimFilter(action=HTTP, exclude_targets=("trials",))
+    assert by_key[HTTP].limit == 600
+    assert by_key[REST].claims == ClaimFilter(exclude=(HTTP,))
+
+
+def test_a_targets_pause_holds_that_target_only_and_its_actions_pause_holds_every_target() -> None:
+    until = NOW + timedelta(seconds=30)
+    later = NOW + timedelta(seconds=90)
+    lanes = plan_lanes(
+        {}, {TRIALS: until}, NOW, rest_limit=1200, catch_up_rate=20, interval_s=60, cap=9_999
+    )
+    by_key = {lane.key: lane for lane in lanes}
+    assert (by_key[TRIALS].limit, by_key[TRIALS].paused_until) == (0, until)
+    assert by_key[TRIALS].claims == ClaimFilter(action=HTTP, target="trials")
+    assert by_key[REST].claims.also == (ClaimFilter(action=HTTP, exclude_targets=("trials",)),)
+    # The action's own pause (an older worker's, say) holds its target lanes as well.
+    both = plan_lanes(
+        {TRIALS: 5},
+        {HTTP: later, TRIALS: until},
+        NOW,
+        rest_limit=1200,
+        catch_up_rate=20,
+        interval_s=60,
+        cap=9_999,
+    )
+    by_key = {lane.key: lane for lane in both}
+    assert by_key[TRIALS].paused_until == later and by_key[HTTP].paused_until == later
+    assert by_key[REST].claims == ClaimFilter(exclude=(HTTP,))
+    # Once the pauses end, the target lane claims at its rate again.
+    after = plan_lanes(
+        {TRIALS: 5}, {TRIALS: until}, later, rest_limit=1, catch_up_rate=20, interval_s=60, cap=999
+    )
+    assert [(lane.key, lane.limit) for lane in after] == [(TRIALS, 300), (REST, 1)]
+
+
+def test_target_lanes_count_against_the_not_in_limit_and_the_refusal_names_the_keys() -> None:
+    targets = {lane_key(HTTP, f"t{i:02d}"): 1.0 for i in range(MAX_LANES)}
+    # Ten target lanes of an action without a rate of its own weigh eleven: it is refused,
+    # naming the key beyond the limit.
+    with pytest.raises(ValueError, match="at most 10") as refused:
+        claim_rates(Catalogue(), targets)
+    assert "http.request/t09" in str(refused.value)
+    assert "http.request/t08" not in str(refused.value).split("beyond the limit:")[1]
+    nine = dict(list(targets.items())[:9])
+    assert claim_rates(Catalogue(), nine) == nine
+
+
+def test_claim_filters_refuse_targets_without_their_action() -> None:
+    with pytest.raises(ValueError):
+        ClaimFilter(target="trials")
+    with pytest.raises(ValueError):
+        ClaimFilter(action=HTTP, target="trials", exclude_targets=("b",))
+    with pytest.raises(ValueError):
+        ClaimFilter(also=(ClaimFilter(action=HTTP),))

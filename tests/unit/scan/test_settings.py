@@ -59,6 +59,7 @@ def test_every_key_is_read() -> None:
         "JOBS_SCAN_PARTITIONS": "2",
         "JOBS_SUBSCRIPTION": "deferred-jobs-jobs-push",
         "JOBS_MONITORING_EMULATOR_HOST": "127.0.0.1:8087",
+        "JOBS_HTTP_TARGETS": '{"trials": {"url": "https://trials.example", "rate": 5}}',
     }
     assert set(env) == set(ALL_KEYS)
     s = ScanSettings.from_env({**env, "K_SERVICE": "deferred-jobs-scan"})  # the flag needs it
@@ -83,6 +84,8 @@ def test_every_key_is_read() -> None:
     assert s.limits().enqueued_timeout_s == 5400
     assert s.behind_cloud_run_iam is True
     assert s.limits().housekeeping_interval_s == 300
+    # Each target with a rate is a claim lane of its own (services/jobs/lanes.py).
+    assert s.http_targets["trials"].rate == 5
 
 
 def test_every_bad_key_is_named_in_one_error() -> None:

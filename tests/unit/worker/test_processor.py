@@ -404,3 +404,27 @@ def test_retry_after_defers_by_its_delay_in_the_same_attempt_and_pauses_the_acti
     assert store.calls.count("record_action_pause") == 1
     paused = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "action_paused"]
     assert len(paused) == 1 and paused[0].fields["action"] == "media.delete_source"
+
+
+def test_retry_after_naming_a_target_pauses_that_targets_lane_only(
+    store: MemoryStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What http.request raises on a 429 from one of its targets (services/worker/http_request.py).
+    store.add("job-1")
+    store.add("job-2")
+    busy = RetryAfter(30, target="trials")
+    processor = processor_for(store, clock, Script(busy, RetryAfter(30, target="billing")))
+    caplog.set_level(logging.WARNING)
+    for job_id in ("job-1", "job-2"):
+        processor.process(delivery(job_id))
+    until = START + timedelta(seconds=30)
+    # One pause per target (key action/target), none for the action as a whole.
+    assert store.pauses == {
+        "media.delete_source/trials": until,
+        "media.delete_source/billing": until,
+    }
+    paused = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "action_paused"]
+    assert [(r.fields["action"], r.fields["target"]) for r in paused] == [
+        ("media.delete_source", "trials"),
+        ("media.delete_source", "billing"),
+    ]
