@@ -44,8 +44,9 @@ def main() -> None:
     retry_after = int(os.environ.get("JOBS_BENCH_RETRYAFTER_S", 30))
     throttle = float(os.environ.get("JOBS_BENCH_RETRYAFTER_THROTTLE_S", 60))
     timeout = float(os.environ.get("JOBS_BENCH_RETRYAFTER_TIMEOUT_S", 600))
+    rate = os.environ.get("JOBS_BENCH_RETRYAFTER_RATE")
     with ThrottledTarget(retry_after_s=retry_after, throttle_s=throttle) as target:
-        drill(target, jobs, timeout)
+        drill(target, jobs, timeout, float(rate) if rate else None)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Record:
     claims: tuple[float, ...]  # time.time() of each `claimed` transition in its history
 
 
-def drill(target: ThrottledTarget, jobs: int, timeout_s: float) -> None:
+def drill(target: ThrottledTarget, jobs: int, timeout_s: float, rate: float | None) -> None:
     from services.jobs.catalogue import load_catalogue
     from services.jobs.deployment import Deployment
     from services.jobs.http_targets import target_flag
@@ -74,6 +75,8 @@ def drill(target: ThrottledTarget, jobs: int, timeout_s: float) -> None:
             catalogue=catalogue,
             params=lambda n: {"target": "bench", "path": f"/trials/{n}:expire", "body": {"n": n}},
         )
+        if rate is not None:
+            stack.store().update_control("bench", "catch-up rate", catch_up_rate=rate)
         attempts: list[Any] = []
         scheduler = stack.scheduler(attempts.append).start()
         scheduler.run_now()
@@ -81,7 +84,8 @@ def drill(target: ThrottledTarget, jobs: int, timeout_s: float) -> None:
         print(
             f"[retry-after] {jobs} {ACTION} jobs due; target {target.url} answers 429 + "
             f"Retry-After: {target.retry_after_s} for {target.throttle_s:g} s from its first "
-            f"call, then 204; scheduler '* * * * *' (paced stack defaults) + one forced run",
+            f"call, then 204; scheduler '* * * * *' (paced stack defaults) + one forced run; "
+            f"catch-up rate {stack.store().get_control().catch_up_rate}",
             flush=True,
         )
         counts: dict[str, int] = {}
@@ -99,6 +103,8 @@ def drill(target: ThrottledTarget, jobs: int, timeout_s: float) -> None:
         took = time.monotonic() - started
         records = _records(client, ids)
         runs = ScanRunLog(client, retention=timedelta(days=1)).recent(50)
+        pauses = stack.store().get_control().action_pauses
+    print(f"control document's action_pauses at the end: {pauses}")
     _report(target, ids, records, attempts, runs, took)
 
 
@@ -169,9 +175,7 @@ def _report(
     for number, wave in enumerate(_waves(calls), 1):
         first, last = wave[0].ended, wave[-1].ended
         for label, since in (("first", first), ("last", last)):
-            inside = [
-                (i, c) for i, c in enumerate(calls) if since < c.started < since + window
-            ]
+            inside = [(i, c) for i, c in enumerate(calls) if since < c.started < since + window]
             before = sum(1 for i, _ in inside if (claim_of[i] or 0) <= since)
             after = len(inside) - before
             print(
@@ -204,7 +208,9 @@ def _report(
         f"{window} s window: {claimed_in_pause}; all done in {took:.0f} s"
     )
     for job_id, claimed_s, refused_s in offenders[:10]:
-        print(f"  claimed in a pause: {job_id} claimed +{claimed_s:.1f} s, 429 at +{refused_s:.1f} s")
+        print(
+            f"  claimed in a pause: {job_id} claimed +{claimed_s:.1f} s, 429 at +{refused_s:.1f} s"
+        )
     for attempt in attempts:
         b = attempt.body
         print(
