@@ -68,7 +68,7 @@ def drill(jobs: int, wait_s: float, timeout_s: float, plugin_env: dict[str, str]
         scheduled_at = time.monotonic()
         answers: Counter[int] = Counter()
         for n, job_id in enumerate(ids):
-            body = {
+            body: dict[str, Any] = {
                 "job_id": job_id,
                 "action": ACTION,
                 "subject": f"trial-{n}",
