@@ -213,12 +213,15 @@ def _report(
         )
     for attempt in attempts:
         b = attempt.body
+        when = attempt.schedule_time
         print(
-            f"  scan attempt {attempt.number} {'forced' if attempt.forced else 'scheduled'} -> "
+            f"  scan attempt {attempt.number} {'forced' if attempt.forced else 'scheduled'} "
+            f"{f'{when:%H:%M:%S}' if when else '-'} -> "
             f"{attempt.status} claimed {b.get('claimed')} published {b.get('published')} "
             f"{b.get('stopped_because')} {b.get('duration_s')} s"
         )
-    for run in sorted(runs, key=lambda r: r.started_at):
+    unique = {run.run_id: run for run in runs}.values()
+    for run in sorted(unique, key=lambda r: r.started_at):
         lane = dict(run.lanes.get(ACTION) or {})
         paused = lane.get("paused_until")
         print(
