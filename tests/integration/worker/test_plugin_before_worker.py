@@ -27,7 +27,6 @@ from services.jobs.catalogue import load_catalogue
 from services.jobs.state import State
 from services.scan.scanner import Scanner
 from services.worker.actions import ActionRegistry
-from services.worker.app import create_app as create_worker
 from services.worker.media import ACTION_NAME
 from services.worker.processor import UNKNOWN_ACTION, UNKNOWN_ACTION_FIRST_DELAY
 from tests.integration.worker.harness import PushTopic, WorkerHarness, wait_until
@@ -81,7 +80,7 @@ def test_jobs_scheduled_through_the_api_before_the_worker_has_the_plugin_wait_th
     due = worker.clock.now().isoformat().replace("+00:00", "Z")
     ids = [f"trial-{n}" for n in range(JOBS)]
     for n, job_id in enumerate(ids):
-        body = {
+        body: dict[str, Any] = {
             "job_id": job_id,
             "action": PLUGIN_ACTION,
             "subject": job_id,
@@ -118,14 +117,7 @@ def test_jobs_scheduled_through_the_api_before_the_worker_has_the_plugin_wait_th
     plugin = load_catalogue().get(PLUGIN_ACTION)
     assert plugin is not None
     registry = ActionRegistry([Action(ACTION_NAME, worker.deleter), plugin])
-    worker._app = create_worker(
-        worker.settings,
-        clock=worker.clock,
-        store=worker.store,
-        actions=registry,
-        rejections=worker.rejections,
-        worker_id="worker-with-plugin",
-    )
+    worker.redeploy(registry, "worker-with-plugin")
     worker.clock.advance(UNKNOWN_ACTION_FIRST_DELAY)
     second = scanner.run()
     assert second.published == JOBS
