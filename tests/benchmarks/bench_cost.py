@@ -16,6 +16,11 @@ worker deletes:
 - http.request: the sequential pass again, each job an `http.request` to a local target that
   answers 204 (the worker's call, its token and the target cost no Firestore operation; the
   figure is the record's own life). `JOBS_BENCH_COST_ONLY=http.request` runs this pass alone.
+- plug-in: the sequential pass again, each job the test plug-in's `trials.expire`
+  (tests/fixtures/plugin.py, installed beside the project as pip leaves a distribution, put on
+  this process's sys.path; its action records the call in memory and touches no Firestore), the
+  scan claiming it in its own lane at the plug-in's `Budget(per_second=5)` as a deployed scan
+  does (5/s x 60 s = 300 a run). `JOBS_BENCH_COST_ONLY=trials.expire` runs this pass alone.
 
 Run: `.venv/bin/python -m tests.benchmarks cost`. Everything is in this process on 127.0.0.1.
 """
@@ -54,13 +59,19 @@ class Cost:
 
 def main() -> None:
     jobs = int(os.environ.get("JOBS_BENCH_COST_JOBS", DEFAULT_JOBS))
-    if os.environ.get("JOBS_BENCH_COST_ONLY") == "http.request":
+    only = os.environ.get("JOBS_BENCH_COST_ONLY")
+    if only == "http.request":
         with rig.in_process() as emulators, _HttpTarget() as target:
             _http_request_pass(emulators, target, jobs)
+        return
+    if only == PLUGIN_ACTION:
+        with rig.in_process() as emulators:
+            _plugin_pass(emulators, jobs)
         return
     with rig.in_process() as emulators:
         with _HttpTarget() as target:
             _http_request_pass(emulators, target, jobs)
+        _plugin_pass(emulators, jobs)
         with _World(emulators, "bench-cost-seq", live=False) as world:
             base = world.cycle("sequential", jobs)
         with _World(emulators, "bench-cost-live", live=True) as world:
@@ -135,6 +146,55 @@ def _http_request_pass(emulators: rig.Emulators, target: _HttpTarget, jobs: int)
     return cost
 
 
+PLUGIN_ACTION = "trials.expire"
+
+
+def _plugin_pass(emulators: rig.Emulators, jobs: int) -> Cost:
+    import importlib
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from services.jobs.catalogue import load_catalogue
+    from services.jobs.lanes import claim_rates
+    from tests.fixtures.plugin import TRIALS_MODULE, install
+
+    with tempfile.TemporaryDirectory(prefix="cost-site-") as site:
+        install(
+            Path(site),
+            "my-trials",
+            {"my_trials.actions": TRIALS_MODULE, "my_trials.__init__": ""},
+            {PLUGIN_ACTION: "my_trials.actions:EXPIRE"},
+        )
+        sys.path.insert(0, site)
+        importlib.invalidate_caches()
+        try:
+            catalogue = load_catalogue()
+            plugin = catalogue.get(PLUGIN_ACTION)
+            assert plugin is not None, "the plug-in's entry point was not found"
+            rates = claim_rates(catalogue)
+            with _World(
+                emulators, "bench-cost-plugin", live=False, extra_actions=(plugin,), rates=rates
+            ) as world:
+                cost = world.cycle(
+                    f"plug-in {PLUGIN_ACTION} (claim rate {rates[PLUGIN_ACTION]:g}/s)",
+                    jobs,
+                    prefix="trial",
+                    seed={
+                        "action": PLUGIN_ACTION,
+                        "catalogue": catalogue,
+                        "params": lambda n: {"trial_id": f"t-{n}"},
+                    },
+                )
+            runs = len(sys.modules["my_trials.actions"].RUNS)
+            print(f"  plug-in calls: {runs:,}")
+        finally:
+            sys.path.remove(site)
+            for name in [m for m in sys.modules if m.split(".")[0] == "my_trials"]:
+                del sys.modules[name]
+    return cost
+
+
 class _World:
     """One project: client, worker, topic, store and a metered Scanner."""
 
@@ -145,6 +205,7 @@ class _World:
         *,
         live: bool,
         extra_actions: tuple[Any, ...] = (),
+        rates: dict[str, float] | None = None,
     ) -> None:
         from google.cloud import firestore
 
@@ -171,7 +232,7 @@ class _World:
             self.metered.fixed,
         )
         self.scan, self.publisher = rig.scanner(
-            self.metered, self.client, project, "jobs", self.clock, runs=runs, **LIMITS
+            self.metered, self.client, project, "jobs", self.clock, runs=runs, rates=rates, **LIMITS
         )
 
     def __enter__(self) -> _World:

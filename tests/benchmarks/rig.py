@@ -413,7 +413,8 @@ class MeteredRuns:
 def scanner(
     store: Any, client: Any, project: str, topic_name: str, clock: Any, **limits: Any
 ) -> tuple[Any, Any]:
-    """The real Scanner on `store` with a real Publisher; returns (scanner, publisher)."""
+    """The real Scanner on `store` with a real Publisher; returns (scanner, publisher).
+    `rates` (in `limits`): each budgeted action's claim rate, as the scan reads the catalogue."""
     from services.edge.publisher import Publisher
     from services.jobs.budget import ScanLimits
     from services.scan.scanner import Scanner
@@ -422,7 +423,16 @@ def scanner(
 
     publisher = Publisher.create(project, topic_name, timeout_s=30)
     runs = limits.pop("runs", None) or ScanRunLog(client, retention=timedelta(days=30))
-    scan = Scanner(store, publisher, clock, ScanLimits(**limits), runs=runs, metrics=InMemorySink())
+    rates = limits.pop("rates", None)
+    scan = Scanner(
+        store,
+        publisher,
+        clock,
+        ScanLimits(**limits),
+        runs=runs,
+        metrics=InMemorySink(),
+        rates=rates,
+    )
     return scan, publisher
 
 

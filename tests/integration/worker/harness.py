@@ -190,6 +190,19 @@ class WorkerHarness:
         self._thread.start()
         self._session = requests.Session()
 
+    def redeploy(self, actions: ActionRegistry, worker_id: str) -> None:
+        """A new worker revision with `actions`, behind the same URL (and front end): later
+        deliveries reach it, as after a Cloud Run deploy."""
+        self.flask_app = create_app(
+            self.settings,
+            clock=self.clock,
+            store=self.store,
+            actions=actions,
+            rejections=self.rejections,
+            worker_id=worker_id,
+        )
+        self._app = self.flask_app
+
     def close(self) -> None:
         if self.front_end is not None:
             self.front_end.stop()
