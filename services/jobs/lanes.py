@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -59,6 +59,13 @@ class CatalogueRates(Protocol):
 def lane_key(action: str, target: str | None = None) -> str:
     """The key of `action`'s lane, or of its lane for one target (`http.request/trials`)."""
     return action if target is None else f"{action}{TARGET_SEPARATOR}{target}"
+
+
+def lane_keys_of(action: str, params: Mapping[str, Any]) -> tuple[str, ...]:
+    """The lane keys a job of `action` with `params` belongs to: its action's, and its
+    target's when its params name one (`params.target`, as http.request's do)."""
+    target = params.get("target")
+    return (action, lane_key(action, target)) if isinstance(target, str) else (action,)
 
 
 def key_parts(key: str) -> tuple[str, str | None]:
@@ -313,6 +320,13 @@ class PauseBook:
                 return False
             self._until[action] = until
             return True
+
+    def live_until(self, keys: Sequence[str], now: datetime) -> datetime | None:
+        """The latest end of a pause this process recorded for any of `keys` that still holds
+        at `now`, or None."""
+        with self._lock:
+            live = [until for key in keys if (until := self._until.get(key)) and until > now]
+        return max(live, default=None)
 
     def forget(self, action: str) -> None:
         """The write failed: the next 429 tries again."""

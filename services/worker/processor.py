@@ -65,7 +65,7 @@ from services.jobs.errors import (
     StoreUnavailable,
     TransientError,
 )
-from services.jobs.lanes import PauseBook, key_parts, lane_key, pause_until
+from services.jobs.lanes import PauseBook, key_parts, lane_key, lane_keys_of, pause_until
 from services.jobs.parts import ErrorInfo, Lease, Result
 from services.jobs.record import Job
 from services.jobs.state import State
@@ -353,6 +353,14 @@ class Processor:
         request: ActionRequest,
         heartbeat: Heartbeat,
     ) -> tuple[Outcome, Job]:
+        # A dependency this process has seen answer Retry-After is not called again before
+        # its pause ends: the job waits for it without a call, as the scan's next runs would
+        # have made it (a run already under way read the pauses at its start).
+        held_until = self._pauses.live_until(
+            lane_keys_of(job.action, job.params), self._clock.now()
+        )
+        if held_until is not None:
+            return self._held(job, heartbeat.lease, held_until, heartbeat)
         try:
             result = runner_of(action)(request)
         except Interrupted as exc:
@@ -448,6 +456,19 @@ class Processor:
         )
         self._pause(lane_key(job.action, exc.target), until)
         return self._moved(job, OutcomeKind.DEFERRED, f"due again {until} (Retry-After)"), job
+
+    def _held(
+        self, job: Job, lease: Lease, until: datetime, heartbeat: Heartbeat
+    ) -> tuple[Outcome, Job]:
+        """The job's dependency is paused (a Retry-After this process recorded): it waits
+        until then in the same attempt, and the dependency is not called."""
+        error = ErrorInfo("paused", f"its dependency asked to wait until {until.isoformat()}")
+        job = self._durably(
+            lease,
+            lambda: self._store.retry_later(lease, until, error, count_attempt=False),
+            heartbeat,
+        )
+        return self._moved(job, OutcomeKind.DEFERRED, f"due again {until} (paused)"), job
 
     def _pause(self, key: str, until: datetime) -> None:
         """Record that the scan should claim none of the lane `key`'s jobs (an action's, or

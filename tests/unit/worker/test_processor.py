@@ -388,7 +388,8 @@ def test_retry_after_defers_by_its_delay_in_the_same_attempt_and_pauses_the_acti
 ) -> None:
     store.add("job-1")
     store.add("job-2")
-    processor = processor_for(store, clock, Script(RetryAfter(30), RetryAfter(30)))
+    script = Script(RetryAfter(30))
+    processor = processor_for(store, clock, script)
     caplog.set_level(logging.WARNING)
     outcomes = [processor.process(delivery(job_id)) for job_id in ("job-1", "job-2")]
     until = START + timedelta(seconds=30)
@@ -397,13 +398,35 @@ def test_retry_after_defers_by_its_delay_in_the_same_attempt_and_pauses_the_acti
         job = store.jobs[job_id]
         assert job.state is State.DEFERRED and job.due_at == until
         assert job.attempt == 1  # the dependency refused the job; no attempt was spent
-        assert job.last_error is not None and job.last_error.code == "retry_after"
+    # The dependency is called once: job-2 comes while the pause holds and waits without a call.
+    assert script.runs == 1
+    assert [store.jobs[j].last_error.code for j in ("job-1", "job-2")] == ["retry_after", "paused"]
     # One pause for the action, written once for the burst, not once per job.
     assert store.pauses == {"media.delete_source": until}
     assert store.pause_writes == 1
     assert store.calls.count("record_action_pause") == 1
     paused = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "action_paused"]
     assert len(paused) == 1 and paused[0].fields["action"] == "media.delete_source"
+    # Once the pause has ended, the dependency is called again.
+    store.add("job-3")
+    clock.advance(timedelta(seconds=31))
+    assert processor.process(delivery("job-3")).kind is OutcomeKind.COMPLETED
+    assert script.runs == 2
+
+
+def test_a_pause_of_one_target_holds_that_targets_jobs_only(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    for job_id, target in (("t-1", "trials"), ("t-2", "trials"), ("b-1", "billing")):
+        store.add(job_id, params={"target": target, "path": "/x"})
+    script = Script(RetryAfter(30, target="trials"))
+    processor = processor_for(store, clock, script)
+    outcomes = {job_id: processor.process(delivery(job_id)) for job_id in ("t-1", "t-2", "b-1")}
+    assert outcomes["t-2"].kind is OutcomeKind.DEFERRED
+    assert store.jobs["t-2"].last_error is not None
+    assert store.jobs["t-2"].last_error.code == "paused"
+    assert outcomes["b-1"].kind is OutcomeKind.COMPLETED
+    assert script.runs == 2  # t-1 (answered 429) and b-1; t-2 was never called
 
 
 def test_retry_after_naming_a_target_pauses_that_targets_lane_only(
