@@ -15,6 +15,18 @@ result only after it returns. An action made of several units of work checks
 `request.should_stop()` between them and, when it is true, raises `Interrupted` with what it
 finished; the next delivery gets that back as `request.progress`.
 
+**Write ahead what you are about to act on.** A delivery can act and then lose its outcome
+(killed, or Firestore down past the lease), and a later delivery of the job (the same attempt
+or the next, a take-over included) runs the action again. When what it acts on can change in
+between (an object re-uploaded), the action calls `request.record_progress(progress)` with its
+decision (generations, versions, ETags: the fence it will act under) **before** the side
+effect, and acts only once that call returned. The worker writes it into the job's `progress`
+under the delivery's lease without ending the delivery (the store's `save_progress`: refused,
+raising `LeaseLost`, when the lease moved on, so the action must not act then). Every later
+delivery gets it back as `request.progress` until the job completes, and acts on exactly that
+fence or not at all. `record_progress` raises `TransientError` when the write could not be
+made (nothing was recorded: do not act). Each call is one more billed Firestore write.
+
 `run` and `build` may be given as a reference, `"package.module:attribute"`, resolved only by
 the worker: the API, `jobsctl` and the store read a declaration without importing what the
 side effect needs (a storage client, an HTTP library).
@@ -119,10 +131,22 @@ class ActionRequest:
     progress: Mapping[str, Any] | None = None
     # When to stop between units of work; None: no deadline (the action runs to the end).
     deadline: StopSignal | None = None
+    # Makes `progress` durable in the job before the action acts on it (write-ahead, see the
+    # module docstring); the worker binds it to the delivery's lease. None: nothing records
+    # (a test, a dry run): `record_progress` then does nothing.
+    progress_recorder: Callable[[Mapping[str, Any]], None] | None = None
 
     def should_stop(self) -> bool:
         """Whether the action must stop before its next unit of work."""
         return self.deadline is not None and self.deadline.reached()
+
+    def record_progress(self, progress: Mapping[str, Any]) -> None:
+        """Write `progress` into the job before acting on it; the next delivery of this job,
+        whatever became of this one, gets it back as `request.progress`. Raises LeaseLost
+        (this delivery no longer holds the job) or TransientError (not recorded): either way,
+        do not act on it."""
+        if self.progress_recorder is not None:
+            self.progress_recorder(progress)
 
 
 @dataclass(frozen=True)

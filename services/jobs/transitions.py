@@ -22,10 +22,12 @@ from services.jobs.errors import (
     AttemptsExhausted,
     InvalidTransition,
     LeaseHeld,
+    ValidationError,
 )
 from services.jobs.fences import ended_by, require_generation, require_lease
 from services.jobs.limits import (
     MAX_CODE_BYTES,
+    MAX_DETAILS_BYTES,
     MAX_ERROR_MESSAGE_BYTES,
     MAX_REASON_BYTES,
     bounded_details,
@@ -264,6 +266,24 @@ class Transitions:
     def extend(self, job: Job, lease: Lease, now: datetime, duration: timedelta) -> Job:
         require_lease(job, lease)
         return dataclasses.replace(job, lease_until=now + duration, updated_at=now)
+
+    def save_progress(
+        self, job: Job, lease: Lease, progress: Mapping[str, Any], now: datetime
+    ) -> Job:
+        """The job still running under `lease`, its `progress` replaced by `progress`: what an
+        action is about to act on, written ahead of the side effect (write-ahead). Not a
+        transition (no history entry, the state and the lease stay); refused with LeaseLost
+        like every holder's write, and with ValidationError when `progress` is not a valid map
+        that fits whole (write-ahead must never be trimmed into a note). The lease keeps it;
+        `release`, `retry_later`, a reclaim and a take-over keep it too; `complete` clears it."""
+        require_lease(job, lease)
+        kept = bounded_details(progress)
+        if kept != dict(progress):
+            raise ValidationError(
+                f"progress for job {job.job_id!r} is not a valid map of at most "
+                f"{MAX_DETAILS_BYTES} bytes: {sorted(kept)}"
+            )
+        return dataclasses.replace(job, progress=kept, updated_at=now)
 
     def cancel_running(
         self, job: Job, lease: Lease, now: datetime, progress: Mapping[str, Any] | None = None

@@ -1,9 +1,10 @@
 """Leases: the worker's side of the store, from start to a terminal state.
 
-`start` takes the lease; `extend_lease` (the heartbeat), `cancel_running`, `release`,
-`complete`, `retry_later` and `fail` take the `Lease` that `start` returned (job.lease). Its
-token is new on every start, so any delivery but the one holding the running lease (a stale
-one in the same process included) is refused with LeaseLost and changes nothing.
+`start` takes the lease; `extend_lease` (the heartbeat), `save_progress` (an action's
+write-ahead), `cancel_running`, `release`, `complete`, `retry_later` and `fail` take the
+`Lease` that `start` returned (job.lease). Its token is new on every start, so any delivery
+but the one holding the running lease (a stale one in the same process included) is refused
+with LeaseLost and changes nothing.
 """
 
 from __future__ import annotations
@@ -200,6 +201,43 @@ class Leases:
             if job.explicit_key:
                 assert new.lease_until is not None
                 hold_key(self._docs, transaction, job, lease.token, new.lease_until, now)
+            write_changes(transaction, ref, job, new)
+            return new
+
+        return self._docs.tx.run(body)
+
+    def save_progress(
+        self, lease: Lease, progress: Mapping[str, Any], *, basis: Job | None = None
+    ) -> Job:
+        """Write `progress` (what the action is about to act on) while the delivery goes on:
+        the job stays running under the same lease, nothing else changes but updated_at. It
+        is the write-ahead of a side effect, so it is fenced like every lease holder's write:
+        LeaseLost when `lease` is no longer the running one (token and generation), and
+        nothing is written; ValidationError when `progress` would not be kept whole.
+
+        `basis`: the job as this delivery last wrote it. When its update_time is the lease's,
+        the write is one commit conditioned on that update_time (a compare-and-set, no read,
+        one billed write); otherwise, or when the document changed since, a transaction
+        re-reads it and checks the lease. The returned job (its lease's update_time the new
+        commit's) is the basis of the delivery's next write.
+        """
+        kept = dict(progress)
+        if (
+            basis is not None
+            and basis.update_time is not None
+            and lease.update_time is not None
+            and basis.update_time == lease.update_time
+        ):
+            new = self._docs.rules.save_progress(basis, lease, kept, self._docs.clock.now())
+            ref = self._docs.jobs.document(lease.job_id)
+            stamp = self._docs.update_if_unchanged(ref, basis, new)
+            if stamp is not None:
+                return new.replaced(update_time=stamp)
+        ref = self._docs.jobs.document(lease.job_id)
+
+        def body(transaction: Transaction) -> Job:
+            job = self._docs.load(transaction, ref, lease.job_id)
+            new = self._docs.rules.save_progress(job, lease, kept, self._docs.clock.now())
             write_changes(transaction, ref, job, new)
             return new
 

@@ -23,12 +23,18 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from services.jobs.clock import Clock
-from services.jobs.errors import JobsError, LeaseLost
+from services.jobs.errors import (
+    JobsError,
+    LeaseLost,
+    PermanentError,
+    TransientError,
+    ValidationError,
+)
 from services.jobs.parts import Lease
 from services.jobs.record import Job
 
@@ -125,6 +131,7 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._withdraw: Callable[[], None] | None = None
         self.beats = 0
+        self.progress_writes = 0
         self._failures = 0  # failed beats in a row
         self.deadline = Deadline(clock, self._stop_at(current.until), beat=self.beat_if_due)
         if job.cancel_requested is not None:
@@ -178,6 +185,38 @@ class Heartbeat:
         if job.cancel_requested is not None:
             self.deadline.stop(STOP_CANCEL)
         self._next_beat = self._clock.now() + self._every
+
+    def save_progress(self, progress: Mapping[str, Any]) -> None:
+        """The action's write-ahead (`ActionRequest.record_progress`): write `progress` under
+        this delivery's lease, the delivery going on (the store's `save_progress`, a
+        compare-and-set on the job as this delivery last wrote it). No beat races it, and the
+        job it returns is the basis of the next beat and of the outcome. Raises LeaseLost when
+        the lease moved on (the deadline stops too), TransientError when Firestore did not
+        answer or was contended (nothing may be acted on: it may not be recorded),
+        PermanentError for progress the store would not keep whole."""
+        with self._lock:
+            if self.deadline.why == STOP_LEASE_LOST:
+                raise LeaseLost(
+                    self._lease.job_id, self._lease.owner, None, "the lease was lost mid-action"
+                )
+            try:
+                job = self._store.save_progress(self._lease, progress, basis=self._job)
+            except LeaseLost:
+                self.deadline.stop(STOP_LEASE_LOST)
+                self._done.set()
+                raise
+            except ValidationError as exc:
+                raise PermanentError(f"the action's progress cannot be recorded: {exc}") from exc
+            except JobsError as exc:
+                raise TransientError(
+                    f"progress not recorded ({type(exc).__name__}); not acting on it"
+                ) from exc
+            self.progress_writes += 1
+            self._job = job
+            if job.lease is not None:
+                self._lease = job.lease
+            if job.cancel_requested is not None:
+                self.deadline.stop(STOP_CANCEL)
 
     def start(self, poll_s: float) -> Heartbeat:
         """Beat from a background thread too, checking every `poll_s` real seconds (nothing

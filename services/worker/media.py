@@ -13,9 +13,15 @@ arrives late (a worker frozen past its lease, a request retried by the client) c
 the generation this delivery saw, never a newer upload of the same name: Cloud Storage answers
 such a delete 412 Precondition Failed
 (https://cloud.google.com/storage/docs/request-preconditions). A 412 is recorded as its own
-outcome (`replaced`: the object now is another generation, left in place), not retried. The
-generations read are carried in `progress`, so a delivery that resumes an interrupted one
-deletes the generations the first one saw.
+outcome (`replaced`: the object now is another generation, left in place), not retried.
+
+**Written ahead.** The generations read are recorded in the job's `progress`
+(`request.record_progress`, a write under the delivery's lease) before the first delete, and
+an object whose generation is recorded is never read again. So any later delivery of the job —
+after a completion lost to a Firestore outage or a killed worker, a lapsed lease taken over, a
+retry in the next attempt — deletes exactly the generations the first delivery decided on, or
+nothing: a file the customer uploaded again since is refused 412 and left in place (issue 33,
+finding 1). A delivery that reads nothing new writes nothing; one that reads costs one write.
 
 Between objects it checks the delivery's deadline; when it is reached it stops and raises
 `Interrupted` with the objects handled so far (`progress`: `deleted`, `already_absent`,
@@ -138,17 +144,24 @@ class SourceDeleter:
         target = source_objects(request.params, self._default_bucket)
         bucket = self._client.bucket(target.bucket)
         handled = _progress_of(request.progress, target.names)
-        # First the generation of every object still to delete (kept from an interrupted
+        # First the generation of every object still to delete (recorded by an earlier
         # delivery, else read now); then the deletes, each conditioned on its generation.
+        read = False
         for name in target.names:
             if handled.done(name) or name in handled.generations:
                 continue
             self._stop_if_due(request, handled, len(target.names))
             generation = self._generation(bucket, name)
+            read = True
             if generation is None:
                 handled.absent.append(name)
             else:
                 handled.generations[name] = generation
+        if read:
+            # Write ahead: the generations read are durable in the job before any delete, so
+            # every later delivery (its outcome lost, the lease lapsed, a take-over, a retry
+            # in the next attempt) deletes these or nothing, never a newer upload it read.
+            request.record_progress(handled.progress())
         for name in target.names:
             if handled.done(name):
                 continue

@@ -10,17 +10,18 @@ to it when the worker has one).
 **Written ahead, then deleted.** The job lists the prefix one page at a time (`objects.list`,
 names in order from a cursor, each with its generation) and decides to delete exactly those
 generations. That decision (the *plan*) is made durable in the job's `progress` before any of
-its objects is deleted: the delivery that listed the page raises `Interrupted` with it, the
-worker writes it with `release` (503, the message is redelivered), and the next delivery deletes
-each planned generation with `ifGenerationMatch`. So every delivery after it, whatever happened
-to the one before (its completion lost, its lease lapsed, a retry 30 days later), deletes the
-generations first seen or nothing: an object re-uploaded since is refused 412 and left in place
-(`replaced`), never taken for the object this job decided on (issue 33, finding 1). A page
-costs one extra delivery; the worker has no write of progress under a live lease yet.
+its objects is deleted: the delivery that listed the page records it
+(`request.record_progress`, a write under its lease that does not end the delivery), then
+deletes each planned generation with `ifGenerationMatch`. So every delivery after it, whatever
+happened to the one before (its completion lost, its lease lapsed, a retry 30 days later),
+deletes the generations first seen or nothing: an object re-uploaded since is refused 412 and
+left in place (`replaced`), never taken for the object this job decided on (issue 33, finding
+1). A page costs one Firestore write; one delivery works off as many pages as its deadline
+allows.
 
 Each delivery deletes what is planned (checking its deadline before each delete), then lists the
-next page (after the last name listed) and writes that plan ahead; the listing is over when a
-page comes back short. `progress` holds the cursor, whether the listing is over, the plan still
+next page (after the last name listed), records that plan, and deletes it; the listing is over
+when a page comes back short. `progress` holds the cursor, whether the listing is over, the plan still
 to delete and the counts so far. The result: `deleted`, `already_absent` (nothing was left to
 delete, including an empty prefix) or `replaced`, with `details` counting each and naming the
 first replaced objects.
@@ -253,13 +254,10 @@ class PrefixDeleter:
             self._stop_if_due(request, state)
             state.plan, state.cursor, state.listed_all = self._page(bucket, target, state.cursor)
             if state.plan:
-                # Write ahead: the worker records this plan (release, redelivery) before any
-                # of it is deleted, and the next delivery deletes exactly it.
-                raise Interrupted(
-                    state.as_progress(),
-                    f"listed {len(state.plan)} objects under {target.prefix!r}; "
-                    "their generations are recorded before any is deleted",
-                )
+                # Write ahead: the plan is durable in the job (under this delivery's lease)
+                # before any of it is deleted, so whichever delivery deletes it next, this one
+                # or a later one, deletes exactly it.
+                request.record_progress(state.as_progress())
         outcome = REPLACED if state.replaced else DELETED if state.deleted else ALREADY_ABSENT
         logger.info(
             "deleted media prefix",

@@ -336,6 +336,7 @@ class Processor:
             idempotency_key=job.idempotency_key,
             progress=dict(job.progress) if job.progress is not None else None,
             deadline=heartbeat.deadline,
+            progress_recorder=heartbeat.save_progress,
         )
         heartbeat.start_later(self._heartbeats)
         # The heartbeat keeps the lease until the outcome is durable (or the delivery gives
@@ -365,6 +366,10 @@ class Processor:
             result = runner_of(action)(request)
         except Interrupted as exc:
             return self._interrupted(delivery, job, heartbeat, exc)
+        except LeaseLost as exc:
+            # record_progress found the lease gone: the action did not act on what it was
+            # about to record, and whoever holds the job now decides. Nothing is written.
+            return Outcome(OutcomeKind.STALE, job.job_id, str(exc)), job
         except PermanentError as exc:
             return self._fail(job, heartbeat.lease, ErrorInfo("permanent", str(exc)), heartbeat)
         except RetryAfter as exc:

@@ -114,6 +114,11 @@ class MemoryStore:
         job = self._held(lease.job_id)
         return self._put(self.rules.extend(job, lease, self.clock.now(), duration))
 
+    def save_progress(self, lease: Lease, progress: Any, *, basis: Job | None = None) -> Job:
+        self.calls.append("save_progress")
+        job = self._held(lease.job_id)
+        return self._put(self.rules.save_progress(job, lease, progress, self.clock.now()))
+
     def cancel_running(self, lease: Lease, *, progress: Any = None) -> Job:
         self.calls.append("cancel_running")
         job = self._held(lease.job_id)
