@@ -1,6 +1,7 @@
 """media.delete_prefix against the storage emulator, alone and through the worker with the
-real store: a page at a time, each page's generations written ahead in `progress` before any
-is deleted, so a later delivery deletes exactly the generations first seen or nothing.
+real store: a page at a time, each page's generations written ahead in `progress`
+(`record_progress`, under the delivery's lease) before any is deleted, so a later delivery
+deletes exactly the generations first seen or nothing.
 
 Issue 33, finding 1 ("a retry deletes the customer's restored file"), for this action: a
 delivery deletes a page, its outcome never becomes durable, the customer re-uploads one file,
@@ -32,10 +33,12 @@ RESTORED = b"the customer's restored rendition"
 PREFIX = "media-123/renditions/"
 
 
-def _request(bucket: str, prefix: str = PREFIX, progress: Any = None) -> ActionRequest:
+def _request(
+    bucket: str, prefix: str = PREFIX, progress: Any = None, recorder: Any = None
+) -> ActionRequest:
     return ActionRequest(
         "job-1", ACTION_NAME, "media-123", {"bucket": bucket, "prefix": prefix}, 1, "key-1",
-        progress=progress,
+        progress=progress, progress_recorder=recorder,
     )  # fmt: skip
 
 
@@ -105,6 +108,11 @@ def test_a_prefix_larger_than_a_page_is_deleted_across_deliveries_each_object_on
 
     def counted(bucket: storage.Bucket, name: str, *args: Any, **kwargs: Any) -> Any:
         assert kwargs.get("if_generation_match") is not None, "a delete without its generation"
+        # Written ahead: at the delete, the record already plans this very generation.
+        progress = worker.job("renditions").progress
+        assert progress is not None, "a delete before its plan was recorded"
+        planned = {p["object"]: p["generation"] for p in progress.get("plan", [])}
+        assert planned.get(name) == str(kwargs["if_generation_match"]), (name, planned)
         sent[name] += 1
         return original(bucket, name, *args, **kwargs)
 
@@ -114,9 +122,9 @@ def test_a_prefix_larger_than_a_page_is_deleted_across_deliveries_each_object_on
 
     statuses = _deliver_until_done(worker, "renditions", generation)
 
-    # 8 objects in pages of 3: each page written ahead (503) before the next delivery deletes
-    # it, so 3 pages take 4 deliveries; the last one completes (204).
-    assert statuses == [503, 503, 503, 204]
+    # 8 objects in pages of 3: each page written ahead (one write under the lease) before
+    # any of it is deleted, all in one delivery, which completes (204).
+    assert statuses == [204]
     assert sent == Counter(dict.fromkeys(names, 1))
     assert worker.objects() == {"media-123/source.mp4", "media-1234/renditions/a.ts"}
     job = worker.job("renditions")
@@ -149,28 +157,23 @@ def test_a_redelivery_after_a_lost_outcome_leaves_a_re_uploaded_object_in_place(
 ) -> None:
     names = [f"{PREFIX}{n}.ts" for n in range(3)]
     _upload(worker.bucket, *names)
-    action = _LosesItsOutcome(PrefixDeleter(storage_client))
+    action = _LosesItsOutcome(PrefixDeleter(storage_client), crash_after=True)
     worker.prefix_deleter.inner = action
     generation = _schedule(worker, "restored")
 
-    # Delivery 1 lists the prefix and writes its plan ahead; nothing is deleted yet.
+    # Delivery 1 lists the prefix, writes its plan ahead, deletes it, but its outcome is
+    # never recorded (the store is down when it completes); the customer then restores one
+    # rendition: a new generation.
     first = worker.post(envelope("restored", generation, delivery_attempt=1))
     assert first.status_code == 503
     planned = worker.job("restored").progress
     assert planned is not None and [p["object"] for p in planned["plan"]] == names
-    assert worker.objects() == set(names)
-
-    # Delivery 2 deletes the plan, but its outcome is never recorded (the store is down when
-    # it completes); the customer then restores one rendition: a new generation.
-    action.crash_after = True
-    second = worker.post(envelope("restored", generation, delivery_attempt=2))
-    assert second.status_code == 503
     assert worker.objects() == set()
     worker.bucket.blob(names[1]).upload_from_string(RESTORED)
 
-    # Delivery 3 deletes what the plan says, at the generations first seen: the restored
+    # Delivery 2 deletes what the plan says, at the generations first seen: the restored
     # object is another generation, refused 412, and stays.
-    third = worker.post(envelope("restored", generation, delivery_attempt=3))
+    third = worker.post(envelope("restored", generation, delivery_attempt=2))
     assert third.status_code == 204
     restored = worker.bucket.get_blob(names[1])
     assert restored is not None and restored.download_as_bytes() == RESTORED
@@ -179,7 +182,7 @@ def test_a_redelivery_after_a_lost_outcome_leaves_a_re_uploaded_object_in_place(
     assert job.result is not None and job.result.outcome == REPLACED
     assert job.result.details["replaced"] == 1
     assert job.result.details["replaced_objects"] == [names[1]]
-    # The two deleted by delivery 2 are found gone by delivery 3 (its counts start from the
+    # The two deleted by delivery 1 are found gone by delivery 2 (its counts start from the
     # progress last recorded, the plan).
     assert job.result.details["already_absent"] == 2
 
@@ -210,9 +213,8 @@ def test_a_takeover_after_the_lease_lapsed_leaves_the_restored_object_in_place(
     names = [f"{PREFIX}{n}.ts" for n in range(3)]
     _upload(worker.bucket, *names)
     frozen = _FrozenAfterDeleting(PrefixDeleter(storage_client))
-    generation = _schedule(worker, "taken-over")
-    assert worker.post(envelope("taken-over", generation)).status_code == 503  # the plan
     worker.prefix_deleter.inner = frozen
+    generation = _schedule(worker, "taken-over")
 
     with ThreadPoolExecutor(1) as pool:
         late = pool.submit(worker.post, envelope("taken-over", generation, delivery_attempt=2))
@@ -247,13 +249,17 @@ def test_an_object_re_uploaded_between_listing_and_delete_is_left_as_replaced(
     names = [f"{PREFIX}{n}.ts" for n in range(4)]
     _upload(storage_bucket, *names)
     deleter = PrefixDeleter(storage_client)
-    with pytest.raises(Interrupted) as listed:
-        deleter(_request(storage_bucket.name))
-    progress = listed.value.progress
-    assert progress["listed_all"] is True and len(progress["plan"]) == 4
+    recorded: list[Any] = []
 
-    storage_bucket.blob(names[2]).upload_from_string(RESTORED)
-    result = deleter(_request(storage_bucket.name, progress=progress))
+    def record_then_re_upload(progress: Any) -> None:
+        # The plan is written; the customer re-uploads one object before the deletes.
+        recorded.append(dict(progress))
+        storage_bucket.blob(names[2]).upload_from_string(RESTORED)
+
+    result = deleter(_request(storage_bucket.name, recorder=record_then_re_upload))
+
+    assert len(recorded) == 1
+    assert recorded[0]["listed_all"] is True and len(recorded[0]["plan"]) == 4
 
     assert result.outcome == REPLACED
     assert (result.details["deleted"], result.details["replaced"]) == (3, 1)
@@ -269,18 +275,19 @@ def test_a_delivery_stopped_at_its_deadline_hands_the_rest_of_its_plan_to_the_ne
     names = [f"{PREFIX}{n}.ts" for n in range(4)]
     _upload(storage_bucket, *names)
     deleter = PrefixDeleter(storage_client)
-    with pytest.raises(Interrupted) as listed:
-        deleter(_request(storage_bucket.name))
-    # Two deletes, then the deadline: the two left stay planned at their first generations.
+    recorded: list[Any] = []
+    # The listing, its plan recorded, two deletes, then the deadline: the two left stay
+    # planned at their first generations.
     request = replace(
-        _request(storage_bucket.name, progress=listed.value.progress), deadline=_StopsAfter(2)
+        _request(storage_bucket.name, recorder=lambda p: recorded.append(dict(p))),
+        deadline=_StopsAfter(3),
     )
     with pytest.raises(Interrupted) as stopped:
         deleter(request)
     progress = stopped.value.progress
     assert progress["deleted"] == 2
     assert [p["object"] for p in progress["plan"]] == names[2:]
-    assert progress["plan"] == listed.value.progress["plan"][2:]
+    assert len(recorded) == 1 and progress["plan"] == recorded[0]["plan"][2:]
 
     storage_bucket.blob(names[3]).upload_from_string(RESTORED)
     result = deleter(_request(storage_bucket.name, progress=progress))
@@ -296,12 +303,10 @@ def test_objects_outside_the_prefix_are_never_listed_or_deleted(
     outside = ["media-123/source.mp4", "media-123/renditions", "media-123/renditions-old/a.ts"]
     _upload(storage_bucket, f"{PREFIX}a.ts", *outside)
     deleter = PrefixDeleter(storage_client)
-    with pytest.raises(Interrupted) as listed:
-        deleter(_request(storage_bucket.name))
-    assert [p["object"] for p in listed.value.progress["plan"]] == [f"{PREFIX}a.ts"]
-    assert deleter(_request(storage_bucket.name, progress=listed.value.progress)).outcome == (
-        DELETED
-    )
+    recorded: list[Any] = []
+    result = deleter(_request(storage_bucket.name, recorder=lambda p: recorded.append(dict(p))))
+    assert [p["object"] for r in recorded for p in r["plan"]] == [f"{PREFIX}a.ts"]
+    assert result.outcome == DELETED
     assert sorted(b.name for b in storage_client.list_blobs(storage_bucket)) == sorted(outside)
 
 
