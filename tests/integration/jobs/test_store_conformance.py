@@ -22,6 +22,7 @@ from services.jobs.errors import (
     LeaseHeld,
     LeaseLost,
     StaleGeneration,
+    ValidationError,
 )
 from services.jobs.parts import ErrorInfo, Lease, Result
 from services.jobs.record import Job
@@ -32,6 +33,7 @@ from tests.integration.jobs.conftest import LEASE, T0, new_job
 from tests.unit.worker.fakes import MemoryStore
 
 DOWN = ErrorInfo("transient", "storage answered 503")
+PLAN = {"generations": {"src/a.mp4": "1700000000000001"}}
 
 
 @dataclass
@@ -72,6 +74,12 @@ def started(impl: Impl, job_id: str = "j", owner: str = "w/m-1", **kw: object) -
     return impl.store.start(job_id, job.generation, LEASE, owner)
 
 
+def stored(impl: Impl, job_id: str = "j") -> Job:
+    job = impl.store.get(job_id)
+    assert job is not None
+    return job
+
+
 def lease_of(job: Job) -> Lease:
     assert job.lease is not None
     return job.lease
@@ -107,6 +115,8 @@ def test_a_take_over_costs_the_attempt_and_fences_the_old_lease(impl: Impl) -> N
         lambda: impl.store.release(old, DOWN),
         lambda: impl.store.retry_later(old, impl.clock.now(), DOWN),
         lambda: impl.store.extend_lease(old, LEASE),
+        lambda: impl.store.save_progress(old, PLAN),
+        lambda: impl.store.save_progress(old, PLAN, basis=first),
     ):
         with pytest.raises(LeaseLost):
             late()
@@ -162,3 +172,48 @@ def test_a_cancel_request_turns_every_exit_into_cancelled(impl: Impl, move: str)
     assert ended.state is State.CANCELLED and ended.expire_at is not None
     with pytest.raises(AlreadyTerminal):
         impl.store.start("j", job.generation, LEASE, "w/m-2")
+
+
+def test_saved_progress_keeps_the_delivery_running_under_the_same_lease(impl: Impl) -> None:
+    job = started(impl)
+    impl.clock.advance(timedelta(seconds=3))
+    saved = impl.store.save_progress(lease_of(job), PLAN, basis=job)
+    assert (saved.state, saved.lease_token, saved.lease_until) == (
+        State.RUNNING,
+        job.lease_token,
+        job.lease_until,
+    )
+    assert saved.progress == PLAN and saved.history == job.history
+    assert stored(impl).progress == PLAN
+    # Without a basis (or a stale one) it is decided on a fresh read, under the same fence.
+    again = impl.store.save_progress(lease_of(saved), {"n": 2}, basis=job)
+    assert again.progress == {"n": 2}
+    # The delivery goes on from the returned job: its heartbeat and its completion.
+    beaten = impl.store.extend_lease(lease_of(again), LEASE)
+    assert beaten.progress == {"n": 2}
+    done = impl.store.complete(lease_of(beaten), Result("deleted"), basis=beaten)
+    assert done.state is State.COMPLETED and done.progress is None  # complete clears it
+
+
+@pytest.mark.parametrize("move", ["release", "retry_later", "take_over"])
+def test_saved_progress_outlives_every_exit_but_complete(impl: Impl, move: str) -> None:
+    job = started(impl)
+    lease = lease_of(job)
+    impl.store.save_progress(lease, PLAN, basis=job)
+    if move == "release":
+        later = impl.store.release(lease, DOWN, message_id="m-2")
+    elif move == "retry_later":
+        later = impl.store.retry_later(lease, impl.clock.now() + timedelta(days=30), DOWN)
+    else:
+        impl.clock.advance(LEASE + timedelta(seconds=1))
+        later = impl.store.start("j", job.generation, LEASE, "w/m-2")
+        assert later.attempt == 2
+    assert later.progress == PLAN
+
+
+def test_progress_that_would_not_be_kept_whole_is_refused(impl: Impl) -> None:
+    job = started(impl)
+    too_big = {"generations": {f"o{n}": "x" * 1024 for n in range(200)}}
+    with pytest.raises(ValidationError):
+        impl.store.save_progress(lease_of(job), too_big)
+    assert stored(impl).progress is None
