@@ -21,8 +21,8 @@ allows.
 
 Each delivery deletes what is planned (checking its deadline before each delete), then lists the
 next page (after the last name listed), records that plan, and deletes it; the listing is over
-when a page comes back short. `progress` holds the cursor, whether the listing is over, the plan still
-to delete and the counts so far. The result: `deleted`, `already_absent` (nothing was left to
+when a page comes back short. `progress` holds the cursor, whether the listing is over, the plan
+still to delete and the counts so far. The result: `deleted`, `already_absent` (nothing was left to
 delete, including an empty prefix) or `replaced`, with `details` counting each and naming the
 first replaced objects.
 """
