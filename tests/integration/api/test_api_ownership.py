@@ -174,7 +174,11 @@ _ROUTES: dict[str, tuple[str, str, Any]] = {
     "cancel with a reason": ("POST", "/v1/jobs/{}:cancel", {"reason": "guess"}),
     "cancel with a bad body": ("POST", "/v1/jobs/{}:cancel", {"reason": 7, "extra": True}),
     "reschedule": ("POST", "/v1/jobs/{}:reschedule", {"due_at": "2026-07-01T00:00:00Z"}),
-    "reschedule into the past": ("POST", "/v1/jobs/{}:reschedule", {"due_at": "2000-01-01T00:00:00Z"}),
+    "reschedule into the past": (
+        "POST",
+        "/v1/jobs/{}:reschedule",
+        {"due_at": "2000-01-01T00:00:00Z"},
+    ),
     "reschedule with a bad body": ("POST", "/v1/jobs/{}:reschedule", {"due": "soon"}),
 }
 
