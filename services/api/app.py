@@ -39,7 +39,7 @@ from services.edge.startup import json_response
 from services.jobs.catalogue import Catalogue, built_in, load_catalogue
 from services.jobs.clock import Clock, SystemClock
 from services.jobs.deployment import Deployment
-from services.jobs.errors import AlreadyTerminal, JobsError
+from services.jobs.errors import AlreadyTerminal, JobsError, ScheduleConflict
 from services.jobs.ids import job_id_problems
 from services.jobs.record import Job
 from services.jobs.state import State
@@ -197,9 +197,17 @@ class ApiHandler:
 
     def _schedule(self, request: flask.Request, caller: Caller, _: str | None) -> _Answer:
         new_job = payload.parse_schedule(self._body(request), self._clock.now())
-        result = self._call(
-            lambda: self._store.schedule(new_job, by=_by(caller), producer=caller.email)
-        )
+        try:
+            result = self._store.schedule(new_job, by=_by(caller), producer=caller.email)
+        except ScheduleConflict as exc:
+            # Ownership before content (issue 33, finding 4): a 409 naming the fields that
+            # differ would tell a foreign caller what another producer's job holds (and,
+            # by elimination, a right guess from its 403). Only a caller who may act on the
+            # existing job learns how it differs; any other gets the one 403.
+            self._readable(caller, new_job.job_id)
+            raise errors.from_store(exc) from exc
+        except JobsError as exc:
+            raise errors.from_store(exc) from exc
         if not result.created and not self._ownership.may_act(caller.email, result.job):
             # The same decision, scheduled first by another producer (services/api/ownership.py).
             raise denied(result.job.job_id)

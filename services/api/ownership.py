@@ -13,7 +13,9 @@ existence and answer PERMISSION_DENIED "regardless of whether or not it exists",
 learns nothing about other producers' jobs; 404 NOT_FOUND is only ever said to a caller who
 may see every job. The same decision scheduled by two callers: the first creates the job and
 owns it; the second, unless trusted, gets 403 and nothing is written (a trusted one gets the
-existing job, 200, as any repeat).
+existing job, 200, as any repeat). Ownership comes before content: scheduling another
+producer's job ID answers that 403 whatever the body says (a 409 naming the differing fields is
+said only to a caller who may act on the job), so a guess of its content is never confirmed.
 """
 
 from __future__ import annotations

@@ -228,6 +228,14 @@ class Documents:
                 results = self.gateway.commit(batch).write_results
             except api_exceptions.FailedPrecondition:
                 return None
+            except api_exceptions.Aborted as exc:
+                # Contention on a write outside a transaction (issue 33, finding 5): settled
+                # as a refused condition, by the caller's transaction, which reads the record
+                # back (and finds this write if it applied after all) and retries ABORTED.
+                logger.info(
+                    "conditional write of %s aborted, deciding in a transaction: %s", ref.id, exc
+                )
+                return None
         stamp = update_time(results[0]) if results else None
         return as_datetime(stamp) if stamp else old.update_time
 

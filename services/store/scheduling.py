@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from services.jobs.record import Job, decode_job
 from services.jobs.results import ScheduleResult
 from services.jobs.state import HistoryEntry, Role, State
 from services.store.documents import Documents, require_due_in_horizon
-from services.store.transactions import store_errors
+from services.store.transactions import Contention, store_errors
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,10 @@ logger = logging.getLogger(__name__)
 # computes a new instant for the same decision.
 _SCHEDULE_COMPARED = ("action", "subject", "params", "max_attempts", "idempotency_key")
 _MAX_SCHEDULE_BATCH = 500  # Firestore's writes per batched write
+# A create Firestore ABORTED is read back and sent again at most this many times in all, the
+# waits doubling from CREATE_RETRY_S; then Contention (a LostRace: the API's 409 ABORTED).
+CREATE_ATTEMPTS = 4
+CREATE_RETRY_S = 0.05
 # InvalidRecord: the ID's stored record cannot be read (NewerRecord: a newer version wrote it);
 # that item alone is refused and the record left as found.
 ScheduleOutcome = ScheduleResult | ValidationError | ScheduleConflict | InvalidRecord
@@ -118,15 +123,27 @@ class Scheduling:
         require_due_in_horizon(valid.due_at, self._docs.clock.now())
         job = self._new_record(valid, by).replaced(producer=producer)
         ref = self._docs.jobs.document(valid.job_id)
-        with store_errors():
-            try:
-                writes = self._docs.gateway.writes()
-                writes.create(ref, job.to_document())
-                self._docs.gateway.commit(writes)
-                logger.info("scheduled job %s due %s", job.job_id, job.due_at.isoformat())
-                return ScheduleResult(job, created=True)
-            except api_exceptions.AlreadyExists:
-                snapshot = self._docs.gateway.get(ref)
+        for attempt in range(CREATE_ATTEMPTS):
+            with store_errors():
+                try:
+                    writes = self._docs.gateway.writes()
+                    writes.create(ref, job.to_document())
+                    self._docs.gateway.commit(writes)
+                    logger.info("scheduled job %s due %s", job.job_id, job.due_at.isoformat())
+                    return ScheduleResult(job, created=True)
+                except api_exceptions.AlreadyExists:
+                    snapshot = self._docs.gateway.get(ref)
+                except api_exceptions.Aborted as exc:
+                    # ABORTED on the create (a precondition: the document must not exist)
+                    # under contention: settled as any ambiguous write, by reading back, then
+                    # retrying the create while the ID is still free (issue 33, finding 5).
+                    snapshot = self._docs.gateway.get(ref)
+                    if not snapshot.exists:
+                        if attempt + 1 == CREATE_ATTEMPTS:
+                            raise Contention() from exc
+                        time.sleep(CREATE_RETRY_S * 2**attempt)
+                        continue
+            break
         if not snapshot.exists:  # deleted (TTL) between our create and read
             raise LostRace(f"job {valid.job_id!r} vanished while scheduling; retry")
         return same_decision(valid, decode_job(valid.job_id, snapshot.to_dict()))
@@ -200,6 +217,10 @@ class Scheduling:
             try:
                 self._docs.gateway.commit(batch)
             except api_exceptions.AlreadyExists:
+                return False
+            except api_exceptions.Aborted:
+                # Contention (issue 33, finding 5): nothing was written; the caller reads
+                # back and settles, in the end each job by `schedule`, which retries it.
                 return False
         logger.info("scheduled %d jobs in one batched write", len(pending))
         return True

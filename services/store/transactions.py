@@ -239,8 +239,22 @@ def _attempts(transaction: Transaction, body: Callable[..., T], *args: Any) -> T
         raise
 
 
-class Contention(Exception):
-    """A transaction lost to concurrent writers more often than the client retries."""
+class Contention(LostRace):
+    """Firestore answered ABORTED: a transaction lost to concurrent writers more often than the
+    client retries, or a write outside a transaction met contention.
+
+    A LostRace, so a caller outside `TransactionRunner.run` (which retries it) settles it as
+    any lost race: the worker reads the record back and retries within its lease, the API
+    answers 409 ABORTED ("retry the request"), the scan leaves the item for its next run.
+    Firestore's error pages say to retry a non-transactional commit it ABORTED
+    (https://cloud.google.com/firestore/docs/understand-error-codes); the client's default
+    retry does not cover a write with a precondition, so it reaches us. It never escapes as a
+    plain exception (a push answered 500 `internal_error`: issue 33, finding 5)."""
+
+    def __init__(
+        self, message: str = "Firestore aborted the write under contention; retry"
+    ) -> None:
+        super().__init__(message)
 
 
 @contextmanager

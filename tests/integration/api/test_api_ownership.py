@@ -120,3 +120,79 @@ def test_the_same_decision_scheduled_by_two_callers_belongs_to_the_first(rig: Ap
     trusted = _as(rig, TRUSTED, "POST", "/v1/jobs", body)
     assert trusted.status_code == 200 and trusted.json()["producer"] == CALLER
     assert rig.document(job_id) == stored
+
+
+# Issue 33, finding 4: ownership before content. Every guess a foreign caller can make about
+# another producer's job, on every route, gets one answer; only the producer (or a trusted
+# caller) learns how its job differs.
+_WRONG_GUESSES: dict[str, dict[str, Any]] = {
+    "right params": {},
+    "other subject": {"subject": "media-2"},
+    "other params": {"params": {"bucket": "media-src", "objects": ["media-1/other.mp4"]}},
+    "other max_attempts": {"max_attempts": 9},
+    "everything other": {
+        "subject": "media-9",
+        "params": {"bucket": "media-src", "objects": ["media-9/x.mp4"]},
+        "max_attempts": 2,
+    },
+}
+
+
+def _answer(response: Any, job_id: str) -> tuple[int, str, str]:
+    error = response.json()["error"]
+    return response.status_code, error["status"], error["message"].replace(job_id, "X")
+
+
+def test_scheduling_another_producers_job_id_answers_the_same_whatever_the_guess(
+    rig: ApiRig,
+) -> None:
+    created = _as(rig, CALLER, "POST", "/v1/jobs", schedule_body(job_id="own-6"))
+    assert created.status_code == 201
+    before = rig.document("own-6")
+    answers = {
+        guess: _answer(
+            _as(rig, OTHER, "POST", "/v1/jobs", schedule_body(job_id="own-6", **changes)),
+            "own-6",
+        )
+        for guess, changes in _WRONG_GUESSES.items()
+    }
+    # Today: 403 for the right guess, 409 naming each differing field for a wrong one.
+    assert set(answers.values()) == {
+        (403, "PERMISSION_DENIED", _answer(_as(rig, OTHER, "GET", "/v1/jobs/none-6"), "none-6")[2])
+    }, answers
+    assert rig.document("own-6") == before
+    # The producer still learns how its own job differs, and a trusted caller too.
+    own = _as(rig, CALLER, "POST", "/v1/jobs", schedule_body(job_id="own-6", subject="media-2"))
+    assert _status(own) == (409, "ALREADY_EXISTS") and "subject" in own.text
+    trusted = _as(rig, TRUSTED, "POST", "/v1/jobs", schedule_body(job_id="own-6", max_attempts=9))
+    assert _status(trusted) == (409, "ALREADY_EXISTS") and "max_attempts" in trusted.text
+
+
+_ROUTES: dict[str, tuple[str, str, Any]] = {
+    "get": ("GET", "/v1/jobs/{}", None),
+    "cancel": ("POST", "/v1/jobs/{}:cancel", {}),
+    "cancel with a reason": ("POST", "/v1/jobs/{}:cancel", {"reason": "guess"}),
+    "cancel with a bad body": ("POST", "/v1/jobs/{}:cancel", {"reason": 7, "extra": True}),
+    "reschedule": ("POST", "/v1/jobs/{}:reschedule", {"due_at": "2026-07-01T00:00:00Z"}),
+    "reschedule into the past": (
+        "POST",
+        "/v1/jobs/{}:reschedule",
+        {"due_at": "2000-01-01T00:00:00Z"},
+    ),
+    "reschedule with a bad body": ("POST", "/v1/jobs/{}:reschedule", {"due": "soon"}),
+}
+
+
+@pytest.mark.parametrize("route", sorted(_ROUTES))
+def test_every_route_answers_a_foreign_job_as_one_that_does_not_exist(
+    rig: ApiRig, route: str
+) -> None:
+    method, path, body = _ROUTES[route]
+    assert _as(rig, CALLER, "POST", "/v1/jobs", schedule_body(job_id="own-7")).status_code == 201
+    before = rig.document("own-7")
+    foreign = _answer(_as(rig, OTHER, method, path.format("own-7"), body), "own-7")
+    absent = _answer(_as(rig, OTHER, method, path.format("none-7"), body), "none-7")
+    assert foreign == absent
+    assert foreign[:2] == (403, "PERMISSION_DENIED")
+    assert rig.document("own-7") == before
+    assert rig.document("none-7") is None

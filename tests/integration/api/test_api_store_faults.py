@@ -62,3 +62,34 @@ def test_scheduling_over_an_undecodable_record_is_a_domain_answer_not_a_crash(
     assert again.status_code == 500, again.text
     assert again.json()["error"]["status"] == "INTERNAL"
     assert "stored record cannot be read" in again.json()["error"]["message"]
+
+
+@pytest.mark.builtin_emulator("fault injection")
+def test_aborted_on_the_schedule_create_is_read_back_and_retried(
+    api_rig: ApiRig, firestore_emulator: Any
+) -> None:
+    # Issue 33, finding 5: the create (a write with a precondition, outside a transaction)
+    # answered ABORTED under contention is read back and sent again. Today: 500 api_crashed.
+    firestore_emulator.inject_fault("Commit", "ABORTED", count=2)
+    try:
+        response = api_rig.call("POST", "/v1/jobs", schedule_body(job_id="aborted-1"))
+    finally:
+        firestore_emulator.clear_faults()
+    assert response.status_code == 201, response.text
+    assert api_rig.document("aborted-1") is not None
+
+
+@pytest.mark.builtin_emulator("fault injection")
+def test_persistent_aborted_on_the_schedule_create_is_409_aborted_retry(
+    api_rig: ApiRig, firestore_emulator: Any
+) -> None:
+    firestore_emulator.inject_fault("Commit", "ABORTED", count=10_000)
+    try:
+        response = api_rig.call("POST", "/v1/jobs", schedule_body(job_id="aborted-2"))
+    finally:
+        firestore_emulator.clear_faults()
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["status"] == "ABORTED"
+    assert api_rig.document("aborted-2") is None
+    again = api_rig.call("POST", "/v1/jobs", schedule_body(job_id="aborted-2"))
+    assert again.status_code == 201, again.text
