@@ -2,9 +2,11 @@
 
 An action's params schema may carry a check that depends on the deployment, not only on the
 params (`http.request` refuses a target the deployment does not name). Every scheduling
-component (the store, the API, `jobsctl`) and the worker build one `Deployment` from their own
-environment with `Deployment.from_env` (the one reader of `JOBS_HTTP_TARGETS`) and hand it to
-the catalogue (`load_catalogue(deployment=…)`), which passes it to those checks.
+component and the worker build one `Deployment` from their own environment (`jobsctl` and the
+Python store with `Deployment.from_env`; the API, the worker and the scan from their Settings,
+`services.edge.settings.read_http_targets`; both parse `JOBS_HTTP_TARGETS` with the one parser,
+`http_targets.parse_targets`) and hand it to the catalogue (`load_catalogue(deployment=…)`),
+which passes it to those checks.
 """
 
 from __future__ import annotations

@@ -39,6 +39,8 @@ class QuerySpec:
     limit: int | None = None
     start_after: tuple[Any, ...] | None = None  # the other order_by values, then the doc ID
     # `field not-in [values]`: an inequality, ordered after the explicit orders and the ranges.
+    # With `due_at <=` that is inequalities on two fields, which Firestore serves from a
+    # composite index (https://firebase.google.com/docs/firestore/query-data/multiple-range-fields).
     excludes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     @property

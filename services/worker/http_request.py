@@ -22,7 +22,6 @@ What the answer means is `services.jobs.http_targets.judge`.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -47,8 +46,6 @@ from services.jobs.http_targets import (
 
 if TYPE_CHECKING:
     from services.worker.actions import ActionContext
-
-logger = logging.getLogger(__name__)
 
 # An ID token lives an hour; take a new one this long before it ends.
 TOKEN_REFRESH_MARGIN_S = 300.0
@@ -108,7 +105,7 @@ def build_http_request(context: ActionContext) -> ActionFn:
     session = requests.Session()
     tokens: IdTokens
     if settings.id_token_url and settings.id_token_email:
-        tokens = IssuerIdTokens(settings.id_token_url, settings.id_token_email, requests.Session())
+        tokens = IssuerIdTokens(settings.id_token_url, settings.id_token_email, session)
     else:
         tokens = MetadataIdTokens()
     return http_request_call(settings.http_targets, tokens, session)
@@ -187,9 +184,7 @@ def http_request_call(
                 allow_redirects=False,
                 stream=True,
             )
-        except (requests.Timeout, requests.ConnectionError) as exc:
-            raise TransientError(f"{method} {target.name}{params['path']}: {exc}") from exc
-        except requests.RequestException as exc:
+        except requests.RequestException as exc:  # timeouts and connection errors among them
             raise TransientError(f"{method} {target.name}{params['path']}: {exc}") from exc
         with answer:
             body = answer.raw.read(4096, decode_content=True) or b""

@@ -6,13 +6,7 @@ against the issuer's certs and the audience, and the job completes."""
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,9 +18,8 @@ import google.oauth2.id_token
 import pytest
 
 from services.cli.app import main as jobsctl
-from services.local.system import ROOT
+from tests.integration.local.running_stack import local_stack
 
-TIMEOUT_S = 90
 WORKER_EMAIL = "deferred-jobs-worker-rt@deferred-jobs-local.iam.gserviceaccount.com"
 pytestmark = pytest.mark.xdist_group("local_stack")
 
@@ -83,53 +76,16 @@ def target() -> Iterator[Target]:
         server.server_close()
 
 
-def _exports(env_file: Path) -> dict[str, str]:
-    exports = {}
-    for line in env_file.read_text().splitlines():
-        if line.startswith("export ") and not line.startswith("export PATH="):
-            key, _, value = line.removeprefix("export ").partition("=")
-            [exports[key]] = shlex.split(value)
-    return exports
-
-
 def test_a_job_scheduled_with_jobsctl_calls_the_local_target_with_a_verified_token(
     target: Target,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.local",
-            "--free-ports",
-            "--fresh",
-            "--no-demo",
-            "--log-dir",
-            str(tmp_path),
-            "--test-cadence-s",
-            "1",
-            "--http-target",
-            f"trials={target.url}",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not any(line.startswith("in another shell") for line in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
-            lines.append(proc.stdout.readline())
-        banner = "".join(lines)
+    with local_stack(tmp_path, "--http-target", f"trials={target.url}") as stack:
+        banner = stack.banner
         assert f"http targets trials {target.url}" in banner and WORKER_EMAIL in banner, banner
-        exports = _exports(tmp_path / "env")
+        exports = stack.exports()
         assert json.loads(exports["JOBS_HTTP_TARGETS"])["trials"]["url"] == target.url
         target.certs_url = exports["JOBS_OIDC_CERTS_URL"]
         for key, value in exports.items():
@@ -141,19 +97,7 @@ def test_a_job_scheduled_with_jobsctl_calls_the_local_target_with_a_verified_tok
                         "--param", "path=/internal/trials/42:expire",
                         "--param", 'body={"notify": true}'])  # fmt: skip
         assert code == 0, capsys.readouterr().err
-        state = ""
-        while state != "completed":
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
-            time.sleep(0.5)
-            capsys.readouterr()
-            assert jobsctl(["show", "call-1", "--json"]) == 0
-            job = json.loads(capsys.readouterr().out)["job"]
-            state = job["state"]
-            assert state not in {"failed", "cancelled"}, job
-    finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+        job = stack.completed("call-1", capsys)
 
     [call] = target.calls
     assert isinstance(call["claims"], dict), call["claims"]

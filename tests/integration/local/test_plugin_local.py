@@ -5,32 +5,16 @@ record holds the plug-in's own result."""
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from services.cli.app import main as jobsctl
-from services.local.system import ROOT
 from tests.fixtures.plugin import trials_plugin  # noqa: F401  (the fixture)
+from tests.integration.local.running_stack import local_stack
 
-TIMEOUT_S = 90
 pytestmark = pytest.mark.xdist_group("local_stack")
-
-
-def _exports(env_file: Path) -> dict[str, str]:
-    exports = {}
-    for line in env_file.read_text().splitlines():
-        if line.startswith("export ") and not line.startswith("export PATH="):
-            key, _, value = line.removeprefix("export ").partition("=")
-            [exports[key]] = shlex.split(value)
-    return exports
 
 
 def test_a_plugin_action_runs_in_make_run(
@@ -39,37 +23,11 @@ def test_a_plugin_action_runs_in_make_run(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}
+    env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(trials_plugin), env.get("PYTHONPATH")]))
-    logs = tmp_path / "logs"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.local",
-            "--free-ports",
-            "--fresh",
-            "--no-demo",
-            "--log-dir",
-            str(logs),
-            "--test-cadence-s",
-            "1",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not any(line.startswith("in another shell") for line in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
-            lines.append(proc.stdout.readline())
-        assert "trials.expire" in "".join(lines), "".join(lines)
-        for key, value in _exports(logs / "env").items():
+    with local_stack(tmp_path / "logs", env=env) as stack:
+        assert "trials.expire" in stack.banner, stack.banner
+        for key, value in stack.exports().items():
             monkeypatch.setenv(key, value)
 
         capsys.readouterr()
@@ -79,19 +37,7 @@ def test_a_plugin_action_runs_in_make_run(
         code = jobsctl(["schedule", "--action", "trials.expire", "--job-id", "trial-1",
                         "--subject", "trial-1", "--param", "trial_id=t-1"])  # fmt: skip
         assert code == 0, capsys.readouterr().err
-        state = ""
-        while state != "completed":
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
-            time.sleep(0.5)
-            capsys.readouterr()
-            assert jobsctl(["show", "trial-1", "--json"]) == 0
-            job = json.loads(capsys.readouterr().out)["job"]
-            state = job["state"]
-            assert state not in {"failed", "cancelled"}, job
-    finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+        job = stack.completed("trial-1", capsys)
     assert job["result"]["outcome"] == "expired"
     assert job["result"]["details"] == {"trial": "t-1"}
     assert job["attempt"] == 1
