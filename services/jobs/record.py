@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from services.jobs.errors import InvalidRecord, NewerRecord
-from services.jobs.ids import derive_idempotency_key
+from services.jobs.ids import derive_idempotency_key, job_id_problems
 from services.jobs.parts import CancelRequest, Claim, ErrorInfo, Lease, Result
 from services.jobs.shard import shard_of
 from services.jobs.state import HistoryEntry, State
@@ -338,6 +338,14 @@ def decode_job(job_id: str, data: Mapping[str, Any] | None) -> Job:
         newer = newer_version_problem(data)
         if newer is not None:
             raise NewerRecord(job_id, newer)
+        # The ID is checked where every reader meets the record, as `schedule` checks it: a
+        # record written past `schedule` (by hand, another language, a migration) with an ID
+        # the worker's envelope refuses would otherwise be claimed, published, acknowledged as
+        # bad_job_id and rescued back to the queue forever (issue 33, finding 3). As an
+        # InvalidRecord it is quarantined by whoever reads it (the scan's claim first).
+        bad_id = job_id_problems(job_id)
+        if bad_id:
+            raise InvalidRecord(job_id, "; ".join(bad_id))
         job = Job.from_document(job_id, data)
         if isinstance(data.get("attempt"), bool) or not isinstance(
             data.get("attempt", 1), int | float
