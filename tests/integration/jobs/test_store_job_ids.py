@@ -18,7 +18,7 @@ from services.jobs.transitions import INVALID_RECORD
 from services.store.job_store import FirestoreJobStore
 from services.worker.envelope import job_id_from
 from services.worker.errors import MalformedDelivery
-from tests.fixtures.store import mark_enqueued, stored_document
+from tests.fixtures.store import stored_document
 from tests.integration.jobs.conftest import T0, new_job
 
 UNDELIVERABLE = [
