@@ -75,3 +75,104 @@ def progress_of(job: Job, progress: Mapping[str, Any] | None) -> dict[str, Any] 
     if progress is None:
         return dict(job.progress) if job.progress is not None else None
     return bounded_details(progress)
+
+
+# -- the whole record: Firestore's document size limit and the headroom a life needs --------
+
+# Firestore's maximum document size (https://cloud.google.com/firestore/quotas): a commit that
+# would make a document larger is refused with INVALID_ARGUMENT.
+MAX_DOCUMENT_BYTES = 1_048_576
+# Storage sizes as Firestore counts them (https://cloud.google.com/firestore/docs/storage-size):
+# a string is its UTF-8 bytes + 1, numbers, timestamps 8, booleans and null 1, a geo point 16,
+# a map its field names and values (counted here, conservatively, with the 32 bytes a document
+# adds), a document its name (collection and document ID + 16) + its fields + 32.
+_STRING_EXTRA = 1
+_NAME_EXTRA = 16
+_MAP_EXTRA = 32
+_FIXED = 8
+# A details map (result.details, progress) is bounded in compact JSON bytes; stored, a JSON byte
+# takes at most 4 (a one-digit integer and its comma, 2 JSON bytes, is stored as 8).
+STORED_PER_JSON_BYTE = 4
+# What the record's life may write beyond what `schedule` writes, per field as stored (name
+# included), each at the bound its writer keeps: the claim (a run ID), the lease (owner, token,
+# the ended token), a cancel request (reason and who), last_error (code and message), the history
+# (its byte bound, with room for the per-entry keys its measure leaves out), one details map
+# (result.details or progress: `complete` clears progress as it writes the result), the
+# quarantine, and the small fields (state, attempt, times, message ID).
+LIFE_FIELD_BYTES: dict[str, int] = {
+    "claim": 2 * 1024,
+    "lease": 4 * 1024,
+    "cancel_requested": 2 * MAX_REASON_BYTES + 256,
+    "last_error": MAX_CODE_BYTES + MAX_ERROR_MESSAGE_BYTES + 256,
+    "history": 2 * 16 * 1024 + 2 * MAX_REASON_BYTES,
+    "details": STORED_PER_JSON_BYTE * MAX_DETAILS_BYTES + MAX_CODE_BYTES + 256,
+    "quarantine": MAX_ERROR_MESSAGE_BYTES + 1024,
+    "small": 2 * 1024,
+}
+LIFE_BYTES = sum(LIFE_FIELD_BYTES.values())
+# The fields those bounds cover: whatever the record holds in them now is replaced within them.
+LIFE_FIELDS = frozenset(
+    {
+        "state",
+        "attempt",
+        "claim",
+        "enqueued_at",
+        "message_id",
+        "lease_until",
+        "lease_owner",
+        "lease_token",
+        "ended_lease_token",
+        "progress",
+        "cancel_requested",
+        "result",
+        "last_error",
+        "history",
+        "updated_at",
+        "expire_at",
+        "quarantine",
+    }
+)
+
+
+def stored_bytes(value: object) -> int:
+    """The storage size Firestore counts for one field value (a conservative reading of
+    https://cloud.google.com/firestore/docs/storage-size for maps)."""
+    if value is None or isinstance(value, bool):
+        return 1
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass")) + _STRING_EXTRA
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    if isinstance(value, int | float | datetime):
+        return _FIXED
+    if isinstance(value, Mapping):
+        return _MAP_EXTRA + sum(
+            stored_bytes(str(key)) + stored_bytes(item) for key, item in value.items()
+        )
+    if isinstance(value, list | tuple):
+        return sum(stored_bytes(item) for item in value)
+    # A reference, geo point or vector (no job field holds one): its text is an upper bound.
+    return max(16, len(str(value).encode("utf-8", "replace")) + _STRING_EXTRA)
+
+
+def document_bytes(collection: str, document_id: str, fields: Mapping[str, Any]) -> int:
+    """The size Firestore counts for a document of `collection` with these fields."""
+    name = stored_bytes(collection) + stored_bytes(document_id) + _NAME_EXTRA
+    return name + stored_bytes(dict(fields))
+
+
+def life_headroom_problem(collection: str, job_id: str, fields: Mapping[str, Any]) -> str | None:
+    """Why a job record with these fields could not move through its life without passing
+    Firestore's document limit (its fields outside LIFE_FIELDS, plus LIFE_BYTES for those), or
+    None. Names the largest of those fields first, so a reader can tell what to shrink."""
+    base = {key: value for key, value in fields.items() if key not in LIFE_FIELDS}
+    size = document_bytes(collection, job_id, base)
+    if size + LIFE_BYTES <= MAX_DOCUMENT_BYTES:
+        return None
+    largest = max(base, key=lambda key: stored_bytes(key) + stored_bytes(base[key]), default="")
+    return (
+        f"{largest or 'the record'} makes the record of job {job_id[:80]!r} {size} bytes before "
+        f"what its life writes (up to {LIFE_BYTES}); at most "
+        f"{MAX_DOCUMENT_BYTES - LIFE_BYTES} fit under Firestore's {MAX_DOCUMENT_BYTES}-byte "
+        "document limit"
+    )

@@ -408,13 +408,19 @@ class Transitions:
     # -- quarantine --------------------------------------------------------------------------
 
     def quarantine(
-        self, raw: Mapping[str, Any], problem: str, now: datetime, by: str
+        self, raw: Mapping[str, Any], problem: str, now: datetime, by: str, *, bare: bool = False
     ) -> Quarantine:
-        """What moves an undecodable document to failed/invalid_record. Only fields with a
-        fixed shape are written; the rest of the document stays as found, for the operator to
-        inspect."""
-        message = bounded_text(problem, MAX_ERROR_MESSAGE_BYTES)
+        """What moves an undecodable document (or one too large to move through its life) to
+        failed/invalid_record. Only fields with a fixed shape are written; the rest of the
+        document stays as found, for the operator to inspect. `bare`: the state alone (and
+        updated_at), for a record so near Firestore's size limit that the full quarantine does
+        not fit: `failed` is shorter than every state the scan or reclaimer meets, so that
+        write always fits; the problem is then in the log's `job_quarantined` event only."""
         from_state = raw.get("state") if isinstance(raw.get("state"), str) else None
+        if bare:
+            fields = {"state": State.FAILED.value, "updated_at": now}
+            return Quarantine(fields=fields, history_entry=None, append_to_history=False)
+        message = bounded_text(problem, MAX_ERROR_MESSAGE_BYTES)
         entry = {
             "at": now,
             "from": from_state,
@@ -439,12 +445,12 @@ class Transitions:
 
 @dataclasses.dataclass(frozen=True)
 class Quarantine:
-    """The update that quarantines a record: `fields` to set, and its history entry, appended to
-    the stored history when that is an array (the store writes the append), else the whole new
-    history."""
+    """The update that quarantines a record: `fields` to set, and its history entry (None: the
+    history stays as found), appended to the stored history when that is an array (the store
+    writes the append), else the whole new history."""
 
     fields: dict[str, Any]
-    history_entry: dict[str, Any]
+    history_entry: dict[str, Any] | None
     append_to_history: bool
 
 

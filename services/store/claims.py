@@ -27,6 +27,7 @@ from services.jobs.errors import (
     ValidationError,
 )
 from services.jobs.lanes import EVERYTHING, ClaimFilter
+from services.jobs.limits import life_headroom_problem
 from services.jobs.parts import ErrorInfo
 from services.jobs.record import Job
 from services.jobs.results import ClaimedJob, EnqueueMark
@@ -236,7 +237,9 @@ class Claims:
                 break
             claimed.extend(page)
             moved = [
-                job_id for job_id in invalid if self._docs.quarantine(job_id, Role.SCAN, run_id)
+                job_id
+                for job_id in invalid
+                if self._docs.quarantine(job_id, Role.SCAN, run_id, headroom=True)
             ]
             for job_id in moved:
                 if on_quarantine is not None:
@@ -277,14 +280,20 @@ class Claims:
         by_target = bool(claims.exclude_targets)
         jobs = self._docs.jobs
         for job_id, document in self._docs.tx.query_in(transaction, query):
+            fields = decode_fields(document.fields, self._docs.client)
             try:
-                job = self._docs.decoded_raw(job_id, document)
+                job = self._docs.decoded_fields(job_id, fields, document)
             except InvalidRecord:
+                fits = False
+            else:
+                # One record too large to take its claim (or a later write of its life) would
+                # fail this whole page's commit on every run: it is left out and quarantined
+                # after the page, alone (issue 33, finding 2).
+                fits = life_headroom_problem(schema.JOBS, job_id, fields) is None
+            if not fits:
                 invalid.append(job_id)
                 # The query ranged on due_at: it is a timestamp, whatever else is wrong.
-                fields = decode_fields(document.fields, self._docs.client)
-                due = fields.get("due_at")
-                last = _cursor(due, fields, job_id, by_action, by_target)
+                last = _cursor(fields.get("due_at"), fields, job_id, by_action, by_target)
                 continue
             new = self._docs.rules.claim(job, run_id, at)
             write_changes(transaction, jobs.document(job_id), job, new)

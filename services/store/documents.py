@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,10 +26,11 @@ from services.jobs.errors import (
     JobNotFound,
     JobsError,
     NewerRecord,
+    StoreRejected,
     ValidationError,
 )
 from services.jobs.horizon import due_at_problem
-from services.jobs.limits import MAX_REASON_BYTES
+from services.jobs.limits import MAX_REASON_BYTES, life_headroom_problem
 from services.jobs.record import Job, decode_job
 from services.jobs.shard import read_parts, require_shards
 from services.jobs.state import Role
@@ -88,35 +89,42 @@ class Documents:
     def control_ref(self) -> Any:
         return self.client.collection(schema.CONTROL).document(schema.CONTROL_DOCUMENT)
 
-    def quarantine(self, job_id: str, role: Role, by: str) -> bool:
-        """Move an undecodable job document aside: one conditional raw update (in a
-        transaction that re-reads it) to state failed, last_error.code invalid_record, the
-        decode error and an audit entry. False when it decodes after all or is gone. Logged
-        with its own event; never raises for the document's content."""
+    def quarantine(self, job_id: str, role: Role, by: str, *, headroom: bool = False) -> bool:
+        """Move an undecodable job document aside (with `headroom`, also one too large to move
+        through its life: `unclaimable`): one conditional raw update (in a transaction that
+        re-reads it) to state failed, last_error.code invalid_record, the problem and an audit
+        entry; when Firestore refuses that as too large, the state alone (`Transitions.
+        quarantine`, bare). False when it is fine after all or is gone. Logged with its own
+        event; never raises for the document's content."""
         ref = self.jobs.document(job_id)
 
-        def body(transaction: Transaction) -> str | None:
+        def body(transaction: Transaction, bare: bool) -> str | None:
             snapshot = self.get_in(transaction, ref)
             if not snapshot.exists:
                 return None
             raw = snapshot.to_dict() or {}
-            try:
-                decode_job(job_id, raw)
-            except NewerRecord:
-                raise
-            except InvalidRecord as exc:
-                problem = exc.problem
-            else:
+            problem = unclaimable(job_id, raw) if headroom else undecodable(job_id, raw)
+            if problem is None:
                 return None
             now = self.clock.now()
-            quarantine = self.rules.quarantine(raw, problem, now, f"{role}:{by}")
+            quarantine = self.rules.quarantine(raw, problem, now, f"{role}:{by}", bare=bare)
             entry = quarantine.history_entry
-            history = firestore.ArrayUnion([entry]) if quarantine.append_to_history else [entry]
-            transaction.update(ref, {**quarantine.fields, HISTORY: history})
+            if entry is None:
+                transaction.update(ref, quarantine.fields)
+            else:
+                append = quarantine.append_to_history
+                history = firestore.ArrayUnion([entry]) if append else [entry]
+                transaction.update(ref, {**quarantine.fields, HISTORY: history})
             return problem
 
         try:
-            problem = self.tx.run(body)
+            try:
+                problem = self.tx.run(body, False)
+            except StoreRejected:
+                if not headroom:
+                    raise
+                # The full quarantine would pass the size limit: the state alone fits.
+                problem = self.tx.run(body, True)
         except NewerRecord as exc:
             # Written by a newer version: left exactly as found, counted and alerted.
             logger.error(
@@ -155,7 +163,11 @@ class Documents:
 
     def decoded_raw(self, job_id: str, document: Any) -> Job:
         """`decoded` for a raw `Document` protobuf (`TransactionRunner.query_in`)."""
-        job = decode_job(job_id, decode_fields(document.fields, self.client))
+        return self.decoded_fields(job_id, decode_fields(document.fields, self.client), document)
+
+    def decoded_fields(self, job_id: str, fields: Mapping[str, Any], document: Any) -> Job:
+        """`decoded_raw` for the `fields` already decoded from `document`."""
+        job = decode_job(job_id, fields)
         stamp = update_time(document)
         return job.replaced(update_time=as_datetime(stamp)) if stamp else job
 
@@ -259,6 +271,24 @@ class Documents:
             as_datetime(stamp) if status.code == 0 and stamp is not None else None
             for stamp, status in zip(stamps, raw.status, strict=True)
         ]
+
+
+def undecodable(job_id: str, raw: Mapping[str, Any]) -> str | None:
+    """Why `raw` is not a job record (None when it decodes); NewerRecord raises."""
+    try:
+        decode_job(job_id, raw)
+    except NewerRecord:
+        raise
+    except InvalidRecord as exc:
+        return exc.problem
+    return None
+
+
+def unclaimable(job_id: str, raw: Mapping[str, Any]) -> str | None:
+    """Why `raw` cannot be claimed: it is undecodable, or too large to move through its life
+    (`life_headroom_problem`: the claim, history, a result would pass Firestore's 1 MiB limit
+    at some later write, leaving the job stuck there; issue 33, finding 2). None when fine."""
+    return undecodable(job_id, raw) or life_headroom_problem(schema.JOBS, job_id, raw)
 
 
 def decoded(snapshot: Any) -> Job:

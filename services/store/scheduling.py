@@ -15,9 +15,11 @@ from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 
+from services.jobs import schema
 from services.jobs.catalogue import Catalogue, load_catalogue
 from services.jobs.deployment import Deployment
 from services.jobs.errors import InvalidRecord, LostRace, ScheduleConflict, ValidationError
+from services.jobs.limits import life_headroom_problem
 from services.jobs.model import NewJob
 from services.jobs.record import Job, decode_job
 from services.jobs.results import ScheduleResult
@@ -119,8 +121,7 @@ class Scheduling:
         params that do not fit the action's schema) raises ValidationError and writes
         nothing. Costs 1 write when new (no read), 1 read when it exists.
         """
-        valid = new_job.validated(self._known_actions)
-        require_due_in_horizon(valid.due_at, self._docs.clock.now())
+        valid = self._validated(new_job, by)
         job = self._new_record(valid, by).replaced(producer=producer)
         ref = self._docs.jobs.document(valid.job_id)
         for attempt in range(CREATE_ATTEMPTS):
@@ -167,8 +168,7 @@ class Scheduling:
         valid: dict[int, NewJob] = {}
         for index, new_job in enumerate(new_jobs):
             try:
-                valid[index] = new_job.validated(self._known_actions)
-                require_due_in_horizon(valid[index].due_at, self._docs.clock.now())
+                valid[index] = self._validated(new_job, by)
             except ValidationError as exc:
                 valid.pop(index, None)
                 outcomes[index] = exc
@@ -230,6 +230,19 @@ class Scheduling:
             return self.schedule(new, by=by)
         except (ScheduleConflict, InvalidRecord) as exc:
             return exc
+
+    def _validated(self, new_job: NewJob, by: str) -> NewJob:
+        """`new_job` validated, due within the horizon, and small enough to move through its
+        life: its record plus what the life writes (claim, history, a result) fits under
+        Firestore's 1 MiB document limit (`life_headroom_problem`, the check the claim makes
+        again for records written past this; issue 33, finding 2). ValidationError otherwise."""
+        valid = new_job.validated(self._known_actions)
+        require_due_in_horizon(valid.due_at, self._docs.clock.now())
+        record = self._new_record(valid, by).to_document()
+        problem = life_headroom_problem(schema.JOBS, valid.job_id, record)
+        if problem is not None:
+            raise ValidationError([problem])
+        return valid
 
     def _new_record(self, valid: NewJob, by: str) -> Job:
         now = self._docs.clock.now()
