@@ -59,6 +59,14 @@ COMMON_KEYS = (
     SHARDS,
 )
 
+# How far the scan's or the worker's clock may be from Firestore's time (a read's read_time)
+# before it refuses to claim, reclaim or take a lease (docs/state-machine.md, "Clock skew").
+# The scan and the worker read it; the API, jobsctl and the console fence nothing on their clock.
+MAX_CLOCK_SKEW_S = "JOBS_MAX_CLOCK_SKEW_S"
+DEFAULT_MAX_CLOCK_SKEW_S = 10
+MIN_MAX_CLOCK_SKEW_S, MAX_MAX_CLOCK_SKEW_S = 1, 120
+
+
 # The services `http.request` may call (services/jobs/http_targets.py): the worker calls them,
 # and every scheduling component (api, jobsctl, the store) checks a job's target against them.
 HTTP_TARGETS = ENV_VARIABLE
@@ -389,3 +397,12 @@ def read_http_targets(env: EnvReader) -> dict[builtins.str, HttpTarget]:
         for problem in exc.problems:
             env.problem(HTTP_TARGETS, problem)
         return {}
+
+
+def read_max_clock_skew_s(env: EnvReader) -> builtins.int:
+    return env.int(
+        MAX_CLOCK_SKEW_S,
+        default=DEFAULT_MAX_CLOCK_SKEW_S,
+        min=MIN_MAX_CLOCK_SKEW_S,
+        max=MAX_MAX_CLOCK_SKEW_S,
+    )

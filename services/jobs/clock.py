@@ -55,3 +55,16 @@ class FakeClock:
         aware = _require_aware(value)
         with self._lock:
             self._now = aware
+
+
+def clock_offset(before: datetime, server_time: datetime, after: datetime) -> timedelta:
+    """How far this instance's clock is from Firestore's, at the least: `before` and `after`
+    were read from the clock around a request that Firestore answered at `server_time` (a
+    read's read_time), so a clock that agrees would have `before <= server_time <= after`.
+    Positive: this clock is ahead; negative: behind; zero: the two agree within the request's
+    round trip (which this bound never counts as skew)."""
+    if server_time < before:
+        return before - server_time
+    if server_time > after:
+        return after - server_time
+    return timedelta(0)

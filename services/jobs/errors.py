@@ -7,7 +7,7 @@ status codes, acknowledgements or exit codes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -134,6 +134,22 @@ class LeaseLost(LostRace):
 class StoreUnavailable(JobsError):
     """Firestore could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED with no lock held, or
     another transient error); retry later."""
+
+
+class ClockSkewed(StoreUnavailable):
+    """This instance's clock differs from Firestore's by more than the tolerated skew: it does
+    not claim, reclaim or take a lease on that clock (docs/state-machine.md, "Clock skew").
+    Retried later, like an outage (the worker answers 503, so another instance may take the
+    push); each refusal is logged with event `clock_skew`."""
+
+    def __init__(self, offset: timedelta, tolerance: timedelta, what: str) -> None:
+        self.offset = offset
+        self.tolerance = tolerance
+        direction = "ahead of" if offset > timedelta(0) else "behind"
+        super().__init__(
+            f"this instance's clock is {abs(offset.total_seconds()):.3f}s {direction} "
+            f"Firestore's (at most {tolerance.total_seconds():g}s tolerated): {what} refused"
+        )
 
 
 class StoreRejected(JobsError):

@@ -356,5 +356,6 @@ def _store(client: Any, clock: Clock, settings: ScanSettings) -> FirestoreJobSto
         terminal_retention=timedelta(seconds=settings.terminal_retention_s),
         timeout_s=settings.firestore_timeout_s,
         shards=settings.shards,
+        max_clock_skew=timedelta(seconds=settings.max_clock_skew_s),
     )
     return store

@@ -123,6 +123,26 @@ class Scanner:
         tally = RunTally()
         try:
             control = self._store.get_control()
+        except errors.ClockSkewed as exc:
+            # This instance's clock is too far from Firestore's (the store logged it, event
+            # clock_skew): every `now` of this run would claim early or reclaim a live lease.
+            # Nothing is claimed or reclaimed; a later run (or another instance) does it.
+            run = tally.finish(
+                run_id=run_id,
+                started_at=started_at,
+                finished_at=self._clock.now(),
+                stopped_because="clock_skew",
+                paused=False,
+                dry_run=dry_run,
+                budget=0,
+                backlog=RunBacklog(),
+                mode=self._limits.mode,
+                partition=partition,
+                note=str(exc),
+                execution=execution.key if execution else None,
+            )
+            self.gauges.report(run, sink=False)  # it measured nothing
+            return run
         except errors.StoreUnavailable as exc:
             raise StoreUnreachable(f"cannot read the control document: {exc}") from exc
         except errors.StoreRejected as exc:

@@ -39,13 +39,16 @@ from services.edge.settings import (
     COMMON_KEYS,
     DEFAULT_CLOCK_SKEW_S,
     DEFAULT_FIRESTORE_TIMEOUT_S,
+    DEFAULT_MAX_CLOCK_SKEW_S,
     DEFAULT_TERMINAL_RETENTION_S,
     GOOGLE_CERTS_URL,
     HTTP_TARGETS,
+    MAX_CLOCK_SKEW_S,
     SHARDS,
     CommonSettings,
     EnvReader,
     read_http_targets,
+    read_max_clock_skew_s,
 )
 from services.jobs.budget import (
     DEFAULT_ENQUEUED_TIMEOUT_S,
@@ -106,6 +109,7 @@ ALL_KEYS = (
     SUBSCRIPTION,
     MONITORING_EMULATOR_HOST,
     HTTP_TARGETS,
+    MAX_CLOCK_SKEW_S,
 )
 
 DEFAULT_PAGE_SIZE = 200
@@ -160,6 +164,9 @@ class ScanSettings:
     # JOBS_HTTP_TARGETS: each target with a `rate` is a claim lane of its own
     # (services/jobs/lanes.py, key http.request/<target>).
     http_targets: Mapping[str, HttpTarget] = field(default_factory=dict)
+    # JOBS_MAX_CLOCK_SKEW_S: a run whose clock is further from Firestore's claims and reclaims
+    # nothing (docs/state-machine.md, "Clock skew").
+    max_clock_skew_s: int = DEFAULT_MAX_CLOCK_SKEW_S
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ScanSettings:
@@ -209,6 +216,7 @@ class ScanSettings:
             subscription=env.str(SUBSCRIPTION, "") or None,
             monitoring_emulator_host=env.str(MONITORING_EMULATOR_HOST, "") or None,
             http_targets=read_http_targets(env),
+            max_clock_skew_s=read_max_clock_skew_s(env),
         )
         for key, message in run_bound_problems(settings):
             env.problem(key, message)

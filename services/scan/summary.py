@@ -31,6 +31,7 @@ StopReason = Literal[
     "unavailable",
     "overlap",
     "duplicate",
+    "clock_skew",
 ]
 STOP_REASONS: tuple[StopReason, ...] = (
     "budget",
@@ -42,6 +43,7 @@ STOP_REASONS: tuple[StopReason, ...] = (
     "unavailable",
     "overlap",
     "duplicate",
+    "clock_skew",
 )
 
 

@@ -302,9 +302,16 @@ class Administration:
         )
 
     def get_control(self) -> Control:
-        """The operator's control settings; defaults when the document does not exist."""
+        """The operator's control settings; defaults when the document does not exist.
+
+        A scan run's first read: with a `max_clock_skew`, its read_time is this run's check of
+        the clock against Firestore's (ClockSkewed when further: the run claims and reclaims
+        nothing on that clock)."""
+        before = self._docs.clock.now()
         with store_errors():
             snapshot = self._docs.gateway.get(self._docs.control_ref)
+        after = self._docs.clock.now()
+        self._docs.check_clock(before, snapshot.read_time, after, "claims and reclaims")
         return Control.from_document(snapshot.to_dict() if snapshot.exists else None)
 
     def update_control(self, by: str, reason: str, **changes: Any) -> Control:

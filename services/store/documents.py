@@ -20,8 +20,9 @@ from google.api_core import retry as api_retry
 from google.cloud import firestore
 
 from services.jobs import schema
-from services.jobs.clock import Clock
+from services.jobs.clock import Clock, clock_offset
 from services.jobs.errors import (
+    ClockSkewed,
     InvalidRecord,
     JobNotFound,
     JobsError,
@@ -64,8 +65,10 @@ class Documents:
         retry: api_retry.Retry | None,
         shards: int,
         database: str | None = None,
+        max_clock_skew: timedelta | None = None,
     ) -> None:
         self.shards = require_shards(shards)
+        self.max_clock_skew = max_clock_skew
         self.read_parts = read_parts(self.shards)  # [None] with one shard
         self.rules = Transitions(history_limit, terminal_retention)
         self.client = client
@@ -160,6 +163,32 @@ class Documents:
             },
         )
         return True
+
+    def check_clock(self, before: datetime, read_time: Any, after: datetime, what: str) -> None:
+        """Refuse `what` with ClockSkewed when this store's clock, read at `before` and `after`
+        around a read Firestore answered at `read_time`, is further from Firestore's time than
+        `max_clock_skew` (issue 33, finding 8). Every `now` that fences (a claim's due time, a
+        lease's expiry, a claim timeout) is this clock's; Firestore's read_time is the one time
+        every instance shares. No check without a tolerance or a read_time."""
+        if self.max_clock_skew is None or read_time is None:
+            return
+        offset = clock_offset(before, as_datetime(read_time), after)
+        if abs(offset) <= self.max_clock_skew:
+            return
+        error = ClockSkewed(offset, self.max_clock_skew, what)
+        logger.error(
+            "%s",
+            error,
+            extra={
+                "fields": {
+                    metrics.LOG_EVENT: metrics.EVENT_CLOCK_SKEW,
+                    "offset_s": offset.total_seconds(),
+                    "tolerance_s": self.max_clock_skew.total_seconds(),
+                    "refused": what,
+                }
+            },
+        )
+        raise error
 
     def decoded_raw(self, job_id: str, document: Any) -> Job:
         """`decoded` for a raw `Document` protobuf (`TransactionRunner.query_in`)."""

@@ -64,10 +64,14 @@ class FirestoreJobStore(Scheduling, Administration, Claims, Reclaims, Leases, Sh
         retry: api_retry.Retry | None = None,
         shards: int = 1,
         database: str | None = None,
+        max_clock_skew: timedelta | None = None,
     ) -> None:
         """`client` is the high-level client of the database the store keeps its records in;
         `database` names that database when it is not the default one (the store sends its
-        RPCs through its own GAPIC client, and the high-level client keeps the name private)."""
+        RPCs through its own GAPIC client, and the high-level client keeps the name private).
+        `max_clock_skew`: how far `clock` may be from Firestore's time before `get_control`
+        (a scan run's first read) and `start` refuse with ClockSkewed; None: not checked (a
+        test's simulated clock)."""
         docs = Documents(
             client,
             clock,
@@ -78,6 +82,7 @@ class FirestoreJobStore(Scheduling, Administration, Claims, Reclaims, Leases, Sh
             retry=retry,
             shards=shards,
             database=database,
+            max_clock_skew=max_clock_skew,
         )
         # Each role keeps its own state beside the one `Documents` they all share.
         Scheduling.__init__(self, docs, known_actions)

@@ -119,7 +119,7 @@ EVENT_WORKER_OUTCOME = "worker_outcome"
 EVENT_REJECTED = "push_rejected"
 EVENT_JOB_FAILED = "job_failed"
 EVENT_SCAN_RUN = "scan_run"
-EVENT_JOB_QUARANTINED = "job_quarantined"  # an undecodable job document moved aside
+EVENT_JOB_QUARANTINED = "job_quarantined"  # an undecodable or unclaimable job document moved aside
 # A job document written by a newer version met (and left untouched) by this one.
 EVENT_JOB_FROM_NEWER_VERSION = "job_from_newer_version"
 EVENT_UNKNOWN_ACTION = "unknown_action"  # a job whose action the worker lacks, deferred
@@ -130,6 +130,9 @@ EVENT_SHARD_LAYOUT = "shard_layout"
 # The worker's line when an action's dependency asked to wait (429/503 + Retry-After) and it
 # recorded a pause of that action's claims (once per pause window, not per job).
 EVENT_ACTION_PAUSED = "action_paused"
+# A scan run or a worker's start refused because the instance's clock is further from
+# Firestore's time than JOBS_MAX_CLOCK_SKEW_S (docs/state-machine.md, "Clock skew").
+EVENT_CLOCK_SKEW = "clock_skew"
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,13 @@ ACTION_PAUSES = LogMetric(
     "Retry-After (the line names the action).",
 )
 
+CLOCK_SKEW_REFUSALS = LogMetric(
+    "deferred_jobs_clock_skew",
+    EVENT_CLOCK_SKEW,
+    "Scan runs and worker starts refused because the instance's clock was further from "
+    "Firestore's time than the tolerated skew (the line gives offset_s).",
+)
+
 LOG_METRICS: tuple[LogMetric, ...] = (
     WORKER_DUE_TO_DONE,
     WORKER_ENQUEUE_TO_DONE,
@@ -193,6 +203,7 @@ LOG_METRICS: tuple[LogMetric, ...] = (
     NEWER_RECORDS,
     UNKNOWN_ACTIONS,
     ACTION_PAUSES,
+    CLOCK_SKEW_REFUSALS,
 )
 
 

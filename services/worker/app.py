@@ -286,6 +286,7 @@ def create_app(
             terminal_retention=settings.terminal_retention,
             timeout_s=settings.firestore_timeout_s,
             shards=settings.shards,
+            max_clock_skew=settings.max_clock_skew,
         )
         rejections = rejections or RejectionStore(client, timeout_s=settings.firestore_timeout_s)
     if actions is None:

@@ -16,12 +16,15 @@ from services.edge.settings import (
     COMMON_KEYS,
     DEFAULT_CLOCK_SKEW_S,
     DEFAULT_FIRESTORE_TIMEOUT_S,
+    DEFAULT_MAX_CLOCK_SKEW_S,
     DEFAULT_TERMINAL_RETENTION_S,
     GOOGLE_CERTS_URL,
     HTTP_TARGETS,
+    MAX_CLOCK_SKEW_S,
     CommonSettings,
     EnvReader,
     read_http_targets,
+    read_max_clock_skew_s,
 )
 from services.jobs.actions import (
     DEFAULT_LONG_RETRY_DELAY,
@@ -63,6 +66,7 @@ ALL_KEYS = (
     HTTP_TARGETS,
     WORKER_ID_TOKEN_URL,
     WORKER_ID_TOKEN_EMAIL,
+    MAX_CLOCK_SKEW_S,
 )
 
 # The lease must end before Pub/Sub's push deadline (at most 600 s) hands the message to
@@ -108,6 +112,9 @@ class WorkerSettings:
     shards: int = 1
     deadline_margin_s: int = DEFAULT_DEADLINE_MARGIN_S
     max_delivery_s: int = DEFAULT_MAX_DELIVERY_S
+    # JOBS_MAX_CLOCK_SKEW_S: a start on a clock further from Firestore's is refused (503), so
+    # it never takes over a live lease (docs/state-machine.md, "Clock skew").
+    max_clock_skew_s: int = DEFAULT_MAX_CLOCK_SKEW_S
 
     @property
     def deadline_margin(self) -> datetime.timedelta:
@@ -120,6 +127,10 @@ class WorkerSettings:
     @property
     def terminal_retention(self) -> datetime.timedelta:
         return datetime.timedelta(seconds=self.terminal_retention_s)
+
+    @property
+    def max_clock_skew(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.max_clock_skew_s)
 
     @property
     def lease(self) -> datetime.timedelta:
@@ -178,6 +189,7 @@ class WorkerSettings:
             http_targets=read_http_targets(env),
             id_token_url=env.url(WORKER_ID_TOKEN_URL, default="") or None,
             id_token_email=_id_token_email(env),
+            max_clock_skew_s=read_max_clock_skew_s(env),
         )
         env.finish()
         return settings

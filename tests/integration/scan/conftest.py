@@ -217,6 +217,7 @@ def scan_rig(
         cloud_run: bool = True,
         sleep: Callable[[float], None] | None = None,
         rates: dict[str, float] | None = None,
+        max_clock_skew: timedelta | None = None,
         **overrides: Any,
     ) -> Rig:
         served: Served | None = None
@@ -254,8 +255,13 @@ def scan_rig(
         )
         shard_indexes(settings.shards)
         clock = clock or FakeClock(T0 + timedelta(minutes=1))
+        # No clock check unless a test asks (`max_clock_skew`): the rig's clock is simulated.
         store = FirestoreJobStore(
-            firestore_client, clock, timeout_s=settings.firestore_timeout_s, shards=settings.shards
+            firestore_client,
+            clock,
+            timeout_s=settings.firestore_timeout_s,
+            shards=settings.shards,
+            max_clock_skew=max_clock_skew,
         )
         publisher = publisher or Publisher.create(
             project, TOPIC, timeout_s=settings.publish_timeout_s

@@ -2,7 +2,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from services.jobs.clock import FakeClock, SystemClock
+from services.jobs.clock import FakeClock, SystemClock, clock_offset
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -36,3 +36,11 @@ def test_fake_clock_refuses_naive_times_and_negative_advances() -> None:
         clock.set(datetime(2026, 1, 1))
     with pytest.raises(ValueError, match="negative"):
         clock.advance(timedelta(seconds=-1))
+
+
+def test_the_offset_to_firestores_time_counts_only_what_the_round_trip_cannot_explain() -> None:
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    second = timedelta(seconds=1)
+    assert clock_offset(t, t + second, t + 2 * second) == timedelta(0)  # inside the request
+    assert clock_offset(t, t - 90 * second, t + second) == 90 * second  # ahead
+    assert clock_offset(t, t + 92 * second, t + 2 * second) == -90 * second  # behind

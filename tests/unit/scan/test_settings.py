@@ -60,10 +60,12 @@ def test_every_key_is_read() -> None:
         "JOBS_SUBSCRIPTION": "deferred-jobs-jobs-push",
         "JOBS_MONITORING_EMULATOR_HOST": "127.0.0.1:8087",
         "JOBS_HTTP_TARGETS": '{"trials": {"url": "https://trials.example", "rate": 5}}',
+        "JOBS_MAX_CLOCK_SKEW_S": "20",
     }
     assert set(env) == set(ALL_KEYS)
     s = ScanSettings.from_env({**env, "K_SERVICE": "deferred-jobs-scan"})  # the flag needs it
     assert s.shards == 4
+    assert s.max_clock_skew_s == 20
     assert (s.mode, s.poll_s, s.end_when_idle, s.attempt_deadline_s) == ("paced", 10, False, 300)
     assert s.partitions == 2 and s.limits().polls
     assert (s.subscription, s.monitoring_emulator_host) == (
@@ -95,6 +97,7 @@ def test_every_bad_key_is_named_in_one_error() -> None:
         "JOBS_SCAN_PAGE_SIZE": "0",
         "JOBS_SCAN_MAX_PER_RUN": "lots",
         "JOBS_METRICS": "prometheus",
+        "JOBS_MAX_CLOCK_SKEW_S": "0",
     }
     with pytest.raises(SettingsError) as raised:
         ScanSettings.from_env(env)
@@ -107,6 +110,7 @@ def test_every_bad_key_is_named_in_one_error() -> None:
         "JOBS_SCAN_PAGE_SIZE",
         "JOBS_SCAN_MAX_PER_RUN",
         "JOBS_METRICS",
+        "JOBS_MAX_CLOCK_SKEW_S",
     }
 
 

@@ -42,10 +42,12 @@ def test_every_key_is_read() -> None:
             s.MEDIA_BUCKET: "media-src",
             common.LOG_LEVEL: "debug",
             common.BEHIND_CLOUD_RUN_IAM: "1",
+            common.MAX_CLOCK_SKEW_S: "20",
             "K_SERVICE": "deferred-jobs-worker",  # on Cloud Run, as the flag requires
         }
     )
     assert settings.behind_cloud_run_iam is True
+    assert settings.max_clock_skew.total_seconds() == 20
     assert settings.allowed_invokers == frozenset({"a@x.com", "b@x.com"})
     assert (settings.lease_s, settings.retry_later_delay_s) == (30, 3600)
     assert settings.retry_policy.retry_later_after_attempts == 9
