@@ -20,6 +20,13 @@ key. After every step it checks:
   applied with its answer lost) is settled by the worker's rule (`Processor._durably`: read
   back `ended_lease_token`, retry while the lease is still this delivery's): the outcome is
   durable exactly once and the job is never left running under that lease (issue 24);
+- the write-ahead holds (issue 33, finding 1): a delivery runs the real `media.delete_source`
+  action (`SourceDeleter`) over an in-memory bucket that keeps generations as Cloud Storage
+  does; its completion is lost, the customer uploads the object again, the lease lapses and a
+  redelivery takes the job over. The generation the first delivery read is in the record
+  (`progress`) before its delete, the take-over keeps it, and the redelivery deletes that
+  generation or nothing: every delete the bucket sees names a generation its job recorded
+  ahead, and the object uploaded again is never removed;
 - a record a simulated next version rewrote (a higher `schema_version`, an unknown state in
   the record, or one in a history entry) is "foreign": every operation the machine makes on
   it (schedule over it, claim, mark enqueued, reclaim, start, the worker's exits and
@@ -47,6 +54,7 @@ from http import HTTPStatus
 from typing import Any
 
 import pytest
+from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -63,6 +71,7 @@ from hypothesis.stateful import (
 
 from emulators.firestore.server import Emulator
 from services.jobs import schema
+from services.jobs.actions import ActionRequest
 from services.jobs.clock import FakeClock
 from services.jobs.errors import (
     AttemptsExhausted,
@@ -81,13 +90,15 @@ from services.telemetry import metrics
 from services.worker.actions import ActionRegistry
 from services.worker.app import _STATUS as WORKER_STATUS
 from services.worker.envelope import Delivery as Push
+from services.worker.media import SourceDeleter
 from services.worker.processor import OutcomeKind, Processor
 
 MAX_EXAMPLES = 40
 STEPS = 30
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-PARAMS = {"object": "media-1/source.mp4"}  # fits the media action's params schema
+OBJECT = "media-1/source.mp4"
+PARAMS = {"object": OBJECT}  # fits the media action's params schema
 LEASE = timedelta(seconds=60)
 MARGIN = timedelta(seconds=5)
 CLAIM_TIMEOUT = timedelta(minutes=10)
@@ -129,6 +140,56 @@ class Delivery:
     """One push that reached `start`: the lease it got."""
 
     lease: Lease
+
+
+class Bucket:
+    """One Cloud Storage bucket in memory, as `SourceDeleter` uses it: each upload a new
+    generation; a delete with `if_generation_match` removes exactly that generation, answers
+    412 when another one lives at the name and 404 when none does
+    (https://cloud.google.com/storage/docs/request-preconditions). `recorded_ahead(job_id)`
+    gives the generations a job's record holds; each delete checks its generation is among
+    them (the write-ahead) before it acts."""
+
+    name = "media"
+
+    def __init__(self, recorded_ahead: Callable[[], set[str]]) -> None:
+        self.generations: dict[str, int] = {}
+        self.deleted: list[tuple[str, int]] = []
+        self._next = 1
+        self._recorded_ahead = recorded_ahead
+
+    def upload(self, name: str) -> int:
+        self._next += 1
+        self.generations[name] = self._next
+        return self._next
+
+    def bucket(self, name: str) -> Bucket:  # storage.Client.bucket
+        assert name == self.name, name
+        return self
+
+    def exists(self, **_: Any) -> bool:
+        return True
+
+    def get_blob(self, name: str, **_: Any) -> Any:
+        generation = self.generations.get(name)
+        return None if generation is None else _Blob(generation)
+
+    def delete_blob(self, name: str, *, if_generation_match: int, **_: Any) -> None:
+        assert str(if_generation_match) in self._recorded_ahead(), (
+            f"deleting generation {if_generation_match} of {name}, not written ahead"
+        )
+        current = self.generations.get(name)
+        if current is None:
+            raise api_exceptions.NotFound(name)
+        if current != if_generation_match:
+            raise api_exceptions.PreconditionFailed(name)
+        del self.generations[name]
+        self.deleted.append((name, current))
+
+
+@dataclass(frozen=True)
+class _Blob:
+    generation: int
 
 
 class StoreModel(RuleBasedStateMachine):
@@ -508,6 +569,74 @@ class StoreModel(RuleBasedStateMachine):
         if what == "complete" and not reused:
             self.recorded[key] += 1
 
+    @rule(target=deliveries, delivery=deliveries)
+    def completion_lost_object_replaced_lease_lapsed(self, delivery: Delivery) -> Any:
+        """The real media action acts (its generation written ahead, then the delete); its
+        completion is lost (Firestore refused it: the job stays running); the customer
+        uploads the object again; the lease lapses and a redelivery takes the job over and
+        runs the action again. The write-ahead must hold: the record kept the generation
+        read, and the redelivery deletes that one or nothing, never the new upload."""
+        if not self._current(delivery) or self.clock.now() >= delivery.lease.until - MARGIN:
+            return multiple()
+        lease = delivery.lease
+        job_id = lease.job_id
+        job = self._job(job_id)
+        assert job is not None
+        key = job.idempotency_key
+        reused = job.explicit_key and self.store.get_idempotency(key) is not None
+        if reused:
+            return multiple()  # the worker would reuse the recorded result, not act
+        assert self.recorded[key] == 0, f"acting again on {key} after its result was recorded"
+        bucket = Bucket(lambda: self._written_ahead(job_id))
+        bucket.upload(OBJECT)
+        first = self._run_action(job, lease, bucket)
+        self.effects[key] += 1
+        read = bucket.deleted[-1][1] if bucket.deleted else None
+        assert first.outcome == "deleted" and read is not None, first
+        with pytest.raises(StoreUnavailable):  # the completion is lost: nothing applied
+            _refused_commit(lambda: self.store.complete(lease, Result("deleted")))
+        again = bucket.upload(OBJECT)  # the customer restores the file
+        self.clock.advance(LEASE + timedelta(seconds=1))
+        try:
+            taken = self.store.start(job_id, lease.generation, LEASE, "worker")
+        except JobsError:
+            return multiple()
+        self._check_stale(delivery)
+        assert str(read) in self._written_ahead(job_id), "the take-over lost the write-ahead"
+        if taken.lease is None:  # the last attempt was spent: failed (or cancelled)
+            assert bucket.generations[OBJECT] == again
+            return multiple()
+        second = self._run_action(taken, taken.lease, bucket)
+        assert second.outcome == "replaced", second  # 412: the new upload stays
+        assert bucket.generations[OBJECT] == again, "the redelivery removed the restored file"
+        assert [g for _, g in bucket.deleted] == [read], bucket.deleted
+        return Delivery(taken.lease)
+
+    def _written_ahead(self, job_id: str) -> set[str]:
+        job = self._job(job_id)
+        progress = (job.progress if job is not None else None) or {}
+        generations = progress.get("generations") or {}
+        return {str(g) for g in generations.values()}
+
+    def _run_action(self, job: Job, lease: Lease, bucket: Bucket) -> Any:
+        """`media.delete_source` as the worker runs it: its write-ahead bound to the store's
+        `save_progress` under this delivery's lease."""
+
+        def record(progress: Any) -> None:
+            self.store.save_progress(lease, progress)
+
+        request = ActionRequest(
+            job_id=job.job_id,
+            action=job.action,
+            subject=job.subject,
+            params=job.params,
+            attempt=job.attempt,
+            idempotency_key=job.idempotency_key,
+            progress=job.progress,
+            progress_recorder=record,
+        )
+        return SourceDeleter(bucket, default_bucket=Bucket.name)(request)
+
     def _act_and_complete(self, delivery: Delivery) -> None:
         """The worker's action: only while its deadline has not passed, as the real one."""
         if self.clock.now() >= delivery.lease.until - MARGIN:
@@ -766,5 +895,26 @@ def test_a_found_interleaving_stays_fixed(firestore_emulator: Emulator, name: st
             machine.every_live_job_has_an_owner_that_will_move_it()
             machine.states_follow_the_table_and_history_agrees()
         machine.operator_reads()
+    finally:
+        machine.teardown()
+
+
+@pytest.mark.parametrize("job_id", ["j2", "j0"], ids=["derived-key", "shared-key"])
+def test_the_write_ahead_holds_through_a_lost_completion_a_new_upload_and_a_lapsed_lease(
+    firestore_emulator: Emulator, job_id: str
+) -> None:
+    """The machine's write-ahead step on a fixed path, so every run takes it at least once."""
+    global EMULATOR
+    EMULATOR = firestore_emulator
+    machine = StoreModel()
+    try:
+        machine.schedule_the_jobs()
+        claims = machine.scan(mark=True, limit=10).values
+        (message,) = [c for c in claims if c.job_id == job_id]
+        delivery = machine.deliver(message=message)
+        taken = machine.completion_lost_object_replaced_lease_lapsed(delivery)
+        assert isinstance(taken, Delivery), "the redelivery did not take the job over"
+        machine.states_follow_the_table_and_history_agrees()
+        machine.every_live_job_has_an_owner_that_will_move_it()
     finally:
         machine.teardown()
