@@ -3,7 +3,7 @@ JOBS_TERMINAL_RETENTION_S, not the library default."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.cloud import firestore
@@ -17,7 +17,7 @@ from services.worker.media import ACTION_NAME
 from services.worker.settings import WorkerSettings
 from tests.fixtures.store import mark_enqueued
 from tests.integration.jobs.conftest import new_job
-from tests.integration.worker.harness import PUSHER, START, envelope
+from tests.integration.worker.harness import PUSHER, envelope
 
 AUDIENCE = "http://worker.test/"
 
@@ -29,9 +29,12 @@ def _done(request: ActionRequest) -> ActionResult:
 def test_a_job_completed_by_the_worker_expires_after_the_configured_retention(
     firestore_client: firestore.Client, firestore_project: str, oidc_server: Any
 ) -> None:
-    clock = FakeClock(START)
+    # Firestore's time: the store the worker builds checks its clock against it
+    # (JOBS_MAX_CLOCK_SKEW_S).
+    now = datetime.now(UTC)
+    clock = FakeClock(now)
     store = FirestoreJobStore(firestore_client, clock)
-    store.schedule(new_job("j", START))
+    store.schedule(new_job("j", now))
     (claim,) = store.claim_due(clock.now(), "run-1", 1)
     mark_enqueued(store, "j", claim.generation, "m-1")
     settings = WorkerSettings(
