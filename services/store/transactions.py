@@ -271,12 +271,24 @@ def store_errors() -> Iterator[None]:
         raise
     except api_exceptions.Aborted as exc:
         raise Contention() from exc
+    except api_exceptions.InvalidArgument as exc:
+        if _EXPIRED_TRANSACTION in str(exc):
+            # A transaction that outlived Firestore's limits (a process frozen mid-transaction,
+            # 270 s in all or 60 s idle): nothing was written, and a new transaction succeeds,
+            # so it is contention, not a refusal. Google's Node and Java clients retry it the
+            # same way, by its message (googleapis/nodejs-firestore#1347,
+            # googleapis/java-firestore#447); found answered 500 in the fault drain (issue 33).
+            raise Contention() from exc
+        raise translated(exc) from exc
     except ValueError as exc:
         if isinstance(exc.__cause__, api_exceptions.Aborted):
             raise Contention() from exc
         raise
     except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
         raise translated(exc) from exc
+
+
+_EXPIRED_TRANSACTION = "transaction has expired or is no longer valid"
 
 
 def translated(exc: Exception) -> JobsError:

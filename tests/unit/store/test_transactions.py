@@ -232,3 +232,15 @@ def test_a_read_after_a_write_is_refused_as_in_the_client() -> None:
     result, calls = _run([None], body)
     assert isinstance(result, ValueError) and "read after write" in str(result)
     assert calls == [("begin", None), ("rollback", b"t1")]
+
+
+def test_an_expired_transaction_is_run_again_in_a_new_one_not_refused() -> None:
+    # A process frozen mid-transaction (the fault drain's SIGSTOP) commits after Firestore
+    # expired it: INVALID_ARGUMENT, nothing written; Google's Node and Java clients retry it.
+    expired = api_exceptions.InvalidArgument(
+        "The referenced transaction has expired or is no longer valid."
+    )
+    result, calls = _run([expired, None])
+    assert result == "done"
+    assert [c for c, _ in calls][-2:] == ["begin", "commit"]
+    assert type(translated(api_exceptions.InvalidArgument("too big"))) is StoreRejected
