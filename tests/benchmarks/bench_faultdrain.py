@@ -43,6 +43,12 @@ Then it prints:
   got OK for (completed or failed) that the record does not show (expect 0);
 - the faults injected by kind, the SIGKILL and SIGSTOP timings, and the worker outcomes.
 
+With JOBS_BENCH_FAULTDRAIN_WRITE_FAULTS=1 (issue 33), on top of all that, every kind of write
+the scan, both workers and the producer send meets ABORTED and UNAVAILABLE (the proxy's
+`write_faults`: transaction commits, conditional writes, creates, plain writes, BatchWrite),
+and each worker instance's answers to Pub/Sub are counted by a tap between the push and its
+front end (tests/benchmarks/answer_tap.py): answers outside 2xx/429/503 (expect 0).
+
 Size: JOBS_BENCH_FAULTDRAIN_JOBS (default 150); JOBS_BENCH_FAULTDRAIN_DIR keeps the data
 directory and every process's log there (default: a temporary directory). Run:
 `.venv/bin/python -m tests.benchmarks faultdrain`.
@@ -68,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.benchmarks import rig
+from tests.benchmarks.answer_tap import NO_ANSWER, AnswerTap, within_contract
 from tests.benchmarks.storage_tap import Outages, StorageTap
 from tests.benchmarks.terminal_faults import TerminalFaults, TerminalWrite
 
@@ -96,13 +103,18 @@ OTHER_BUCKET = "another-media-bucket"
 DRAIN_TIMEOUT_S = 600.0
 CRASH_WAIT_S = 60.0  # for a terminal write to crash on
 HOST = "127.0.0.1"
+WRITE_FAULT_MAX_ATTEMPTS = 10  # max_attempts of the jobs of a drain with write faults (default 5)
+# Outcomes the worker answers outside 2xx/429/503 (services/worker/app.py): counted from the
+# logs too, since a frozen instance's answer never reaches Pub/Sub (nor the answer tap).
+_OUTSIDE_CONTRACT_OUTCOMES = ("store_rejected", "internal_error")
 
 
 def main() -> None:
     count = int(os.environ.get("JOBS_BENCH_FAULTDRAIN_JOBS", DEFAULT_JOBS))
     kept = os.environ.get("JOBS_BENCH_FAULTDRAIN_DIR")  # keep the data and logs there
+    write_faults = os.environ.get("JOBS_BENCH_FAULTDRAIN_WRITE_FAULTS", "") == "1"
     with tempfile.TemporaryDirectory() as folder:
-        report = FaultDrain(count, Path(kept or folder)).run()
+        report = FaultDrain(count, Path(kept or folder), write_faults=write_faults).run()
     print(report.text())
 
 
@@ -132,6 +144,31 @@ class Report:
     storage_unreachable: int = 0
     storage_injected: int = 0
     stalled: str = ""  # why the drain did not finish ("" when it did)
+    # With write faults: (kind of write, status) -> faults injected; each worker instance's
+    # answers to Pub/Sub by status; the producer's retries of a refused schedule batch.
+    write_faults: Counter[tuple[str, str]] = field(default_factory=Counter)
+    answers: dict[str, Counter[int | str]] = field(default_factory=dict)
+    schedule_retries: int = 0
+
+    @property
+    def outside_contract(self) -> int:
+        """Worker answers other than 2xx, 429 and 503 (expect 0): those Pub/Sub got, and the
+        outcomes the workers logged that are answered so (one no caller waited for too)."""
+        received = sum(
+            n
+            for counted in self.answers.values()
+            for status, n in counted.items()
+            if status != NO_ANSWER and not within_contract(status)
+        )
+        return max(received, self.outside_contract_logged)
+
+    @property
+    def outside_contract_logged(self) -> int:
+        return sum(
+            counted[outcome]
+            for counted in self.outcomes.values()
+            for outcome in _OUTSIDE_CONTRACT_OUTCOMES
+        )
 
     @property
     def faults_by_write(self) -> Counter[str]:
@@ -184,6 +221,21 @@ class Report:
             f"{self.storage_unreachable} while the emulator was down",
             f"  worker outcomes (from their logs): {outcomes}",
         ]
+        if self.write_faults or self.answers:
+            written = ", ".join(
+                f"{kind} {code} {n}" for (kind, code), n in sorted(self.write_faults.items())
+            )
+            answers = "; ".join(
+                f"{name}: " + ", ".join(f"{k} {n}" for k, n in sorted(c.items(), key=str))
+                for name, c in self.answers.items()
+            )
+            lines += [
+                f"  faults on every kind of write: {written}; schedule batches the producer "
+                f"sent again {self.schedule_retries}",
+                f"  worker answers to Pub/Sub: {answers}",
+                f"  answers outside 2xx/429/503: {self.outside_contract} (expect 0; "
+                f"{self.outside_contract_logged} by the workers' logs)",
+            ]
         return "\n".join(lines)
 
 
@@ -204,9 +256,13 @@ class Stalled(RuntimeError):
 class FaultDrain:
     """One run; `run()` returns its Report and leaves nothing running."""
 
-    def __init__(self, count: int, folder: Path, *, retry_later: bool = True) -> None:
+    def __init__(
+        self, count: int, folder: Path, *, retry_later: bool = True, write_faults: bool = False
+    ) -> None:
         """`retry_later` False: no job meets the outage that defers it (RETRY_LATER_DELAY_S,
-        at least 60 s, would then be most of a small drain's time)."""
+        at least 60 s, would then be most of a small drain's time). `write_faults`: every kind
+        of write meets ABORTED and UNAVAILABLE too, the scan's and the producer's included,
+        and the workers' answers are counted."""
         from emulators.launcher import free_port
         from services.edge.resource_names import Names
         from services.local.stack import Supervisor
@@ -214,6 +270,8 @@ class FaultDrain:
 
         self.count = count
         self.retry_later = retry_later
+        self.write_faults = write_faults
+        self.answer_taps: dict[str, AnswerTap] = {}
         self.data = folder / "data"
         self.logs = folder / "logs"
         self.supervisor = Supervisor(self.logs)
@@ -239,6 +297,7 @@ class FaultDrain:
         started = time.monotonic()
         try:
             self._start_emulators()
+            self._start_proxy()
             self._seed()
             self._start_services()
             self._drain()
@@ -286,11 +345,21 @@ class FaultDrain:
 
         from services.jobs.clock import SystemClock
         from services.jobs.model import NewJob
+        from services.jobs.record import DEFAULT_MAX_ATTEMPTS
         from services.store.job_store import FirestoreJobStore
 
         self.client = firestore.Client(project=PROJECT)
         self._closers.append(self.client.close)
         self.store = FirestoreJobStore(self.client, SystemClock())
+        producer = self.store
+        direct = os.environ["FIRESTORE_EMULATOR_HOST"]
+        if self.write_faults:
+            # The producer's writes go through the proxy too (its creates meet the faults);
+            # its store opens its channel at its first call, from the environment then.
+            os.environ["FIRESTORE_EMULATOR_HOST"] = self.faults_address
+            faulted = firestore.Client(project=PROJECT)
+            self._closers.append(faulted.close)
+            producer = FirestoreJobStore(faulted, SystemClock())
         self.gcs = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
         self._closers.append(self.gcs.close)
         self.bucket = self.gcs.create_bucket(BUCKET)
@@ -299,18 +368,53 @@ class FaultDrain:
             blob.upload_from_string(b"source")
             self.uploaded[blob.name] = str(blob.generation)
         now = datetime.now(UTC)
+        # Under write faults a delivery whose write-ahead or outcome write keeps failing
+        # spends its retry cycles (a transient error, then retry_later): more cycles, so what
+        # is measured is the faults' answers, not the retry budget (TEST SETTING).
+        attempts = WRITE_FAULT_MAX_ATTEMPTS if self.write_faults else DEFAULT_MAX_ATTEMPTS
         news = [
-            NewJob(job_id, rig.ACTION, f"media-{job_id}", now, self._params(n, job_id))
+            NewJob(
+                job_id,
+                rig.ACTION,
+                f"media-{job_id}",
+                now,
+                self._params(n, job_id),
+                max_attempts=attempts,
+            )
             for n, job_id in enumerate(self.ids)
         ]
         refused = []
-        for first in range(0, len(news), 500):
-            batch = news[first : first + 500]
-            for new, outcome in zip(batch, self.store.schedule_many(batch), strict=True):
-                if isinstance(outcome, Exception):
-                    refused.append(f"{new.job_id}: {outcome}")
+        try:
+            for first in range(0, len(news), 500):
+                batch = news[first : first + 500]
+                for new, outcome in zip(batch, self._schedule(producer, batch), strict=True):
+                    if isinstance(outcome, Exception):
+                        refused.append(f"{new.job_id}: {outcome}")
+        finally:
+            os.environ["FIRESTORE_EMULATOR_HOST"] = direct
         if refused:
             raise RuntimeError(f"seeding refused {len(refused)}: {refused[:3]}")
+
+    def _schedule(self, producer: Any, batch: list[Any]) -> list[Any]:
+        """`schedule_many`, sent again while Firestore answers UNAVAILABLE or contention, as a
+        producer does (scheduling is idempotent by the decision)."""
+        from services.jobs.errors import LostRace, StoreUnavailable
+
+        for _ in range(20):
+            try:
+                return list(producer.schedule_many(batch))
+            except (StoreUnavailable, LostRace):
+                self.report.schedule_retries += 1
+                time.sleep(0.2)
+        return list(producer.schedule_many(batch))
+
+    def _start_proxy(self) -> None:
+        faults = TerminalFaults(
+            self.exports["FIRESTORE_EMULATOR_HOST"], write_faults=self.write_faults
+        )
+        self.faults_address = faults.start()
+        self.faults = faults
+        self._closers.append(faults.stop)
 
     @staticmethod
     def _params(n: int, job_id: str) -> dict[str, Any]:
@@ -344,10 +448,7 @@ class FaultDrain:
         from services.scan import settings as scan_keys
         from services.worker import settings as worker_keys
 
-        faults = TerminalFaults(self.exports["FIRESTORE_EMULATOR_HOST"])
-        faults_address = faults.start()
-        self.faults = faults
-        self._closers.append(faults.stop)
+        faults_address = self.faults_address
         storage_url = self.exports["STORAGE_EMULATOR_HOST"]
         outages = self._outages()
         self.outages = outages
@@ -392,12 +493,20 @@ class FaultDrain:
             scan_keys.SCAN_PUBLISH_TIMEOUT_S: str(PUBLISH_TIMEOUT_S),
             scan_keys.METRICS: "log",
         }
+        if self.write_faults:
+            scan_env["FIRESTORE_EMULATOR_HOST"] = faults_address
         self._start_service("scan", "scan", scan_env, certs_url, self.urls["scan"])
         for name, port in self.ports.items():
             child = self.children[name]
             self.supervisor.wait_until(
                 child, functools.partial(port_accepts, port), timeout_s=90, what="listening"
             )
+        if self.write_faults:
+            for name in ("worker-a", "worker-b"):
+                answers = AnswerTap(self.urls[name], timeout_s=ACK_DEADLINE_S + 5)
+                answers.start()
+                self._closers.append(answers.stop)
+                self.answer_taps[name] = answers
 
         self.publisher = pubsub_v1.PublisherClient()
         self._closers.append(self.publisher.stop)
@@ -577,7 +686,8 @@ class FaultDrain:
                 all(r.get(j) is not None and r[j].state.terminal for j in frozen_jobs)
                 and time.monotonic() - frozen_at >= FREEZE_AT_LEAST_S
             ),
-            300,
+            # Write faults cost the jobs A held retry cycles, each RETRY_LATER_DELAY_S later.
+            900 if self.write_faults else 300,
         )
         records = self._states()
         completed = sorted(self._completed(records))
@@ -613,7 +723,8 @@ class FaultDrain:
         )
 
     def _push_to(self, name: str) -> None:
-        config = rig.push_config(self.urls[name])
+        tap = self.answer_taps.get(name)
+        config = rig.push_config(tap.url if tap is not None else self.urls[name])
         config["oidc_token"]["service_account_email"] = self.topology.pusher_email
         config["oidc_token"]["audience"] = self.urls["worker-a"]
         self.subscriber.modify_push_config(
@@ -680,6 +791,8 @@ class FaultDrain:
         report.storage_injected = self.outages.answered
         for name in ("worker-a", "worker-b"):
             report.outcomes[name] = _outcomes(self.children[name].log_text())
+        report.write_faults = Counter(self.faults.log.write_faults)
+        report.answers = {name: Counter(tap.answers) for name, tap in self.answer_taps.items()}
 
 
 def _permanent(code: str) -> bool:

@@ -17,22 +17,20 @@ Not a benchmark itself (no `bench_` prefix).
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import requests
-from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
+
+from tests.benchmarks.http_tap import HttpTap, relayed
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
-
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-encoding", "host"}
 
 
 @dataclass(frozen=True)
@@ -77,36 +75,16 @@ class Outages:
             return True
 
 
-class StorageTap:
+class StorageTap(HttpTap):
     def __init__(self, upstream: str, label: str, outages: Outages | None = None) -> None:
-        self.upstream = upstream.rstrip("/")
+        super().__init__(upstream)
         self.label = label
         self.outages = outages or Outages({})
-        self.url = ""
         self.log = TapLog()
         self._lock = threading.Lock()
         self._on_hold: Callable[[str], None] | None = None
         self._released = threading.Event()
         self.held: str | None = None  # the object of the delete held, once one was
-        self._session = requests.Session()
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> str:
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self._server = make_server("127.0.0.1", 0, self, threaded=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-        return self.url
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._session.close()
 
     def hold_next_delete(self, on_hold: Callable[[str], None]) -> None:
         """At the next object delete (of an object without planned outages): `on_hold(object)`,
@@ -147,19 +125,12 @@ class StorageTap:
                 self.log.deletes.append(Delete(name, None, 503, time.monotonic()))
             return _unavailable("injected: storage unavailable")
         try:
-            upstream = self._session.request(
-                request.method,
-                self.upstream + raw,
-                data=request.get_data(),
-                headers={k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP},
-                timeout=30,
-            )
+            upstream = self.forward(request, raw, timeout_s=30)
         except requests.RequestException:
             with self._lock:
                 self.log.unreachable += 1
             return _unavailable("storage emulator unreachable")
-        headers = [(k, v) for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP]
-        response = Response(upstream.content, upstream.status_code, headers=headers)
+        response = relayed(upstream)
         if name is None:
             return response
         if request.method == "DELETE":

@@ -17,11 +17,21 @@ every terminal write the worker got an OK for (what must survive a crash). Armed
 the callback runs (the drill's SIGKILL of the emulators) and the worker gets UNAVAILABLE: a
 write the emulator acknowledged an instant before it died, whose answer never came back.
 
+With `write_faults` (issue 33: "ABORTED and UNAVAILABLE on every write"), every kind of write
+through the proxy suffers faults too, not only terminal writes: a transaction's commit, a
+conditional write (a precondition on update_time), a create (precondition: must not exist), a
+plain write, and a BatchWrite (the scan's enqueue marks). The first distinct request of each
+kind, and every `WRITE_FAULT_EVERY`-th after it, is refused once, before it reaches the
+backend, alternately with ABORTED (what Firestore answers under contention, also outside a
+transaction: https://cloud.google.com/firestore/docs/understand-error-codes) and UNAVAILABLE;
+the same request sent again is forwarded, so a caller that retries gets through.
+
 Not a benchmark itself (no `bench_` prefix).
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -38,6 +48,8 @@ _SERVICE = "/google.firestore.v1.Firestore/"
 # (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#firestore).
 _SERVER_STREAMING = frozenset({"BatchGetDocuments", "RunQuery", "RunAggregationQuery"})
 _MARK = "ended_lease_token"
+_WRITES = frozenset({"Commit", "BatchWrite"})
+WRITE_FAULT_EVERY = 3
 _DROPPED_METADATA = ("user-agent", "grpc-", ":")
 
 
@@ -61,6 +73,8 @@ class FaultLog:
     acknowledged: list[TerminalWrite] = field(default_factory=list)
     # The terminal write the emulator acknowledged just before the crash (answer lost).
     crashed_on: TerminalWrite | None = None
+    # With write_faults: (kind of write, status) -> faults injected.
+    write_faults: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 class TerminalFaults(grpc.GenericRpcHandler):
@@ -69,8 +83,11 @@ class TerminalFaults(grpc.GenericRpcHandler):
     UNAVAILABLE = "UNAVAILABLE (not applied)"
     DEADLINE = "DEADLINE_EXCEEDED (applied, answer lost)"
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, write_faults: bool = False) -> None:
         self._upstream = grpc.insecure_channel(upstream)
+        self.write_faults = write_faults
+        self._seen_writes: Counter[str] = Counter()  # kind of write -> distinct requests
+        self._write_faulted: set[bytes] = set()  # digests of requests already refused once
         self._server: Any = None
         self._lock = threading.Lock()
         self._faulted: set[str] = set()  # lease tokens whose terminal write already failed once
@@ -83,6 +100,7 @@ class TerminalFaults(grpc.GenericRpcHandler):
         from google.cloud.firestore_v1.types import firestore as types
 
         self._commit_request = types.CommitRequest.pb()
+        self._batch_write_request = types.BatchWriteRequest.pb()
 
     def start(self) -> str:
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
@@ -139,6 +157,10 @@ class TerminalFaults(grpc.GenericRpcHandler):
         fault = self._fault_for(write) if write is not None else None
         if fault == self.UNAVAILABLE:
             context.abort(grpc.StatusCode.UNAVAILABLE, "injected: terminal write not applied")
+        if fault is None and self.write_faults and name in _WRITES:
+            code = self._write_fault(name, request)
+            if code is not None:
+                context.abort(code, f"injected: {code.name} before the write reached the backend")
         self._open.wait(timeout=600)
         try:
             response = self._upstream.unary_unary(method)(request, **self._call_options(context))
@@ -197,3 +219,37 @@ class TerminalFaults(grpc.GenericRpcHandler):
             self.log.injected[kind] += 1
             self.log.by_state[write.state] += 1
             return kind
+
+    def _write_fault(self, name: str, request: bytes) -> grpc.StatusCode | None:
+        """The fault of this write (with `write_faults`): None, ABORTED or UNAVAILABLE."""
+        kind = self._kind_of_write(name, request)
+        digest = hashlib.sha256(request).digest()
+        with self._lock:
+            if not self.enabled or digest in self._write_faulted:
+                return None
+            self._seen_writes[kind] += 1
+            seen = self._seen_writes[kind]
+            if seen % WRITE_FAULT_EVERY != 1:  # the first of each kind, then every third
+                return None
+            self._write_faulted.add(digest)
+            codes = (grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE)
+            code = codes[(seen // WRITE_FAULT_EVERY) % 2]
+            self.log.write_faults[(kind, code.name)] += 1
+            return code
+
+    def _kind_of_write(self, name: str, request: bytes) -> str:
+        if name == "BatchWrite":
+            return "batch write"
+        try:
+            commit = self._commit_request.FromString(request)
+        except Exception:  # not ours to judge
+            return "write"
+        if commit.transaction:
+            return "transaction commit"
+        for write in commit.writes:
+            if write.HasField("current_document"):
+                if write.current_document.HasField("update_time"):
+                    return "conditional write"
+                if write.current_document.HasField("exists") and not write.current_document.exists:
+                    return "create"
+        return "write"
