@@ -113,8 +113,10 @@ def main() -> None:
     count = int(os.environ.get("JOBS_BENCH_FAULTDRAIN_JOBS", DEFAULT_JOBS))
     kept = os.environ.get("JOBS_BENCH_FAULTDRAIN_DIR")  # keep the data and logs there
     write_faults = os.environ.get("JOBS_BENCH_FAULTDRAIN_WRITE_FAULTS", "") == "1"
+    per_run = int(os.environ.get("JOBS_BENCH_FAULTDRAIN_PER_RUN", MAX_PER_RUN))
     with tempfile.TemporaryDirectory() as folder:
-        report = FaultDrain(count, Path(kept or folder), write_faults=write_faults).run()
+        drain = FaultDrain(count, Path(kept or folder), write_faults=write_faults, per_run=per_run)
+        report = drain.run()
     print(report.text())
 
 
@@ -144,6 +146,7 @@ class Report:
     storage_unreachable: int = 0
     storage_injected: int = 0
     stalled: str = ""  # why the drain did not finish ("" when it did)
+    per_run: int = MAX_PER_RUN
     # With write faults: (kind of write, status) -> faults injected; each worker instance's
     # answers to Pub/Sub by status; the producer's retries of a refused schedule batch.
     write_faults: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -198,7 +201,7 @@ class Report:
         lines = [
             f"fault drain, {self.count} jobs, {self.elapsed_s:.0f} s (TEST SETTINGS: lease "
             f"{LEASE_S} s, push ack deadline {ACK_DEADLINE_S} s, scan every {CADENCE_S:g} s, "
-            f"{MAX_PER_RUN} per run, claim timeout {CLAIM_TIMEOUT_S} s, retry later after "
+            f"{self.per_run} per run, claim timeout {CLAIM_TIMEOUT_S} s, retry later after "
             f"{RETRY_LATER_AFTER_ATTEMPTS} deliveries, {RETRY_LATER_DELAY_S} s later)",
             f"  drain finished: {'yes' if not self.stalled else 'NO, ' + self.stalled}",
             f"  jobs lost: {len(self.lost)} (expect 0) {self.lost[:10]}",
@@ -257,7 +260,13 @@ class FaultDrain:
     """One run; `run()` returns its Report and leaves nothing running."""
 
     def __init__(
-        self, count: int, folder: Path, *, retry_later: bool = True, write_faults: bool = False
+        self,
+        count: int,
+        folder: Path,
+        *,
+        retry_later: bool = True,
+        write_faults: bool = False,
+        per_run: int = MAX_PER_RUN,
     ) -> None:
         """`retry_later` False: no job meets the outage that defers it (RETRY_LATER_DELAY_S,
         at least 60 s, would then be most of a small drain's time). `write_faults`: every kind
@@ -271,6 +280,10 @@ class FaultDrain:
         self.count = count
         self.retry_later = retry_later
         self.write_faults = write_faults
+        # JOBS_BENCH_FAULTDRAIN_PER_RUN: jobs per scan run (a larger drain needs more), and
+        # each phase's wait grows with the drain (the sizes above 150 take longer).
+        self.per_run = per_run
+        self.phase_s = max(300.0, 1.5 * count)
         self.answer_taps: dict[str, AnswerTap] = {}
         self.data = folder / "data"
         self.logs = folder / "logs"
@@ -283,7 +296,7 @@ class FaultDrain:
         self.emulators: subprocess.Popen[str] | None = None
         self.exports: dict[str, str] = {}
         self.ids = [f"fd-{n:05d}" for n in range(count)]
-        self.report = Report(count)
+        self.report = Report(count, per_run=per_run)
         self.uploaded: dict[str, str] = {}  # object -> generation acknowledged
         self.reuploaded: dict[str, str] = {}  # object -> generation of the re-upload
         self.children: dict[str, Any] = {}  # name -> services.local.stack.Child
@@ -487,7 +500,7 @@ class FaultDrain:
             scan_keys.SCAN_AUDIENCE: self.urls["scan"],
             scan_keys.SCAN_ALLOWED_INVOKERS: self.topology.scheduler_email,
             scan_deployment.SCAN_INTERVAL_S: f"{CADENCE_S:g}",
-            scan_deployment.SCAN_MAX_PER_RUN: str(MAX_PER_RUN),
+            scan_deployment.SCAN_MAX_PER_RUN: str(self.per_run),
             scan_deployment.CLAIM_TIMEOUT_S: str(CLAIM_TIMEOUT_S),
             scan_deployment.SCAN_TIME_BUDGET_S: str(TIME_BUDGET_S),
             scan_keys.SCAN_PUBLISH_TIMEOUT_S: str(PUBLISH_TIMEOUT_S),
@@ -607,7 +620,11 @@ class FaultDrain:
 
         count = self.count
         self._push_to("worker-a")
-        self._wait("a fifth completed", lambda r: len(self._completed(r)) >= FREEZE_AT * count, 300)
+        self._wait(
+            "a fifth completed",
+            lambda r: len(self._completed(r)) >= FREEZE_AT * count,
+            self.phase_s,
+        )
 
         # 2. Freeze A in the middle of an action: its delete sent, not yet arrived.
         worker_a = self.children["worker-a"]
@@ -630,7 +647,9 @@ class FaultDrain:
         #    a terminal write (its answer never reaches the worker); restart on the same
         #    directory and ports.
         records = self._wait(
-            "two fifths completed", lambda r: len(self._completed(r)) >= KILL_AT * count, 300
+            "two fifths completed",
+            lambda r: len(self._completed(r)) >= KILL_AT * count,
+            self.phase_s,
         )
         completed_before = len(self._completed(records))
         crashed = threading.Event()
@@ -687,7 +706,7 @@ class FaultDrain:
                 and time.monotonic() - frozen_at >= FREEZE_AT_LEAST_S
             ),
             # Write faults cost the jobs A held retry cycles, each RETRY_LATER_DELAY_S later.
-            900 if self.write_faults else 300,
+            3 * self.phase_s if self.write_faults else self.phase_s,
         )
         records = self._states()
         completed = sorted(self._completed(records))
@@ -712,7 +731,7 @@ class FaultDrain:
         self._wait(
             "every job terminal",
             lambda r: all(job is not None and job.state.terminal for job in r.values()),
-            DRAIN_TIMEOUT_S,
+            max(DRAIN_TIMEOUT_S, 2 * self.phase_s),
         )
         quiet_until = time.monotonic() + 2 * LEASE_S
         while time.monotonic() < quiet_until or any(t.log.in_flight for t in self.taps.values()):
