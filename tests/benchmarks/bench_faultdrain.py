@@ -397,9 +397,11 @@ class FaultDrain:
             for n, job_id in enumerate(self.ids)
         ]
         refused = []
+        # Smaller batches under write faults, so creates meet both ABORTED and UNAVAILABLE.
+        size = 25 if self.write_faults else 500
         try:
-            for first in range(0, len(news), 500):
-                batch = news[first : first + 500]
+            for first in range(0, len(news), size):
+                batch = news[first : first + size]
                 for new, outcome in zip(batch, self._schedule(producer, batch), strict=True):
                     if isinstance(outcome, Exception):
                         refused.append(f"{new.job_id}: {outcome}")
