@@ -166,6 +166,13 @@ class Report:
         return max(received, self.outside_contract_logged)
 
     @property
+    def refused_unauthenticated(self) -> int:
+        """401s: the local Cloud Run front end's invoker check refusing a push token (seen
+        while the SIGKILLed emulators, which host the OIDC issuer Pub/Sub's push tokens come
+        from, restart). Not the worker's answer to a write fault; counted apart."""
+        return sum(counted[401] for counted in self.answers.values())
+
+    @property
     def outside_contract_logged(self) -> int:
         return sum(
             counted[outcome]
@@ -237,7 +244,8 @@ class Report:
                 f"sent again {self.schedule_retries}",
                 f"  worker answers to Pub/Sub: {answers}",
                 f"  answers outside 2xx/429/503: {self.outside_contract} (expect 0; "
-                f"{self.outside_contract_logged} by the workers' logs)",
+                f"{self.outside_contract_logged} by the workers' logs; of them 401 from the "
+                f"front end's invoker check {self.refused_unauthenticated})",
             ]
         return "\n".join(lines)
 
