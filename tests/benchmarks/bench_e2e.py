@@ -47,6 +47,7 @@ from typing import Any
 import requests
 
 from tests.benchmarks import rig
+from tests.benchmarks.bench_cadence import _busiest
 from tests.benchmarks.full_stack import full_stack
 
 SAMPLE_S = 5.0
@@ -216,19 +217,24 @@ class Record:
     claimed_at: datetime | None
     completed_at: datetime | None
     state: str
+    shard: int
 
 
 def _records(client: Any) -> dict[str, Record]:
     from services.jobs import schema
 
     found = {}
-    query = client.collection(schema.JOBS).select(["due_at", "claim", "result", "state"])
+    query = client.collection(schema.JOBS).select(["due_at", "claim", "result", "state", "shard"])
     for snapshot in query.stream():
         data = snapshot.to_dict() or {}
         claim = data.get("claim") or {}
         result = data.get("result") or {}
         found[snapshot.id] = Record(
-            data["due_at"], claim.get("claimed_at"), result.get("completed_at"), data["state"]
+            data["due_at"],
+            claim.get("claimed_at"),
+            result.get("completed_at"),
+            data["state"],
+            int(data.get("shard") or 0),
         )
     return found
 
@@ -322,9 +328,12 @@ def report(
 ) -> None:
     claimed_in: Counter[int] = Counter()
     done_in: dict[int, list[Record]] = {}
+    # Claims per (second, shard), from the records: the scan's share of a range's second.
+    claim_seconds: Counter[tuple[int, int]] = Counter()
     for r in records.values():
         if r.claimed_at is not None:
             claimed_in[int((r.claimed_at - first).total_seconds() // 60)] += 1
+            claim_seconds[(int((r.claimed_at - first).total_seconds()), r.shard)] += 1
         if r.completed_at is not None:
             minute = int((r.completed_at - first).total_seconds() // 60)
             done_in.setdefault(minute, []).append(r)
@@ -336,7 +345,8 @@ def report(
     )
     print(
         "minute  claimed/s  done/s  due->claimed p50/p99  claimed->done p50/p99  "
-        "due->done p50/p99  push backlog peak  busiest range-second (emulator)"
+        "due->done p50/p99  push backlog peak  busiest range-second (emulator)  "
+        "range writes/job  busiest claim second on one shard (records)"
     )
     for m in range(0, last + 1):
         done = done_in.get(m, [])
@@ -350,6 +360,8 @@ def report(
             f"{_percentile(c2d, 0.5):>6.2f}/{_percentile(c2d, 0.99):<8.2f}      "
             f"{_percentile(d2d, 0.5):>6.1f}/{_percentile(d2d, 0.99):<8.1f} "
             f"{w.backlog_peak:>10,}        {w.range_peak:>4} writes ({w.busiest_range or '-'})"
+            f"  {w.range_writes / max(len(done), 1):>5.2f}"
+            f"  {max((n for (t, _), n in claim_seconds.items() if t // 60 == m), default=0):>5}"
         )
     completed = [records[i] for i in ids if i in records and records[i].completed_at is not None]
     lost = len(ids) - len(completed)
@@ -367,6 +379,22 @@ def report(
         f"claimed->done p50 {_percentile(c2d_all, 0.5):.2f} s p99 {_percentile(c2d_all, 0.99):.2f}"
         f" s, due->done p50 {_percentile(d2d_all, 0.5):.1f} s p99 {_percentile(d2d_all, 0.99):.1f}"
         f" s; runs that claimed {sum(1 for a in attempts if a.body.get('claimed'))}"
+    )
+    claim_times = sorted(
+        (r.claimed_at - first).total_seconds() for r in records.values() if r.claimed_at
+    )
+    per_shard_second = max(claim_seconds.values(), default=0)
+    range_writes = sum(w.range_writes for w in watcher.minutes.values())
+    per_job = range_writes / max(len(completed), 1)
+    busiest_range = max((w.range_peak for w in watcher.minutes.values()), default=0)
+    print(
+        f"claim bursts (records): busiest 10 s {_busiest(claim_times, 10.0):,} claims = "
+        f"{_busiest(claim_times, 10.0) / (rate * 10):.2f} x the rate; busiest second on one "
+        f"shard {per_shard_second} = {per_shard_second / (rate / shards):.2f} x its share. "
+        f"due_at index ranges (emulator): {per_job:.2f} writes per "
+        f"completed job (schedule write and TTL delete not included), busiest second on one "
+        f"range {busiest_range} against a mean of {rate * per_job / shards:.0f} "
+        f"at the set rate"
     )
     whole = [m for m in range(1, last) if done_in.get(m)]
     if whole:
