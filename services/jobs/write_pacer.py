@@ -22,8 +22,8 @@ per-range rate (400, 80 % of the limit) leaves room for the spread between when 
 and when Firestore commits it. Pure logic: time from a `Clock`, waits through `sleep`, so tests
 run it on a FakeClock and count, never time.
 
-The producer rule for other languages (docs/api.md, "Bulk scheduling"): per one-second window,
-at most 400 new jobs on any one shard (`shard_of`: SHA-256 of the job ID, first 8 bytes
+The producer rule for other languages (docs/capacity.md, "Bulk scheduling"): in any one-second
+window, at most 400 new jobs on any one shard (`shard_of`: SHA-256 of the job ID, first 8 bytes
 big-endian, mod N) and at most 500 x 1.5^floor(minutes since the first write / 5) jobs in all,
 never more than N x 400.
 """
