@@ -161,6 +161,10 @@ class Watcher:
     def _minute(self, at: datetime) -> int:
         return int((at - self.first).total_seconds() // 60)
 
+    def _to_next_minute(self) -> float:
+        elapsed = (datetime.now(UTC) - self.first).total_seconds()
+        return 60 - elapsed % 60 + 0.01
+
     def _stats(self) -> dict[str, Any]:
         url = f"{self.firestore_admin}/stats"
         return dict(requests.get(url, params={"project": self.project}, timeout=30).json())
@@ -174,7 +178,8 @@ class Watcher:
 
     def _run(self) -> None:
         current = self._minute(datetime.now(UTC))
-        while not self._stop.wait(SAMPLE_S):
+        # Woken at each minute's boundary too, so a minute's counters are its own.
+        while not self._stop.wait(min(SAMPLE_S, self._to_next_minute())):
             now = datetime.now(UTC)
             stats = self._pubsub()
             minute = self.minutes.setdefault(self._minute(now), Minute())
@@ -303,7 +308,7 @@ def run(mode: str, size: int, rate: float, shards: int) -> None:
         records = _records(client)
         client.close()
     cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
-    report(mode, size, rate, shards, first, records, ids, watcher, cpu, attempts)
+    report(mode, size, rate, catch_up, shards, first, records, ids, watcher, cpu, attempts)
     print(f"load average before {load_before}, after {load_after} (1, 5, 15 min)")
 
 
@@ -318,6 +323,7 @@ def report(
     mode: str,
     size: int,
     rate: float,
+    catch_up: float,
     shards: int,
     first: datetime,
     records: Mapping[str, Record],
@@ -389,8 +395,9 @@ def report(
     busiest_range = max((w.range_peak for w in watcher.minutes.values()), default=0)
     print(
         f"claim bursts (records): busiest 10 s {_busiest(claim_times, 10.0):,} claims = "
-        f"{_busiest(claim_times, 10.0) / (rate * 10):.2f} x the rate; busiest second on one "
-        f"shard {per_shard_second} = {per_shard_second / (rate / shards):.2f} x its share. "
+        f"{_busiest(claim_times, 10.0) / (catch_up * 10):.2f} x the catch-up rate "
+        f"{catch_up:g}/s; busiest second on one shard {per_shard_second} = "
+        f"{per_shard_second / (catch_up / shards):.2f} x its share of it. "
         f"due_at index ranges (emulator): {per_job:.2f} writes per "
         f"completed job (schedule write and TTL delete not included), busiest second on one "
         f"range {busiest_range} against a mean of {rate * per_job / shards:.0f} "
