@@ -16,9 +16,11 @@ from services.jobs.catalogue import Catalogue, built_in
 from services.jobs.errors import AlreadyTerminal
 from services.jobs.ids import derive_job_id, document_id_problems
 from services.jobs.model import NewJob
+from services.jobs.ramp import RULE_START_OPS_PER_S
 from services.jobs.record import DEFAULT_MAX_ATTEMPTS, Job
 from services.jobs.results import ScheduleResult
 from services.jobs.state import State
+from services.jobs.write_pacer import DEFAULT_RANGE_RATE_PER_S
 
 PAGE = 50  # one page on screen
 ALL_PAGE = 500  # the store's largest page, for --all
@@ -53,7 +55,10 @@ def register(
         "--from",
         dest="from_file",
         metavar="FILE",
-        help="schedule every job of this JSON-lines file (- reads stdin)",
+        help="schedule every job of this JSON-lines file (- reads stdin), paced within "
+        f"Firestore's limits: at most {DEFAULT_RANGE_RATE_PER_S} writes/s per shard's index "
+        f"range, starting at {RULE_START_OPS_PER_S:g}/s in all and +50%% every 5 minutes "
+        "(docs/capacity.md, 'Bulk scheduling')",
     )
     p.add_argument(
         "--action",
