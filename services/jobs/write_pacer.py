@@ -126,6 +126,12 @@ class WritePacer:
                     return waited
                 self._sleep(wait_s)
                 waited += wait_s
+                if self._clock.now() == now:
+                    # A fake clock with the real sleep (or the reverse) would wait forever.
+                    raise RuntimeError(
+                        "the pacer's clock did not move while it waited: give it a sleep that "
+                        "advances that clock"
+                    )
 
     def _forget_before(self, now: datetime) -> None:
         while self._log and (now - self._log[0][0]).total_seconds() >= WINDOW_S:

@@ -14,14 +14,14 @@ from services.jobs.write_pacer import RANGE_LIMIT_PER_S, WritePacer
 START = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 
 
-def _pacer(ranges: int, **options: object) -> tuple[WritePacer, FakeClock, list[datetime]]:
+def _pacer(ranges: int, **options: object) -> tuple[WritePacer, FakeClock]:
+    """A pacer whose waits move its fake clock (no real time passes)."""
     clock = FakeClock(START)
-    taken: list[datetime] = []
 
     def sleep(seconds: float) -> None:
         clock.advance(timedelta(seconds=seconds))
 
-    return WritePacer(clock, ranges, sleep=sleep, **options), clock, taken  # type: ignore[arg-type]
+    return WritePacer(clock, ranges, sleep=sleep, **options), clock  # type: ignore[arg-type]
 
 
 def _drive(pacer: WritePacer, clock: FakeClock, batches: list[dict[int, int]]) -> list[datetime]:
@@ -57,7 +57,7 @@ def _random_batches(ranges: int, jobs: int, size: int, seed: int = 7) -> list[di
 
 
 def test_one_range_never_takes_more_than_its_rate_in_any_second() -> None:
-    pacer, clock, _ = _pacer(1)
+    pacer, clock = _pacer(1)
     batches = [{0: pacer.max_batch()}] * 60
     times = _drive(pacer, clock, batches)
     assert _busiest_window(times, batches, 0) == 400
@@ -66,7 +66,7 @@ def test_one_range_never_takes_more_than_its_rate_in_any_second() -> None:
 
 
 def test_a_new_import_starts_at_500_per_second_and_grows_50_percent_every_5_minutes() -> None:
-    pacer, clock, _ = _pacer(8)
+    pacer, clock = _pacer(8)
     batches = _random_batches(8, 400_000, pacer.max_batch())
     times = _drive(pacer, clock, batches)
     per_second: Counter[int] = Counter()
@@ -86,7 +86,7 @@ def test_a_new_import_starts_at_500_per_second_and_grows_50_percent_every_5_minu
 
 
 def test_every_range_stays_under_firestores_limit_once_the_ramp_is_high() -> None:
-    pacer, clock, _ = _pacer(2)
+    pacer, clock = _pacer(2)
     clock_start = clock.now()
     pacer.take({0: 1})  # the ramp starts at the first write
     clock.advance(timedelta(hours=1))  # long since at the ceiling (2 x 400)
@@ -99,7 +99,7 @@ def test_every_range_stays_under_firestores_limit_once_the_ramp_is_high() -> Non
 
 
 def test_a_batch_larger_than_one_second_allows_is_refused_with_the_limit() -> None:
-    pacer, _, _ = _pacer(4)
+    pacer, _ = _pacer(4)
     with pytest.raises(ValueError, match="max_batch 100"):
         pacer.take({0: 50, 1: 51})
     with pytest.raises(ValueError, match=r"range 4 is not one of 0\.\.3"):
@@ -122,3 +122,12 @@ def test_bad_settings_name_the_field(options: dict[str, int], field: str) -> Non
 def test_zero_ranges_is_refused() -> None:
     with pytest.raises(ValueError, match="ranges"):
         WritePacer(FakeClock(START), 0)
+
+
+def test_a_clock_that_does_not_move_while_the_pacer_waits_is_an_error_not_a_hang() -> None:
+    clock = FakeClock(START)
+    pacer = WritePacer(clock, 1, sleep=lambda seconds: None)
+    for _ in range(4):
+        pacer.take({0: 100})
+    with pytest.raises(RuntimeError, match="did not move"):
+        pacer.take({0: 100})
