@@ -66,34 +66,12 @@ def main() -> None:
 # -- CPU per process ----------------------------------------------------------------------
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def _process_table() -> dict[int, list[str]]:
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = _stat_fields(int(entry.name))
-            if fields is not None:
-                table[int(entry.name)] = fields
-    return table
-
-
-def _ticks(fields: list[str]) -> int:
-    # utime and stime: fields 14 and 15 of /proc/PID/stat, 11 and 12 after the name.
-    return int(fields[11]) + int(fields[12])
-
-
 def cpu_by_role(pids: Mapping[str, int]) -> dict[str, float]:
     """CPU seconds so far of each started process: `emulators` (its whole tree), and for each
     service its front end (`<name> front end`, the process itself) and the service under it
     (`<name>`, every descendant). Processes that exited are not counted: take both readings
     while the stack runs."""
-    table = _process_table()
+    table = rig.process_table()
     children: dict[int, list[int]] = {}
     for pid, fields in table.items():
         children.setdefault(int(fields[1]), []).append(pid)
@@ -102,14 +80,14 @@ def cpu_by_role(pids: Mapping[str, int]) -> dict[str, float]:
         total, todo = 0, list(children.get(root, []))
         while todo:
             pid = todo.pop()
-            total += _ticks(table[pid])
+            total += rig.cpu_ticks(table[pid])
             todo += children.get(pid, [])
         return total
 
     hz = os.sysconf("SC_CLK_TCK")
     out = {}
     for name, pid in pids.items():
-        own = _ticks(table[pid]) if pid in table else 0
+        own = rig.cpu_ticks(table[pid]) if pid in table else 0
         if name == "emulators":
             out[name] = (own + tree(pid)) / hz
         else:

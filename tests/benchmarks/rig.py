@@ -114,11 +114,7 @@ class LauncherProcess:
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the emulator process and every process it started
         (Google's emulators: gcloud and its JVM) have used so far (Linux /proc)."""
-        stats: dict[int, list[str]] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        stats = process_table()
         tree, ticks = {self.pid}, 0
         grew = True
         while grew:  # descendants: a process whose parent (field 1 after the name) is in tree
@@ -129,8 +125,23 @@ class LauncherProcess:
                     grew = True
         for pid in tree:
             if pid in stats:
-                ticks += int(stats[pid][11]) + int(stats[pid][12])
+                ticks += cpu_ticks(stats[pid])
         return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def process_table() -> dict[int, list[str]]:
+    """Every process's /proc/PID/stat fields after the name (field 3 on: state, ppid, ...)."""
+    table: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                table[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+    return table
+
+
+def cpu_ticks(fields: list[str]) -> int:
+    """utime + stime (fields 14 and 15 of /proc/PID/stat: 11 and 12 after the name)."""
+    return int(fields[11]) + int(fields[12])
 
 
 @contextlib.contextmanager
