@@ -304,6 +304,18 @@ class Journal:
                     self._fd = None
                     self._broken = self._broken or "closed"
 
+    def fail(self, reason: str) -> JournalError:
+        """Stop acknowledging: something the next change would refer to (a blob) could not be
+        written. Every later append, settle and compaction raises until a restart."""
+        with self._lock:
+            self._broken = self._broken or reason
+        return JournalError(f"{self.component}: {reason}")
+
+    def check(self) -> None:
+        """Raise JournalError once this journal acknowledges nothing more."""
+        with self._lock:
+            self._check()
+
     def _check(self) -> None:
         if self._broken is not None:
             raise JournalError(f"{self.component}: {self._broken}; restart the emulator")

@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import io
 import threading
+from http import HTTPStatus
 from typing import Any
 
 from gcp_storage_emulator.server import RequestHandler
 from gcp_storage_emulator.storage import Storage
+
+from emulators.http_server import send_json
+from emulators.journal import JournalError
 
 
 class InMemoryStorage(Storage):
@@ -32,6 +36,9 @@ class InMemoryStorage(Storage):
 
     def _write_config_to_file(self) -> None:
         """In memory the index lives in `self.buckets` / `self.objects` already."""
+
+    def check_durable(self) -> None:
+        """In memory there is no disk to fail (`DurableStorage` raises once it has)."""
 
 
 class SerializedHandler(RequestHandler):
@@ -50,13 +57,23 @@ class SerializedHandler(RequestHandler):
         self.rfile = io.BytesIO(self._read_body())
         answer = io.BytesIO()
         self.wfile = answer
+        unsaved: JournalError | None = None
         try:
             with self.store_lock:
+                if isinstance(self.storage, InMemoryStorage):  # not the package's own Storage
+                    self.storage.check_durable()
                 method()
+        except JournalError as exc:
+            unsaved = exc
         finally:
             # The connection's own streams again: a kept-alive connection reads its next
             # request from the socket, not from this request's buffered body.
             self.rfile, self.wfile = wire_in, wire_out
+        if unsaved is not None:
+            # Not acknowledged (the data directory could not take it), nor anything after it.
+            error = {"code": 503, "message": f"storage emulator: {unsaved}"}
+            send_json(self, HTTPStatus.SERVICE_UNAVAILABLE, {"error": error})
+            return
         self.wfile.write(answer.getvalue())
 
     def _read_body(self) -> bytes:

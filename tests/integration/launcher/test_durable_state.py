@@ -9,15 +9,19 @@ so the crash and the clean-stop paths are both exercised without a subprocess.
 from __future__ import annotations
 
 import shutil
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import requests
 from google.api_core.client_options import ClientOptions
+from google.api_core.exceptions import GoogleAPICallError, GoogleAPIError
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore, pubsub_v1
 from google.cloud.storage import Client as StorageClient
+from google.cloud.storage.exceptions import InvalidResponse
 
 from emulators.firestore import server as firestore_server
 from emulators.firestore.engine import Engine
@@ -26,6 +30,8 @@ from emulators.pubsub import server as pubsub_server
 from emulators.pubsub.server import PubsubEmulator
 from emulators.snapshot import SnapshotError
 from emulators.storage import server as storage_server
+from tests.integration.launcher.test_durability import _clients
+from tests.integration.launcher.test_launcher import ALL_FREE, Launcher
 
 TOPIC, SUB = "projects/p/topics/jobs", "projects/p/subscriptions/jobs"
 
@@ -242,3 +248,72 @@ def test_a_torn_unacknowledged_last_record_is_still_discarded_and_the_rest_kept(
 def _copy(source: Path, target: Path) -> Path:
     shutil.copytree(source, target)
     return target
+
+
+# -- a full disk -------------------------------------------------------------------------
+
+_FILE_BYTES = 48 * 1024  # where a file of the data directory meets the "full disk"
+# How an upload can fail: an error answer, or (the package's own handling of an exception) a
+# connection closed without one.
+_UPLOAD_FAILED = (GoogleAPIError, InvalidResponse, requests.ConnectionError)
+
+
+def test_a_full_disk_keeps_every_acknowledged_write_and_the_data_dir_starts_after_space_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before a blob's digest was remembered only once the blob was written, the upload that
+    # met the full disk left its digest cached, the next upload logged a reference to that
+    # missing blob, and the data directory could not start again.
+    data = tmp_path / "data"
+    args = ("--data-dir", str(data), "--project", "p", *ALL_FREE)
+    full = Launcher(*args, file_bytes=_FILE_BYTES)
+    try:
+        db, publisher, subscriber, gcs = _clients(full.wait_ready(), monkeypatch)
+        bucket = gcs.create_bucket("media")
+        uploaded = {}
+        for i in range(3):
+            bucket.blob(f"small-{i}").upload_from_string(f"content {i}".encode())
+            uploaded[f"small-{i}"] = f"content {i}".encode()
+        with pytest.raises(_UPLOAD_FAILED):
+            bucket.blob("large").upload_from_string(b"x" * 2 * _FILE_BYTES, retry=None)
+        for name in ("after-1", "after-2"):  # the next change never refers to the lost blob
+            try:
+                bucket.blob(name).upload_from_string(name.encode(), retry=None)
+            except _UPLOAD_FAILED:
+                continue
+            uploaded[name] = name.encode()
+
+        documents: dict[str, int] = {}
+        for i in range(2000):
+            try:
+                db.collection("jobs").document(f"job-{i}").set({"n": i}, retry=None, timeout=10)
+            except GoogleAPICallError:
+                break
+            documents[f"job-{i}"] = i
+        assert 0 < len(documents) < 2000  # the disk filled up in the middle
+
+        publisher.create_topic(name=TOPIC)
+        subscriber.create_subscription(name=SUB, topic=TOPIC)
+        published: set[str] = set()
+        for i in range(2000):
+            future = publisher.publish(TOPIC, f"m-{i}".encode(), retry=None, timeout=10)
+            try:
+                published.add(future.result(timeout=30))
+            except GoogleAPICallError:
+                break
+        assert 0 < len(published) < 2000
+        db.close()
+    finally:
+        full.terminate(signal.SIGKILL)  # no clean stop on a full disk: the harsher case
+
+    again = Launcher(*args)  # space returned
+    try:
+        db, _publisher, subscriber, gcs = _clients(again.wait_ready(), monkeypatch)
+        held = {s.id: s.get("n") for s in db.collection("jobs").stream()}
+        assert held.items() >= documents.items()
+        assert _drain(subscriber) >= published
+        objects = {b.name: b.download_as_bytes() for b in gcs.list_blobs("media")}
+        assert objects.items() >= uploaded.items()
+        db.close()
+    finally:
+        assert again.terminate() == 0

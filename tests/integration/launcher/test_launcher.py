@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import resource
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,12 @@ START_TIMEOUT_S = 60
 class Launcher:
     """A running `python -m emulators` child and the lines it printed."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, file_bytes: int | None = None
+    ) -> None:
+        """`file_bytes`: no file the launcher writes may grow past it (RLIMIT_FSIZE), a full
+        disk without root: a write that would cross it is cut short there and the next one
+        fails with EFBIG (Python ignores SIGXFSZ), as a write meets ENOSPC."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "emulators", *args],
             cwd=REPO,
@@ -41,6 +48,7 @@ class Launcher:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=None if file_bytes is None else partial(_limit_files, file_bytes),
         )
         self.notes: dict[str, str] = {}
         self.stderr: list[str] = []
@@ -101,6 +109,10 @@ class Launcher:
         for pump in self._pumps:
             pump.join(timeout=30)
         return code
+
+
+def _limit_files(size: int) -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
 
 
 @pytest.fixture
