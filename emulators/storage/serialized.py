@@ -133,4 +133,3 @@ def serialized(handler: type[RequestHandler]) -> type[SerializedHandler]:
     """`handler` with every request's storage work under one new lock."""
     bases = (SerializedHandler, handler) if handler is not RequestHandler else (SerializedHandler,)
     return type(f"Serialized{handler.__name__}", bases, {"store_lock": threading.Lock()})
-
