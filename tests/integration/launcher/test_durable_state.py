@@ -8,6 +8,7 @@ so the crash and the clean-stop paths are both exercised without a subprocess.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 from collections.abc import Iterator
@@ -317,3 +318,22 @@ def test_a_full_disk_keeps_every_acknowledged_write_and_the_data_dir_starts_afte
         db.close()
     finally:
         assert again.terminate() == 0
+
+
+def test_a_data_directory_of_the_previous_format_loads_and_is_rewritten_with_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `make run` keeps its data across upgrades: a snapshot without a checksum (format 1) and
+    # a log without a marker, as earlier versions wrote them, still load, whole.
+    log = _firestore_crash_image(tmp_path / "data", tmp_path / "image", 5, monkeypatch)
+    expected = _loaded_firestore(_copy(tmp_path / "image", tmp_path / "copy") / "firestore.json")
+    saved = tmp_path / "image" / "firestore.json"
+    _header, _, body = saved.read_bytes().partition(b"\n")
+    state = json.loads(body)
+    saved.write_text(json.dumps({"format": 1, "kind": "firestore", **state}))
+    log.write_bytes(log.read_bytes()[MARKER_BYTES:])  # the records, no marker
+
+    assert _loaded_firestore(saved) == expected
+    assert len(expected["databases"][0]["docs"]) == 5  # type: ignore[index]
+    assert saved.read_bytes().startswith(b'{"format":2,')  # rewritten by that start
+    assert log.read_bytes()[:8] == b"EMUJLOG2"
