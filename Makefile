@@ -42,13 +42,29 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-test: lint typecheck
+# Every tier runs even when an earlier one fails, and each one's verdict is printed at the end
+# (a lint error no longer hides whether the tests pass, nor a failed integration tier that the
+# infra tier never ran); the status is non-zero when any failed, so .ci/run still stops here.
 ifeq ($(strip $(PYTEST_ARGS)),)
-	$(BIN)/pytest $(PARALLEL) tests/unit tests/integration
-	$(BIN)/pytest $(PARALLEL) tests/infra
+TEST_TIERS = tier unit $(BIN)/pytest $(PARALLEL) tests/unit; \
+	tier integration $(BIN)/pytest $(PARALLEL) tests/integration; \
+	tier infra $(BIN)/pytest $(PARALLEL) tests/infra;
 else
-	$(BIN)/pytest $(PARALLEL) $(PYTEST_ARGS)
+TEST_TIERS = tier tests $(BIN)/pytest $(PARALLEL) $(PYTEST_ARGS);
 endif
+
+test: venv
+	@status=0; verdicts=""; \
+	tier() { \
+	  name=$$1; shift; echo "== make test: $$name"; \
+	  if "$$@"; then verdict=passed; else verdict="FAILED (exit $$?)"; status=1; fi; \
+	  verdicts="$$verdicts$$(printf '\n  %-12s %s' "$$name" "$$verdict")"; \
+	}; \
+	tier lint $(MAKE) --no-print-directory lint; \
+	tier typecheck $(MAKE) --no-print-directory typecheck; \
+	$(TEST_TIERS) \
+	printf '\nmake test, each tier:%s\n' "$$verdicts"; \
+	exit $$status
 
 # The integration tier again, on Google's Firestore and Pub/Sub emulators (gcloud, Java 11+):
 # tests that need what only the built-in ones have, or production's strictness that Google's

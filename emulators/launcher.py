@@ -42,6 +42,14 @@ READY_LINE = "# emulators ready"
 # How long a gcloud child gets to open its port: the JVM-based emulators start slowly.
 DEFAULT_START_TIMEOUT_S = 90.0
 _STOP_GRACE_S = 10.0
+# The longest a clean stop of the built-in emulators waits, the sum of each component's own
+# bounded waits (a thread join of at most 5 s per HTTP server or background thread, gRPC's
+# 0.5 s grace and the 5 s wait after it): oidc 5; storage 5; firestore 10.5 (admin server,
+# gRPC); pubsub 15.5 (timer thread, admin server, push thread, gRPC's grace); monitoring 5.5
+# (gRPC's grace, sampler thread). Each wait ends early when its thread does; under load they
+# may all run to their bound, so whoever signals the launcher waits this long (plus the
+# snapshot writes of a --data-dir) before calling it hung.
+STOP_BOUND_S = 5 + 5 + 10.5 + 15.5 + 5.5
 
 GCLOUD_INSTALL_HINT = (
     "--official needs the gcloud CLI on PATH with the emulator components: install the Google "

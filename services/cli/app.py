@@ -27,7 +27,8 @@ from services.jobs.http_targets import TargetsError
 
 EPILOG = """\
 exit codes: 0 done; 1 refused (not found, terminal, lost race, conflict); 2 usage or
-validation; 3 backend unavailable (Firestore/Pub/Sub unreachable, credentials, permission)
+validation; 3 backend unavailable (Firestore/Pub/Sub unreachable, credentials, permission);
+4 the project looks uninitialised (stats: no control document and no job in it)
 
 repeating a command whose outcome already holds is a no-op that exits 0 and says "already"
 (schedule the same decision, cancel a cancelled job, pause when paused, resume when running);

@@ -443,6 +443,10 @@ class LocalSystem:
             f"--host={HOST}",
         ]
         deployment = deployments(self.topology, (self.api_caller_email,))[target]
+        server = deployment.container_environment() if self.options.cloud_run else {}
+        # Behind the front end the container's threads match the concurrency it admits, as
+        # infra sets them (services/local/cloud_run.py).
+        env = {**env, **server}
         if self.options.image:
             # The container gets what this stack sets (emulators, JOBS_*), not this shell's.
             names = [
@@ -451,6 +455,7 @@ class LocalSystem:
                 if key.startswith(common_keys.PREFIX)
                 or key in self.endpoints.exports
                 or key == "PYTHONUNBUFFERED"
+                or key in server
             ]
             argv = container_image.run_argv(self.options.image, target, names, run_id=self.run_id)
         if self.options.cloud_run:
