@@ -109,6 +109,17 @@ def create_service(
                     ),
                     resources=cloudrunv2.ServiceTemplateContainerResourcesArgs(
                         limits={"cpu": config.cpu, "memory": config.memory},
+                        # With `resources` set, cpu_idle must be true explicitly or the revision
+                        # bills instance-based ("CPU always allocated"): pulumi-gcp 10.2's
+                        # ServiceTemplateContainerResourcesArgs, Cloud Run v2
+                        # ResourceRequirements.cpuIdle. Request-based billing is the default
+                        # (https://cloud.google.com/run/docs/configuring/billing-settings); a
+                        # stack chooses instance-based per service (`<service>InstanceBilling`).
+                        cpu_idle=not spec.scaling.instance_billing,
+                        # More CPU while an instance starts (the settings check, imports), at
+                        # no cost outside that start
+                        # (https://cloud.google.com/run/docs/configuring/services/cpu).
+                        startup_cpu_boost=True,
                     ),
                 )
             ],

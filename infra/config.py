@@ -63,6 +63,9 @@ class Setting:
 
 _DAY = 86_400
 
+# The Cloud Run services whose billing a stack chooses (`<service>InstanceBilling`).
+BILLED_SERVICES = ("scan", "worker", "api", "console")
+
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "image",
@@ -189,7 +192,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("workerMinInstances", "int", 0, 0, 1000, "worker minimum instances"),
     Setting("workerMaxInstances", "int", 10, 1, 1000, "worker maximum instances"),
     Setting("workerConcurrency", "int", 10, 1, 1000, "worker requests per instance"),
-    Setting("cpu", "str", "1", doc="CPU limit of each service (below 1: every concurrency 1)"),
+    # Request-based billing unless a stack decides otherwise, per service: docs/deploy.md
+    # ("Billing: request-based or instance-based") has the arithmetic of when it is cheaper.
+    *(
+        Setting(
+            f"{service}InstanceBilling",
+            "bool",
+            False,
+            doc=f"{service}: bill the instance's whole life (cheaper only when it is busy > 75 % "
+            "of it); false: request-based billing",
+        )
+        for service in BILLED_SERVICES
+    ),
+    Setting(
+        "cpu",
+        "str",
+        "1",
+        doc="CPU limit of each service (below 1: every concurrency 1, request-based billing)",
+    ),
     Setting("memory", "str", "512Mi", doc="memory limit of each service"),
     Setting("overdueAgeSloS", "duration", 3600, 1, 365 * _DAY, "oldest overdue age SLO"),
     Setting("overdueForMin", "int", 15, 1, 1410, "minutes above the SLO before alerting"),
@@ -339,6 +359,9 @@ class Scaling:
     min_instances: int
     max_instances: int
     concurrency: int
+    # False: request-based billing (CPU only while a request is served, and billed so);
+    # True: instance-based (CPU and billing for the instance's whole life).
+    instance_billing: bool = False
 
 
 @dataclass(frozen=True)
@@ -465,10 +488,16 @@ def parse_config(
         min_backoff_s=values["minBackoffS"],
         max_backoff_s=values["maxBackoffS"],
         scan_scaling=Scaling(
-            values["scanMinInstances"], values["scanMaxInstances"], values["scanConcurrency"]
+            values["scanMinInstances"],
+            values["scanMaxInstances"],
+            values["scanConcurrency"],
+            values["scanInstanceBilling"],
         ),
         worker_scaling=Scaling(
-            values["workerMinInstances"], values["workerMaxInstances"], values["workerConcurrency"]
+            values["workerMinInstances"],
+            values["workerMaxInstances"],
+            values["workerConcurrency"],
+            values["workerInstanceBilling"],
         ),
         cpu=values["cpu"],
         memory=values["memory"],
@@ -483,7 +512,9 @@ def parse_config(
         slack_auth_token=slack_auth_token,
         api_callers=tuple(values["apiCallers"]),
         api_trusted_callers=tuple(values["apiTrustedCallers"]),
-        api_scaling=Scaling(0, values["apiMaxInstances"], values["apiConcurrency"]),
+        api_scaling=Scaling(
+            0, values["apiMaxInstances"], values["apiConcurrency"], values["apiInstanceBilling"]
+        ),
         shards=values["shards"],
         scan_mode=values["scanMode"],
         scan_poll_s=values["scanPollS"],
@@ -728,9 +759,10 @@ def cpu_value(text: str) -> float | None:
 
 
 def cpu_problems(values: Mapping[str, Any]) -> list[str]:
-    """`cpu` against Cloud Run's limits and, below 1 vCPU, against every concurrency: Cloud Run
-    refuses a revision with less than 1 vCPU and a maximum concurrency above 1
-    (https://cloud.google.com/run/docs/configuring/services/cpu)."""
+    """`cpu` against Cloud Run's limits and, below 1 vCPU, against every concurrency and billing
+    choice: Cloud Run refuses a revision with less than 1 vCPU and a maximum concurrency above 1
+    (https://cloud.google.com/run/docs/configuring/services/cpu), or with less than 1 vCPU and
+    instance-based billing (https://cloud.google.com/run/docs/configuring/billing-settings)."""
     text = str(values["cpu"])
     cpu = cpu_value(text)
     if cpu is None or not MIN_CPU <= cpu <= MAX_CPU or (cpu > 1 and not cpu.is_integer()):
@@ -740,17 +772,24 @@ def cpu_problems(values: Mapping[str, Any]) -> list[str]:
         ]
     if cpu >= 1:
         return []
+    problems = [
+        f"cpu={text!r} is below 1 vCPU, which Cloud Run allows only with request-based "
+        f"billing, but {key}=true: raise cpu to 1 or set it to false "
+        "(https://cloud.google.com/run/docs/configuring/billing-settings)"
+        for key in (f"{service}InstanceBilling" for service in BILLED_SERVICES)
+        if values.get(key)
+    ]
     concurrent = [
         f"{key}={values[key]}"
         for key in ("scanConcurrency", "workerConcurrency", "apiConcurrency")
         if values[key] > 1 and (key != "apiConcurrency" or values["apiCallers"])
     ]
-    if not concurrent:
-        return []
-    return [
-        f"cpu={text!r} is below 1 vCPU, which Cloud Run allows only with a maximum concurrency "
-        f"of 1, but {', '.join(concurrent)}: raise cpu to 1 or set those to 1"
-    ]
+    if concurrent:
+        problems.append(
+            f"cpu={text!r} is below 1 vCPU, which Cloud Run allows only with a maximum "
+            f"concurrency of 1, but {', '.join(concurrent)}: raise cpu to 1 or set those to 1"
+        )
+    return problems
 
 
 def _check_worker_deadlines(values: dict[str, Any], errors: list[str]) -> None:
