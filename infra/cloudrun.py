@@ -2,9 +2,10 @@
 
 All run the same container; `FUNCTION_TARGET` and `FUNCTION_SOURCE` pick the
 functions-framework target (the Dockerfile's CMD passes them on). The scan and the worker each
-have one invoker; the api one per configured caller (infra/api.py). Ingress
-is internal-only: Cloud Scheduler and Pub/Sub push from the same project still reach the
-default run.app URL, and IAM (run.invoker for one service account) is checked separately.
+have one invoker; the api one per configured caller (infra/api.py); the console IAP's service
+agent (infra/console.py). The scan's and the worker's ingress is internal-only: Cloud Scheduler
+and Pub/Sub push from the same project still reach the default run.app URL, and IAM (run.invoker
+for one service account) is checked separately.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pulumi_gcp import cloudrunv2, serviceaccount
 from infra import env
 from infra.config import Scaling, StackConfig
 from infra.identity import member
+from infra.scope import Scope
 
 INGRESS = "INGRESS_TRAFFIC_INTERNAL_ONLY"
 INVOKER = "roles/run.invoker"
@@ -45,6 +47,12 @@ class ServiceSpec:
     invokers: Mapping[str, pulumi.Input[str]]
     timeout_s: int
     scaling: Scaling
+    # The scan and the worker: internal-only (their callers are Cloud Scheduler and Pub/Sub
+    # push of the same project, which internal ingress admits); the api per `apiIngress`; the
+    # console all (people's browsers, through IAP).
+    ingress: str = INGRESS
+    # The console: IAP enabled on the service itself (no load balancer).
+    iap: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,12 +70,13 @@ def create_service(
     config: StackConfig,
     spec: ServiceSpec,
     environment: Mapping[str, pulumi.Input[str]],
+    scope: Scope,
     opts: pulumi.ResourceOptions,
 ) -> RunService:
     envs = [
         cloudrunv2.ServiceTemplateContainerEnvArgs(name=env.FUNCTION_TARGET, value=spec.key),
         cloudrunv2.ServiceTemplateContainerEnvArgs(
-            name=env.FUNCTION_SOURCE, value=env.FUNCTION_SOURCES[spec.key]
+            name=env.FUNCTION_SOURCE, value=env.DEPLOYED_SOURCES[spec.key]
         ),
     ]
     # One value drives both: Cloud Run's per-instance concurrency and the server's threads;
@@ -78,11 +87,14 @@ def create_service(
         for name, value in {**server, **environment}.items()
     ]
     service = cloudrunv2.Service(
-        f"{spec.key}-service",
+        scope.name(f"{spec.key}-service"),
         project=config.project,
         location=config.region,
         name=spec.name,
-        ingress=INGRESS,
+        ingress=spec.ingress,
+        # IAP directly on the service (https://cloud.google.com/iap/docs/enabling-cloud-run);
+        # None (unset) for the others, as before.
+        iap_enabled=True if spec.iap else None,
         deletion_protection=config.deletion_protection,
         template=cloudrunv2.ServiceTemplateArgs(
             service_account=spec.runtime.email,
@@ -128,7 +140,7 @@ def create_service(
     )
     invokers = tuple(
         cloudrunv2.ServiceIamMember(
-            resource,
+            scope.name(resource),
             project=config.project,
             location=config.region,
             name=service.name,

@@ -19,6 +19,7 @@ import pulumi
 
 from infra.cron import longest_gap_s
 from infra.errors import CronError, InfraConfigError
+from infra.locations import location_problems
 from services.edge.resource_names import NAME_PREFIX
 from services.edge.scan_deployment import MIN_ENQUEUED_TIMEOUT_S
 from services.edge.scheduler_job import (
@@ -248,9 +249,45 @@ SETTINGS: tuple[Setting, ...] = (
         (),
         doc="apiCallers that may act on every job, not only those they scheduled",
     ),
+    Setting(
+        "apiIngress",
+        "str",
+        "all",
+        doc="all: reachable by every admitted caller, IAM-authenticated; internal: only from "
+        "this project's VPC networks (callers need VPC egress, docs/deploy.md)",
+    ),
     Setting("apiMaxInstances", "int", 10, 1, 1000, "api maximum instances"),
     Setting("apiConcurrency", "int", 80, 1, 1000, "api requests per instance"),
     Setting("slackChannel", "str", "", doc="Slack channel; needs the secret slackAuthToken"),
+    # The web console behind IAP (docs/deploy.md, "The console"): people, not services.
+    Setting(
+        "consoleViewers",
+        "list",
+        (),
+        doc="user:EMAIL or serviceAccount:EMAIL who may view the console; none of both lists: "
+        "no console",
+    ),
+    Setting(
+        "consoleOperators",
+        "list",
+        (),
+        doc="user:EMAIL or serviceAccount:EMAIL who may view and act in the console",
+    ),
+    Setting("consoleMaxInstances", "int", 2, 1, 100, "console maximum instances"),
+    Setting(
+        "budgetAmount",
+        "int",
+        0,
+        0,
+        1_000_000,
+        "monthly budget in the billing account's currency; alerts at 50/90/100 %; 0: no budget",
+    ),
+    Setting(
+        "billingAccount",
+        "str",
+        "",
+        doc="billing account ID (XXXXXX-XXXXXX-XXXXXX) the budget is created on",
+    ),
     Setting(
         "shards",
         "int",
@@ -364,6 +401,27 @@ class Scaling:
     instance_billing: bool = False
 
 
+# The console serves people's page views: many light requests per instance.
+CONSOLE_CONCURRENCY = 80
+API_INGRESS = {
+    "all": "INGRESS_TRAFFIC_ALL",
+    "internal": "INGRESS_TRAFFIC_INTERNAL_ONLY",
+}
+# Who may be granted the console: IAP signs the principal's email into its JWT and the console
+# checks roles by that email, so a group (whose members IAP admits under their own emails)
+# would pass IAP and then be refused by the console.
+CONSOLE_MEMBER_KINDS = ("user", "serviceAccount")
+# A budget's alert thresholds, fractions of the amount (on actual spend).
+BUDGET_THRESHOLDS = (0.5, 0.9, 1.0)
+_BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}\Z")
+
+
+@dataclass(frozen=True)
+class Budget:
+    amount: int
+    billing_account: str
+
+
 @dataclass(frozen=True)
 class StackConfig:
     """The validated configuration of one stack."""
@@ -419,6 +477,16 @@ class StackConfig:
     scan_end_when_idle: bool = True
     scan_partitions: int = 1
     http_targets: StackTargets = StackTargets({})
+    api_ingress: str = "all"
+    console_viewers: tuple[str, ...] = ()
+    console_operators: tuple[str, ...] = ()
+    console_scaling: Scaling = Scaling(0, 2, CONSOLE_CONCURRENCY)
+    budget: Budget | None = None
+
+    @property
+    def console_enabled(self) -> bool:
+        """Whether the stack deploys the console (someone may use it)."""
+        return bool(self.console_viewers or self.console_operators)
 
     @property
     def terminal_retention_s(self) -> int:
@@ -454,6 +522,7 @@ def parse_config(
     project = _require_gcp(raw, "gcp:project", errors)
     region = _require_gcp(raw, "gcp:region", errors)
     interval = _check_cross_fields(values, errors)
+    errors.extend(location_problems(region, values["databaseLocation"]))
     targets = stack_targets(values["httpTargets"], errors)
     if errors:
         raise InfraConfigError("invalid stack configuration:\n  " + "\n  ".join(errors))
@@ -521,6 +590,17 @@ def parse_config(
         scan_end_when_idle=values["scanEndWhenIdle"],
         scan_partitions=values["scanPartitions"],
         http_targets=targets,
+        api_ingress=values["apiIngress"],
+        console_viewers=tuple(values["consoleViewers"]),
+        console_operators=tuple(values["consoleOperators"]),
+        console_scaling=Scaling(
+            0, values["consoleMaxInstances"], CONSOLE_CONCURRENCY, values["consoleInstanceBilling"]
+        ),
+        budget=(
+            Budget(values["budgetAmount"], values["billingAccount"])
+            if values["budgetAmount"]
+            else None
+        ),
     )
 
 
@@ -699,6 +779,12 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
         if email not in (values["apiCallers"] or ()):
             errors.append(f"apiTrustedCallers: {email!r} is not one of apiCallers")
     errors.extend(cpu_problems(values))
+    errors.extend(console_problems(values))
+    errors.extend(budget_problems(values))
+    if values["apiIngress"] not in API_INGRESS:
+        errors.append(
+            f"apiIngress={values['apiIngress']!r} must be one of {', '.join(API_INGRESS)}"
+        )
     interval = _check_schedule(values["schedule"], errors)
     _check_scan_pacing(values, interval, errors)
     return interval
@@ -743,6 +829,37 @@ def _check_scan_pacing(values: dict[str, Any], interval: int, errors: list[str])
         )
 
 
+def console_problems(values: Mapping[str, Any]) -> list[str]:
+    """`consoleViewers` and `consoleOperators`: IAM members the console can recognise."""
+    problems = []
+    for key in ("consoleViewers", "consoleOperators"):
+        for entry in values[key] or ():
+            kind, _, email = entry.partition(":")
+            if kind == "group":
+                problems.append(
+                    f"{key}: {entry!r}: groups are refused: the console checks roles by the "
+                    "email IAP signs into its header, a member's own, never the group's; list "
+                    "each person as user:EMAIL"
+                )
+            elif kind not in CONSOLE_MEMBER_KINDS or not _EMAIL.match(email):
+                problems.append(f"{key}: {entry!r} is not user:EMAIL or serviceAccount:EMAIL")
+            elif is_placeholder_email(email):
+                problems.append(f"{key}: {entry!r} is a placeholder; set your own people")
+    return problems
+
+
+def budget_problems(values: Mapping[str, Any]) -> list[str]:
+    """A budget needs the billing account it is created on."""
+    if not values["budgetAmount"]:
+        return []
+    if not _BILLING_ACCOUNT.match(values["billingAccount"] or ""):
+        return [
+            f"billingAccount={values['billingAccount']!r} must be a billing account ID "
+            "(XXXXXX-XXXXXX-XXXXXX, `gcloud billing projects describe`) when budgetAmount is set"
+        ]
+    return []
+
+
 def is_placeholder_email(email: str) -> bool:
     domain = email.rpartition("@")[2].lower()
     return domain.endswith(_PLACEHOLDER_TLDS) or any(
@@ -784,6 +901,10 @@ def cpu_problems(values: Mapping[str, Any]) -> list[str]:
         for key in ("scanConcurrency", "workerConcurrency", "apiConcurrency")
         if values[key] > 1 and (key != "apiConcurrency" or values["apiCallers"])
     ]
+    if values["consoleViewers"] or values["consoleOperators"]:
+        # The console's concurrency is fixed (CONSOLE_CONCURRENCY): a stack with a console
+        # needs cpu >= 1.
+        concurrent.append(f"the console's concurrency {CONSOLE_CONCURRENCY}")
     if concurrent:
         problems.append(
             f"cpu={text!r} is below 1 vCPU, which Cloud Run allows only with a maximum "

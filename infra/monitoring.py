@@ -17,6 +17,7 @@ from pulumi_gcp import logging as gcp_logging
 from pulumi_gcp import monitoring
 
 from infra.config import StackConfig
+from infra.scope import Scope
 from services.edge.resource_names import Names
 from services.telemetry import metrics
 
@@ -85,11 +86,11 @@ def log_metric_filter(log_metric: metrics.LogMetric, names: Names) -> str:
 
 
 def create_monitoring(
-    config: StackConfig, names: Names, opts: pulumi.ResourceOptions
+    config: StackConfig, names: Names, scope: Scope, opts: pulumi.ResourceOptions
 ) -> Monitoring:
     descriptors = [
         monitoring.MetricDescriptor(
-            f"gauge-{gauge.short_name}",
+            scope.name(f"gauge-{gauge.short_name}"),
             project=config.project,
             type=gauge.type,
             metric_kind="GAUGE",
@@ -101,19 +102,19 @@ def create_monitoring(
         )
         for gauge in metrics.SCAN_GAUGES
     ]
-    log_metrics = [_log_metric(config, names, m, opts) for m in metrics.LOG_METRICS]
+    log_metrics = [_log_metric(config, names, scope, m, opts) for m in metrics.LOG_METRICS]
     created: dict[str, pulumi.CustomResource] = {
         **{g.type: d for g, d in zip(metrics.SCAN_GAUGES, descriptors, strict=True)},
         **{m.type: lm for m, lm in zip(metrics.LOG_METRICS, log_metrics, strict=True)},
     }
     usable = pulumiverse_time.Sleep(
-        "metrics-usable",
+        scope.name("metrics-usable"),
         create_duration=METRIC_PROPAGATION,
         # A new or renamed metric replaces the Sleep, so alerts on it wait again.
         triggers={metric_type: resource.id for metric_type, resource in created.items()},
-        opts=pulumi.ResourceOptions(depends_on=list(created.values())),
+        opts=scope.opts(depends_on=list(created.values())),
     )
-    channels = _channels(config, opts)
+    channels = _channels(config, scope, opts)
     after_metrics = pulumi.ResourceOptions.merge(
         opts, pulumi.ResourceOptions(depends_on=[*descriptors, *log_metrics])
     )
@@ -123,7 +124,7 @@ def create_monitoring(
     alerts = {
         key: _alert_policy(
             config,
-            key,
+            scope.name(f"alert-{key}"),
             alert,
             [c.name for c in channels],
             after_propagation if watches_created_metric(alert.condition) else after_metrics,
@@ -131,7 +132,7 @@ def create_monitoring(
         for key, alert in alert_conditions(config, names).items()
     }
     dashboard = monitoring.Dashboard(
-        "dashboard",
+        scope.name("dashboard"),
         project=config.project,
         dashboard_json=json.dumps(dashboard_definition(config, names)),
         opts=after_metrics,
@@ -161,12 +162,13 @@ def watches_created_metric(condition: monitoring.AlertPolicyConditionArgs) -> bo
 def _log_metric(
     config: StackConfig,
     names: Names,
+    scope: Scope,
     log_metric: metrics.LogMetric,
     opts: pulumi.ResourceOptions,
 ) -> gcp_logging.Metric:
     distribution = log_metric.value_field is not None
     return gcp_logging.Metric(
-        f"log-{log_metric.name}",
+        scope.name(f"log-{log_metric.name}"),
         project=config.project,
         name=log_metric.name,
         description=log_metric.description,
@@ -195,11 +197,11 @@ def _log_metric(
 
 
 def _channels(
-    config: StackConfig, opts: pulumi.ResourceOptions
+    config: StackConfig, scope: Scope, opts: pulumi.ResourceOptions
 ) -> list[monitoring.NotificationChannel]:
     channels = [
         monitoring.NotificationChannel(
-            f"email-{index}",
+            scope.name(f"email-{index}"),
             project=config.project,
             type="email",
             display_name=f"Deferred Jobs: {address}",
@@ -211,7 +213,7 @@ def _channels(
     if config.slack_channel and config.slack_auth_token is not None:
         channels.append(
             monitoring.NotificationChannel(
-                "slack",
+                scope.name("slack"),
                 project=config.project,
                 type="slack",
                 display_name=f"Deferred Jobs: {config.slack_channel}",
@@ -411,13 +413,13 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
 
 def _alert_policy(
     config: StackConfig,
-    key: str,
+    resource: str,
     alert: Alert,
     channels: list[pulumi.Output[str]],
     opts: pulumi.ResourceOptions,
 ) -> monitoring.AlertPolicy:
     return monitoring.AlertPolicy(
-        f"alert-{key}",
+        resource,
         project=config.project,
         display_name=f"Deferred Jobs ({config.name_prefix}): {alert.condition.display_name}",
         combiner="OR",

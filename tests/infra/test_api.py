@@ -19,7 +19,14 @@ from infra.errors import InfraConfigError
 from services.api import settings as api_keys
 from services.api.settings import ApiSettings
 from services.edge.settings import BEHIND_CLOUD_RUN_IAM, PREFIX
-from tests.infra.conftest import DEPLOYER_CONFIG, ROOT, StackRun, run_with_api, stack_config
+from tests.infra.conftest import (
+    DEPLOYER_CONFIG,
+    ROOT,
+    StackRun,
+    run_stack,
+    run_with_api,
+    stack_config,
+)
 
 SERVICE = "cloudrunv2/service:Service"
 RUN_INVOKER = "cloudrunv2/serviceIamMember:ServiceIamMember"
@@ -67,7 +74,9 @@ def test_the_api_runs_the_api_target_of_the_one_image(stack: tuple[str, StackRun
     body = ast.parse(source.read_text()).body
     functions = {n.name for n in body if isinstance(n, ast.FunctionDef)}
     assert "api" in functions
-    assert service["ingress"] == "INGRESS_TRAFFIC_INTERNAL_ONLY"
+    # Every admitted caller reaches it, wherever it runs; IAM admits only them (below).
+    assert service["ingress"] == "INGRESS_TRAFFIC_ALL"
+    assert not service.get("invokerIamDisabled")
     assert service["template"]["serviceAccount"] == runtime_email(run)
 
 
@@ -181,3 +190,12 @@ def test_the_installed_package_carries_the_openapi_document(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     built = tmp_path / "lib" / "services" / "api" / "openapi.json"
     assert built.read_bytes() == (ROOT / "services" / "api" / "openapi.json").read_bytes()
+
+
+def test_a_stack_may_ask_for_internal_ingress_and_nothing_else() -> None:
+    internal = run_stack("prod", {"apiIngress": "internal"})
+    assert api_service(internal)["ingress"] == "INGRESS_TRAFFIC_INTERNAL_ONLY"
+    # The other services keep theirs; IAM still admits only the callers.
+    assert internal.one(SERVICE, "scan-service").state["ingress"] == "INGRESS_TRAFFIC_INTERNAL_ONLY"
+    with pytest.raises(InfraConfigError, match=r"apiIngress='public' must be one of all, internal"):
+        run_stack("prod", {"apiIngress": "public"})
