@@ -96,3 +96,23 @@ def test_each_service_waits_for_its_runtime_grants(
     stack: StackRun, service: str, grants: set[str]
 ) -> None:
     assert grants <= stack.waits_for(service), grants - stack.waits_for(service)
+
+
+def test_a_budget_alerts_on_the_projects_spend_to_the_stacks_channels() -> None:
+    run = run_stack(
+        "prod", overrides={"budgetAmount": 150, "billingAccount": "01ABCD-23EF45-6789AB"}
+    )
+    budget = run.one("billing/budget:Budget", "budget").state
+    assert budget["billingAccount"] == "01ABCD-23EF45-6789AB"
+    assert budget["amount"]["specifiedAmount"]["units"] == "150"
+    assert budget["budgetFilter"]["projects"] == ["projects/123456789012"]
+    assert [r["thresholdPercent"] for r in budget["thresholdRules"]] == [0.5, 0.9, 1.0]
+    channels = budget["allUpdatesRule"]["monitoringNotificationChannels"]
+    assert len(channels) == 2  # prod's two alert emails
+    assert "api-billingbudgets" in run.waits_for("budget")
+
+
+def test_a_budget_without_its_billing_account_fails_naming_it() -> None:
+    with pytest.raises(InfraConfigError, match=r"billingAccount='' must be a billing account ID"):
+        run_stack("prod", overrides={"budgetAmount": 150})
+    assert run_stack("dev").of_type("billing/budget:Budget") == []
