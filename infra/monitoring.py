@@ -27,6 +27,11 @@ PUBSUB_UNDELIVERED = "pubsub.googleapis.com/subscription/num_undelivered_message
 # alert condition's filter must name the resource type as well as the metric type.
 SCAN_GAUGE_RESOURCE = "global"
 
+# The scan gauges' thresholds take the largest value over the partitions' series: the oldest
+# overdue age of any partition, stuck claims in any. (Counts like stuck claims are each
+# partition's own, so any partition above 0 is what the alerts ask.)
+GAUGE_REDUCER = "REDUCE_MAX"
+
 # The gauge every scan run writes, even while paused: its absence means no scan ran.
 SCAN_HEARTBEAT = metrics.DUE_COUNT
 
@@ -98,6 +103,13 @@ def create_monitoring(
             unit=gauge.unit,
             description=gauge.description,
             display_name=f"Deferred Jobs {gauge.short_name.replace('_', ' ')}",
+            labels=[
+                monitoring.MetricDescriptorLabelArgs(
+                    key=metrics.PARTITION_LABEL,
+                    value_type="STRING",
+                    description="the scan partition whose run wrote the point",
+                )
+            ],
             opts=opts,
         )
         for gauge in metrics.SCAN_GAUGES
@@ -228,17 +240,28 @@ def _channels(
 
 
 def _aligned(
-    seconds: int, aligner: str
+    seconds: int, aligner: str, reducer: str | None = None
 ) -> list[monitoring.AlertPolicyConditionConditionThresholdAggregationArgs]:
+    """Align each series; with `reducer`, reduce all series (the scan gauges' partitions) to
+    one, so a condition evaluates one series whatever `scanPartitions` is."""
     return [
         monitoring.AlertPolicyConditionConditionThresholdAggregationArgs(
-            alignment_period=f"{seconds}s", per_series_aligner=aligner
+            alignment_period=f"{seconds}s",
+            per_series_aligner=aligner,
+            cross_series_reducer=reducer,
         )
     ]
 
 
 def _threshold(
-    title: str, filter_: str, *, above: float, for_s: int, align_s: int, aligner: str
+    title: str,
+    filter_: str,
+    *,
+    above: float,
+    for_s: int,
+    align_s: int,
+    aligner: str,
+    reducer: str | None = None,
 ) -> monitoring.AlertPolicyConditionArgs:
     return monitoring.AlertPolicyConditionArgs(
         display_name=title,
@@ -247,7 +270,7 @@ def _threshold(
             comparison="COMPARISON_GT",
             threshold_value=above,
             duration=f"{for_s}s",
-            aggregations=_aligned(align_s, aligner),
+            aggregations=_aligned(align_s, aligner, reducer),
         ),
     )
 
@@ -276,6 +299,7 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=config.overdue_for_min * 60,
                 align_s=scan_align,
                 aligner="ALIGN_MAX",
+                reducer=GAUGE_REDUCER,
             ),
         ),
         "stuck-claims": (
@@ -289,6 +313,7 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=config.stuck_claims_for_min * 60,
                 align_s=scan_align,
                 aligner="ALIGN_MAX",
+                reducer=GAUGE_REDUCER,
             ),
         ),
         "stale-enqueued": (
@@ -303,12 +328,15 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=config.stale_enqueued_for_min * 60,
                 align_s=scan_align,
                 aligner="ALIGN_MAX",
+                reducer=GAUGE_REDUCER,
             ),
         ),
         "scan-absent": (
             "CRITICAL",
             f"No scan run reported for {config.scan_absent_s} s (three scheduler intervals): "
             "check the Cloud Scheduler job and the scan service.",
+            # Not reduced over partitions: each partition's series is checked on its own, so
+            # one partition whose trigger stopped alerts while the others still run.
             monitoring.AlertPolicyConditionArgs(
                 display_name="Scan runs absent",
                 condition_absent=monitoring.AlertPolicyConditionConditionAbsentArgs(
@@ -361,6 +389,7 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=0,
                 align_s=scan_align,
                 aligner="ALIGN_MAX",
+                reducer=GAUGE_REDUCER,
             ),
         ),
         "shard-layout": (
@@ -376,6 +405,7 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=SHARD_LAYOUT_FOR_S,
                 align_s=scan_align,
                 aligner="ALIGN_MAX",
+                reducer=GAUGE_REDUCER,
             ),
         ),
         "newer-records": (
