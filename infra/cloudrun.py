@@ -10,6 +10,7 @@ for one service account) is checked separately.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,6 +34,25 @@ CONTAINER_PORT = 8080
 # (https://cloud.google.com/run/docs/configuring/healthchecks).
 STARTUP_PERIOD_S = 5
 STARTUP_FAILURES = 24  # 2 minutes to start, then the revision fails
+
+
+# A revision tag: lowercase letters, digits and '-', starting with a letter; Cloud Run joins it
+# to the service name in the tag's URL (`https://TAG---SERVICE-...run.app`), so keep it short.
+_TAG_LENGTH = 14
+
+
+def revision_tag(image: str) -> str | None:
+    """The tag each deploy's revision carries: `d-` and 12 hex digits of the image's digest, or
+    `t-` and its tag; None for an image with neither. It names the revision that serves a given
+    build (its own URL, and `gcloud run services update-traffic --to-tags` while it is tagged)."""
+    name, at, digest = image.partition("@")
+    if at:
+        return "d-" + digest.removeprefix("sha256:")[:12]
+    last = name.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return None
+    tag = re.sub(r"[^a-z0-9-]", "-", last.rsplit(":", 1)[1].lower()).strip("-")
+    return ("t-" + tag)[:_TAG_LENGTH].rstrip("-") if tag else None
 
 
 @dataclass(frozen=True)
@@ -96,6 +116,15 @@ def create_service(
         # None (unset) for the others, as before.
         iap_enabled=True if spec.iap else None,
         deletion_protection=config.deletion_protection,
+        # Every new revision takes all traffic (its startup probe gates it) and carries the
+        # build's tag; rollback: docs/deploy.md, "Rollout and rollback".
+        traffics=[
+            cloudrunv2.ServiceTrafficArgs(
+                type="TRAFFIC_TARGET_ALLOCATION_TYPE_LATEST",
+                percent=100,
+                tag=revision_tag(config.image),
+            )
+        ],
         template=cloudrunv2.ServiceTemplateArgs(
             service_account=spec.runtime.email,
             timeout=f"{spec.timeout_s}s",
