@@ -459,6 +459,21 @@ def test_the_guide_run_literally_from_empty_configs_refuses_each_missing_key_the
     final = done.previews[-1]
     assert "api_url" in final.outputs
     _assert_no_placeholder(final, done.variables["PROJECT"])
+    # What the `up` deploys: request-based billing on every service, the API reachable by
+    # its callers wherever they run (IAM admits them), after the APIs have propagated.
+    services = final.of_type("cloudrunv2/service:Service")
+    assert len(services) == 3
+    for service in services:
+        assert service.state["template"]["containers"][0]["resources"]["cpuIdle"] is True
+        assert "apis-propagated" in final.waits_for(service.name)
+    api = final.one("cloudrunv2/service:Service", "api-service").state
+    assert api["ingress"] == "INGRESS_TRAFFIC_ALL"
+    invokers = {
+        r.state["member"]
+        for r in final.of_type("cloudrunv2/serviceIamMember:ServiceIamMember")
+        if r.state["name"] == api["name"]
+    }
+    assert invokers == {f"serviceAccount:{caller}"}
 
 
 def _strings(value: Any) -> Iterator[str]:
