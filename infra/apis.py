@@ -90,8 +90,3 @@ def enable_apis(config: StackConfig, scope: Scope) -> Apis:
         opts=scope.opts(depends_on=enabled),
     )
     return Apis(enabled, propagated)
-
-
-def after(resources: list[pulumi.Resource]) -> pulumi.ResourceOptions:
-    """Options that order a resource after `resources`."""
-    return pulumi.ResourceOptions(depends_on=resources)

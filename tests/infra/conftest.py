@@ -294,10 +294,6 @@ def run_stack(
     return run
 
 
-# The stack as `pulumi up` deploys it (the API included, when it has callers): run_stack.
-run_with_api = run_stack
-
-
 @pytest.fixture(scope="session")
 def dev() -> StackRun:
     return run_stack("dev")
@@ -305,7 +301,8 @@ def dev() -> StackRun:
 
 @pytest.fixture(scope="session")
 def dev_with_api() -> StackRun:
-    """The dev stack as `pulumi up` deploys it: the core services and the API."""
+    """The dev stack as `pulumi up` deploys it: the core services and the API (its deployer
+    names callers)."""
     return run_stack("dev")
 
 

@@ -24,7 +24,6 @@ from tests.infra.conftest import (
     ROOT,
     StackRun,
     run_stack,
-    run_with_api,
     stack_config,
 )
 
@@ -36,7 +35,7 @@ PROJECT_GRANT = "projects/iAMMember:IAMMember"
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
 def stack(request: pytest.FixtureRequest) -> Iterator[tuple[str, StackRun]]:
-    yield request.param, run_with_api(request.param)
+    yield request.param, run_stack(request.param)
 
 
 # Cloud Run sets K_SERVICE in every container; the behind-IAM flag requires it.
@@ -154,7 +153,7 @@ def test_the_api_is_deployed_as_the_scan_and_the_worker_are(stack: tuple[str, St
 
 def test_each_of_several_callers_gets_its_own_binding() -> None:
     callers = [f"caller-{n}@p.iam.gserviceaccount.com" for n in range(3)]
-    run = run_with_api("dev", {"apiCallers": callers})
+    run = run_stack("dev", {"apiCallers": callers})
     api_name = api_service(run)["name"]
     bindings = [r for r in run.of_type(RUN_INVOKER) if r.state["name"] == api_name]
     assert sorted(b.state["member"] for b in bindings) == [f"serviceAccount:{c}" for c in callers]
@@ -162,7 +161,7 @@ def test_each_of_several_callers_gets_its_own_binding() -> None:
 
 
 def test_no_callers_means_no_api_service_and_no_url() -> None:
-    run = run_with_api("dev", {"apiCallers": []})
+    run = run_stack("dev", {"apiCallers": []})
     assert [r for r in run.resources if r.name.startswith(("api-service", "sa-api"))] == []
     assert "api_url" not in run.outputs
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from infra.errors import InfraConfigError
-from tests.infra.conftest import StackRun, run_with_api
+from tests.infra.conftest import StackRun, run_stack
 
 RUN_SERVICE = "cloudrunv2/service:Service"
 
@@ -23,7 +23,7 @@ def _resources(run: StackRun) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("stack_name", ["dev", "prod"])
 def test_every_service_bills_per_request_and_boosts_its_start(stack_name: str) -> None:
-    run = run_with_api(stack_name)
+    run = run_stack(stack_name)
     resources = _resources(run)
     assert len(resources) >= 3  # scan, worker, api
     for name, spec in resources.items():
@@ -35,13 +35,13 @@ def test_every_service_bills_per_request_and_boosts_its_start(stack_name: str) -
 
 @pytest.mark.parametrize("service", ["scan", "worker", "api"])
 def test_instance_billing_is_a_per_service_decision(service: str) -> None:
-    run = run_with_api("prod", {f"{service}InstanceBilling": True})
+    run = run_stack("prod", {f"{service}InstanceBilling": True})
     instance_billed = {name for name, spec in _resources(run).items() if spec["cpuIdle"] is False}
     assert instance_billed == {f"deferred-jobs-{service}"}
 
 
 def test_a_cpu_below_one_deploys_with_concurrency_one_and_request_billing() -> None:
-    run = run_with_api(
+    run = run_stack(
         "dev",
         {"cpu": "0.5", "scanConcurrency": 1, "workerConcurrency": 1, "apiConcurrency": 1},
     )
@@ -56,7 +56,7 @@ def test_a_cpu_below_one_deploys_with_concurrency_one_and_request_billing() -> N
 
 def test_a_cpu_below_one_with_instance_billing_fails_the_preview_naming_both_keys() -> None:
     with pytest.raises(InfraConfigError, match=r"cpu='500m'.*workerInstanceBilling=true"):
-        run_with_api(
+        run_stack(
             "dev",
             {
                 "cpu": "500m",

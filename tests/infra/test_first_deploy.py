@@ -31,7 +31,6 @@ from tests.infra.conftest import (
     ROOT,
     StackRun,
     run_stack,
-    run_with_api,
     stack_config,
 )
 
@@ -374,7 +373,7 @@ class PulumiWalk:
 
     def preview(self, stack: str, what: str = "pulumi preview") -> StackRun | None:
         try:
-            run = run_with_api(
+            run = run_stack(
                 stack, config=self.stacks[stack], missing_accounts=self.missing_accounts
             )
         except InfraConfigError as exc:
