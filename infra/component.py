@@ -54,8 +54,22 @@ class DeferredJobs(pulumi.ComponentResource):
     console_url: pulumi.Output[str] | None
 
     def __init__(
-        self, name: str, args: StackConfig, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        args: StackConfig,
+        opts: pulumi.ResourceOptions | None = None,
+        *,
+        moved_from_top_level: bool = False,
     ) -> None:
+        """`moved_from_top_level`: the stack was deployed before the program became this
+        component, when each resource was top-level and named by its role alone; an alias per
+        child tells Pulumi it is the same resource, so the `up` moves it instead of replacing
+        it (https://www.pulumi.com/docs/iac/concepts/options/aliases/)."""
+        if moved_from_top_level:
+            prefix = f"{name}-"
+            opts = pulumi.ResourceOptions.merge(
+                opts, pulumi.ResourceOptions(transformations=[_alias_top_level(prefix)])
+            )
         super().__init__(COMPONENT_TYPE, name, None, opts)
         self.deployment = build(args, Scope(name, self))
         outputs = self.deployment.outputs()
@@ -68,3 +82,19 @@ class DeferredJobs(pulumi.ComponentResource):
     def outputs(self) -> dict[str, pulumi.Input[str]]:
         """What a stack exports: the deployment's URLs and names."""
         return self.deployment.outputs()
+
+
+def _alias_top_level(prefix: str) -> pulumi.ResourceTransformation:
+    """A transformation giving each child the alias of its former top-level self: the same
+    type, its role as the name, and the stack as the parent."""
+
+    def alias(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:
+        former = pulumi.Alias(
+            name=args.name.removeprefix(prefix), parent=pulumi.ROOT_STACK_RESOURCE
+        )
+        moved = pulumi.ResourceOptions(aliases=[former])
+        return pulumi.ResourceTransformationResult(
+            args.props, pulumi.ResourceOptions.merge(args.opts, moved)
+        )
+
+    return alias

@@ -83,6 +83,8 @@ class StackRun:
     urns: list[str] = field(default_factory=list)
     # resource name -> its custom timeouts (create, update, delete; "" where unset)
     timeouts: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    # resource name -> its aliases' (name, no parent) as sent to the engine
+    aliases: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
     # The prefix dropped from names (the component's name and "-"); "" keeps full names.
     component: str = ""
 
@@ -153,6 +155,9 @@ class RecordingMonitor(MockMonitor):
     def RegisterResource(self, request: Any) -> Any:  # the gRPC method's name
         names = frozenset(self._run.short(urn.rsplit("::", 1)[-1]) for urn in request.dependencies)
         self._run.dependencies[self._run.short(request.name)] = names
+        self._run.aliases[self._run.short(request.name)] = [
+            (alias.spec.name, alias.spec.noParent) for alias in request.aliases
+        ]
         if request.HasField("customTimeouts"):
             limits = request.customTimeouts
             self._run.timeouts[self._run.short(request.name)] = (

@@ -142,3 +142,23 @@ def test_the_components_outputs_are_properties() -> None:
     for key in ("scan_url", "worker_url", "topic", "subscription", "api_url", "console_url"):
         assert isinstance(seen[key], pulumi.Output), key
     assert run.outputs["dlq"] == "jobs-dead-letter-pull"
+
+
+def test_the_repositorys_stack_keeps_the_resources_it_deployed_before_the_component(
+    dev: StackRun,
+) -> None:
+    # Each child says it was the stack's top-level resource of its role: `up` moves it into
+    # the component instead of replacing it (a protected database could not be replaced).
+    # (pulumi-gcp adds type aliases of its own, without a name, to some types.)
+    assert len(dev.resources) > 100
+    for resource in dev.resources:
+        named = [alias for alias in dev.aliases[resource.name] if alias[0]]
+        assert named == [(resource.name, True)], resource.name
+
+
+def test_a_new_component_carries_no_aliases() -> None:
+    from infra.component import DeferredJobs
+
+    run = _program(lambda: {"scan": DeferredJobs("jobs", _args("acme-x", "jobs")).scan_url})
+    assert run.resources
+    assert [r.name for r in run.resources if any(name for name, _ in run.aliases[r.name])] == []
