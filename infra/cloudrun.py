@@ -112,7 +112,8 @@ def create_service(
         location=config.region,
         name=spec.name,
         ingress=spec.ingress,
-        # IAP directly on the service (https://cloud.google.com/iap/docs/enabling-cloud-run);
+        # IAP directly on the service (https://cloud.google.com/iap/docs/enabling-cloud-run;
+        # pulumi-gcp 10.2's "Cloudrunv2 Service Iap" example sets only this, no launch stage);
         # None (unset) for the others, as before.
         iap_enabled=True if spec.iap else None,
         deletion_protection=config.deletion_protection,
