@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from infra.config import BILLED_SERVICES
 from infra.errors import InfraConfigError
 from tests.infra.conftest import StackRun, run_stack
 
@@ -33,9 +34,11 @@ def test_every_service_bills_per_request_and_boosts_its_start(stack_name: str) -
         assert spec["startupCpuBoost"] is True, name
 
 
-@pytest.mark.parametrize("service", ["scan", "worker", "api"])
+@pytest.mark.parametrize("service", BILLED_SERVICES)
 def test_instance_billing_is_a_per_service_decision(service: str) -> None:
-    run = run_stack("prod", {f"{service}InstanceBilling": True})
+    console = {"consoleOperators": ["user:oncall@acme-media.com"]}
+    run = run_stack("prod", {f"{service}InstanceBilling": True, **console})
+    assert len(run.of_type(RUN_SERVICE)) == len(BILLED_SERVICES)
     instance_billed = {name for name, spec in _resources(run).items() if spec["cpuIdle"] is False}
     assert instance_billed == {f"deferred-jobs-{service}"}
 
