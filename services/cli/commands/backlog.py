@@ -9,7 +9,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.cli import deployment
+from services.cli import deployment, deployment_costs
 from services.cli.errors import ExitCode, UsageError
 from services.cli.mode_costs import plan_modes
 from services.cli.output import Report, fields, table
@@ -304,6 +304,10 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
     )
     for m in modes:
         text += f"\n{m.mode}:\n  " + "\n  ".join(m.arithmetic)
+    # The whole deployment, as docs/deploy.md's cost table computes it.
+    costs = deployment_costs.summary()
+    text += "\n\nthe whole deployment per month (prod's resources; docs/deploy.md):\n  "
+    text += "\n  ".join(costs)
     data = {
         **dataclasses.asdict(result),
         "effective_rate_per_s": round(result.effective_rate_per_s, 6),
@@ -311,6 +315,7 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
         "max_per_run": budget,
         "human": describe(result),
         "modes": [dataclasses.asdict(m) for m in modes],
+        "deployment_costs": costs,
     }
     return Report(data=data, text=text)
 
