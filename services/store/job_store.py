@@ -6,8 +6,8 @@ Each role's method documents its contract (docs/state-machine.md, "Where things 
 `scheduling.Scheduling` (the application's creates), `administration.Administration` (the
 operator's reads and changes, the control document), `claims.Claims`, `reclaims.Reclaims`
 (the scan), `leases.Leases` and `shared_keys.SharedKeys` (the worker), `forecasts.Forecasts`
-and `selections.Selections` (the calendar's counts, an operator's filter: read only). Roles never import
-each other (tests/unit/test_layers.py), and no two define the same name
+and `selections.Selections` (the calendar's counts, an operator's filter: read only). Roles
+never import each other (tests/unit/test_layers.py), and no two define the same name
 (tests/unit/store/test_job_store_roles.py).
 
 Every change of a job asks `transitions.Transitions` for the new record (which asks
