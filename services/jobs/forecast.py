@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from services.jobs.errors import ValidationError
 
@@ -97,6 +98,26 @@ class Calendar:
     def over_windows(self) -> tuple[int, ...]:
         """The indexes of the windows some row exceeds."""
         return tuple(i for i in range(len(self.windows)) if any(r.over[i] for r in self.rows))
+
+    def to_document(self) -> dict[str, Any]:
+        """The calendar as JSON values (`jobsctl forecast --json`, the console's links)."""
+        return {
+            "step": self.step,
+            "catch_up_rate": self.catch_up_rate,
+            "reads": self.reads,
+            "windows": [w.start.isoformat() for w in self.windows],
+            "totals": list(self.totals),
+            "rows": [
+                {
+                    "action": r.action,
+                    "budget_per_window": r.budget,
+                    "overdue": r.overdue,
+                    "counts": list(r.counts),
+                    "over": [self.windows[i].start.isoformat() for i, o in enumerate(r.over) if o],
+                }
+                for r in self.rows
+            ],
+        }
 
     def peak(self) -> tuple[Window, int] | None:
         totals = self.totals
