@@ -42,6 +42,9 @@ from services.jobs.state import State
 # that one request of the console answers in seconds.
 DEFAULT_BATCH = 200
 MAX_BATCH = 500
+# Above this many jobs the operator types the exact count back before anything runs (the
+# console's form and `jobsctl bulk --confirm`).
+DEFAULT_CONFIRM_OVER = 100
 # A read time is usable for about an hour (Firestore reads "within the past one hour" without
 # point-in-time recovery: https://cloud.google.com/firestore/docs/reference/rpc/google.
 # firestore.v1#runqueryrequest); an operation older than this is previewed again.
@@ -251,7 +254,7 @@ class BulkStore(Protocol):
     def count_matching(self, job_filter: JobFilter) -> tuple[int, datetime]: ...
 
     def matching_page(
-        self, job_filter: JobFilter, *, read_time: datetime, cursor: str | None, limit: int
+        self, job_filter: JobFilter, *, read_time: datetime | None, cursor: str | None, limit: int
     ) -> MatchPage: ...
 
     def cancel(self, job_id: str, reason: str, by: str) -> Job: ...

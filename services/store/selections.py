@@ -58,11 +58,11 @@ class Selections:
                 cursor = page.next_cursor
 
     def matching_page(
-        self, job_filter: JobFilter, *, read_time: datetime, cursor: str | None, limit: int
+        self, job_filter: JobFilter, *, read_time: datetime | None, cursor: str | None, limit: int
     ) -> MatchPage:
         """The next `limit` documents of `job_filter`'s query after `cursor`, read at
-        `read_time`, with those passing the whole filter decoded (a record that cannot be
-        decoded is left out: a scan moves it aside)."""
+        `read_time` (None: now, for a listing), with those passing the whole filter decoded (a
+        record that cannot be decoded is left out: a scan moves it aside)."""
         f = job_filter
         after = decode_cursor(cursor) if cursor else None
 

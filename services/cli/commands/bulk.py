@@ -23,6 +23,7 @@ from services.cli.output import Report, fields
 from services.cli.session import Session
 from services.jobs.bulk import (
     DEFAULT_BATCH,
+    DEFAULT_CONFIRM_OVER,
     BulkKind,
     Change,
     JobFilter,
@@ -32,9 +33,6 @@ from services.jobs.bulk import (
     operation_id,
     run_batch,
 )
-
-# Above this many jobs the exact count must be typed back (--confirm), as in the console.
-DEFAULT_CONFIRM_OVER = 100
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:

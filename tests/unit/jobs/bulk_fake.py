@@ -40,13 +40,17 @@ class MemoryBulkStore:
         return sum(job_filter.matches(j) for j in self.jobs.values()), read_time
 
     def matching_page(
-        self, job_filter: JobFilter, *, read_time: datetime, cursor: str | None, limit: int
+        self, job_filter: JobFilter, *, read_time: datetime | None, cursor: str | None, limit: int
     ) -> MatchPage:
         # As the store pages: `limit` documents of the query's part of the filter (state,
         # action, due range), then the read side's part (subject prefix, producer) on them.
         queried = dataclasses.replace(job_filter, subject_prefix=None, producer=None)
         jobs = sorted(
-            (j for j in self.snapshots[read_time].values() if queried.matches(j)),
+            (
+                j
+                for j in (self.snapshots[read_time] if read_time else self.jobs).values()
+                if queried.matches(j)
+            ),
             key=lambda j: (j.due_at, j.job_id),
         )
         if cursor:
