@@ -39,6 +39,7 @@ from services.jobs.bulk import (
     DEFAULT_BATCH,
     DEFAULT_CONFIRM_OVER,
     FILTER_FIELDS,
+    KIND_STATES,
     BulkKind,
     Change,
     JobFilter,
@@ -47,6 +48,8 @@ from services.jobs.bulk import (
     examples,
     operation_id,
     parse_instant,
+    parse_kind,
+    require_kind_state,
     run_batch,
 )
 from services.jobs.catalogue import Catalogue, load_catalogue
@@ -370,7 +373,7 @@ class ConsoleHandler:
             "query": urlencode(job_filter.as_fields()),
             "states": [s.value for s in State],
             "actions": self._catalogue.names(),
-            "kinds": [k.value for k in BulkKind if job_filter.state in _kind_states(k)],
+            "kinds": [k.value for k in BulkKind if job_filter.state in KIND_STATES[k]],
             "job_url": _job_url,
         }
         return "jobs", f"Jobs: {job_filter.describe()}", values
@@ -413,8 +416,7 @@ class ConsoleHandler:
             )
         kind = request.args.get("kind", "")
         job_filter = self._filter(request.args, default_state="")
-        change = self._change(kind, "preview")
-        self._call(lambda: change.require_state(job_filter.state))
+        self._call(lambda: require_kind_state(parse_kind(kind), job_filter.state))
         count, read_time = self._read(lambda: self._store.count_matching(job_filter))
         hidden = {
             "kind": kind,
@@ -574,12 +576,6 @@ class ConsoleHandler:
             raise PageError(HTTPStatus.BAD_REQUEST, f"op: {op[:20]!r} is not pause, resume or rate")
         self._call(lambda: self._store.update_control(by, reason, **changes))
         return flask.redirect("/control", code=HTTPStatus.SEE_OTHER)
-
-
-def _kind_states(kind: BulkKind) -> frozenset[State]:
-    from services.jobs.bulk import KIND_STATES
-
-    return KIND_STATES[kind]
 
 
 def _job_url(job_id: str) -> str:

@@ -176,12 +176,7 @@ class Change:
     @classmethod
     def parse(cls, kind: str, reason: str, to: str = "", offset: str = "") -> Change:
         """From text fields; ValidationError naming the field."""
-        try:
-            bulk_kind = BulkKind(kind)
-        except ValueError:
-            raise ValidationError(
-                f"kind: {kind[:40]!r} is not one of {', '.join(k.value for k in BulkKind)}"
-            ) from None
+        bulk_kind = parse_kind(kind)
         if not reason.strip():
             raise ValidationError("reason: required (it is written into each job's history)")
         if bulk_kind is not BulkKind.RESCHEDULE:
@@ -204,16 +199,31 @@ class Change:
         return cls(bulk_kind, reason.strip(), when, by)
 
     def require_state(self, state: State) -> None:
-        allowed = KIND_STATES[self.kind]
-        if state not in allowed:
-            names = ", ".join(sorted(s.value for s in allowed))
-            raise ValidationError(f"state: {self.kind.value} runs over {names}, not {state.value}")
+        require_kind_state(self.kind, state)
 
     def describe(self) -> str:
         if self.kind is BulkKind.RESCHEDULE:
             target = self.to.isoformat() if self.to else f"by {self.offset}"
             return f"reschedule ({target})"
         return self.kind.value
+
+
+def parse_kind(kind: str) -> BulkKind:
+    """A kind from text; ValidationError naming the field."""
+    try:
+        return BulkKind(kind)
+    except ValueError:
+        raise ValidationError(
+            f"kind: {kind[:40]!r} is not one of {', '.join(k.value for k in BulkKind)}"
+        ) from None
+
+
+def require_kind_state(kind: BulkKind, state: State) -> None:
+    """ValidationError naming `state` when `kind` cannot move a job out of it."""
+    allowed = KIND_STATES[kind]
+    if state not in allowed:
+        names = ", ".join(sorted(s.value for s in allowed))
+        raise ValidationError(f"state: {kind.value} runs over {names}, not {state.value}")
 
 
 def signed_duration(value: str) -> timedelta:
