@@ -5,8 +5,10 @@ them). Every figure is a count aggregation, never a streamed document: one per a
 window (per shard with JOBS_SHARDS > 1), plus one per action for the jobs already overdue, all
 at the first count's read time so a job moving mid-way is counted once. Each bills at least
 one read, plus one per 1,000 index entries it counts
-(https://firebase.google.com/docs/firestore/pricing#aggregation_queries): a 30-day hourly
-calendar of A actions bills 721 x A reads plus one per 1,000 pending jobs in the horizon.
+(https://firebase.google.com/docs/firestore/pricing#aggregation_queries). Past 48 windows the
+counts go in two passes (`due_counts`): a 30-day hourly calendar of A actions bills 31 x A
+reads, plus 24 per day that holds jobs of an action, plus one per 1,000 jobs counted (twice:
+each job is counted in its day and in its hour).
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ class DueCounts:
     per_window: dict[str, tuple[int, ...]]
     overdue: dict[str, int]
     reads: int  # what the counts bill (services/jobs/forecast.py `count_reads`)
+
+
+# Windows counted together in the first pass (a day of hourly windows).
+CHUNK = 24
+_Task = tuple[str, int, int, Part]
 
 
 class Forecasts:
@@ -66,41 +73,50 @@ class Forecasts:
     def due_counts(self, actions: Sequence[str], found: Sequence[Window]) -> DueCounts:
         """For each of `actions`, the deferred jobs due in each of `found` and those due
         before its first window: count aggregations only (see the module docstring), run
-        concurrently at one read time."""
+        concurrently at one read time. In two passes when there are many windows: first one
+        count per span of CHUNK windows (a day of hours), then the windows of the spans that
+        hold jobs; an action with nothing due in a day costs one count for it, not 24."""
         names = list(dict.fromkeys(actions))
         if not names or not found:
-            return DueCounts({a: () for a in names}, {a: 0 for a in names}, 0)
-        first = found[0]
-        tasks: list[tuple[str, int, Part]] = [
-            (action, i, shard)
+            return DueCounts({a: () for a in names}, dict.fromkeys(names, 0), 0)
+        size = CHUNK if len(found) > 2 * CHUNK else 1
+        spans = [(i, min(i + size, len(found))) for i in range(0, len(found), size)]
+        # (action, lo, hi, shard): that action's jobs due in windows lo..hi-1 of one shard;
+        # lo = -1: those due before the first window (overdue).
+        first_pass: list[_Task] = [
+            (action, lo, hi, shard)
             for action in names
-            for i in range(-1, len(found))  # -1: overdue, before the first window
+            for lo, hi in [(-1, 0), *spans]
             for shard in self._docs.read_parts
         ]
 
-        def count(task: tuple[str, int, Part], read_time: Any) -> int:
-            action, i, shard = task
-            if i < 0:
-                spec = due_window_query(None, first.start, action, shard)
-            else:
-                spec = due_window_query(found[i].start, found[i].end, action, shard)
-            return self._docs.count(spec, read_time=read_time)
+        def spec(task: _Task) -> Any:
+            action, lo, hi, shard = task
+            if lo < 0:
+                return due_window_query(None, found[0].start, action, shard)
+            return due_window_query(found[lo].start, found[hi - 1].end, action, shard)
 
         with store_errors():
             # The first count fixes the read time every other count answers at.
-            head, *rest = tasks
-            action, i, shard = head
-            first_count, read_time = self._docs.count_at(
-                due_window_query(None, first.start, action, shard)
+            head, *rest = first_pass
+            first_count, read_time = self._docs.count_at(spec(head))
+            counted = [first_count, *fan_out(rest, lambda t: self._docs.count(spec(t), read_time))]
+            per_window = {a: [0] * len(found) for a in names}
+            overdue = dict.fromkeys(names, 0)
+            second_pass: list[_Task] = []
+            for (action, lo, hi, shard), n in zip(first_pass, counted, strict=True):
+                if lo < 0:
+                    overdue[action] += n
+                elif hi - lo == 1:
+                    per_window[action][lo] += n
+                elif n:  # a span with jobs: count each of its windows
+                    second_pass += [(action, i, i + 1, shard) for i in range(lo, hi)]
+            windowed = (
+                fan_out(second_pass, lambda t: self._docs.count(spec(t), read_time))
+                if second_pass
+                else []
             )
-            counted = [first_count, *fan_out(rest, lambda task: count(task, read_time))]
-        per_window = {a: [0] * len(found) for a in names}
-        overdue = dict.fromkeys(names, 0)
-        for (action, i, _), n in zip(tasks, counted, strict=True):
-            if i < 0:
-                overdue[action] += n
-            else:
-                per_window[action][i] += n
-        return DueCounts(
-            {a: tuple(v) for a, v in per_window.items()}, overdue, count_reads(counted)
-        )
+        for (action, lo, _, _), n in zip(second_pass, windowed, strict=True):
+            per_window[action][lo] += n
+        reads = count_reads(counted) + count_reads(windowed)
+        return DueCounts({a: tuple(v) for a, v in per_window.items()}, overdue, reads)

@@ -69,3 +69,19 @@ def test_a_calendar_bills_one_read_per_count_and_one_per_thousand_counted(
     # 24 windows + the overdue count, per action: 50 counts; the 2,500-job window bills 3.
     assert calendar.reads == count_reads([2500] + [0] * 49) == 52
     assert reads == 52
+
+
+@pytest.mark.builtin_emulator("billing counters")
+def test_a_long_hourly_calendar_counts_the_hours_of_busy_days_only(
+    store: FirestoreJobStore, seed: Callable[..., list[str]], firestore_stats: Any
+) -> None:
+    seed(30, T0 + timedelta(days=1, hours=5, minutes=1), prefix="busy")
+    seed(2, T0 + timedelta(days=2, hours=23), prefix="late")
+    firestore_stats.reset()
+    calendar = store.calendar(
+        T0, timedelta(days=3), "hour", actions=[ACTION, OTHER], rates={}, catch_up_rate=20.0
+    )
+    row = next(r for r in calendar.rows if r.action == ACTION)
+    assert row.counts[29] == 30 and row.counts[71] == 2 and row.total == 32
+    # Per action: the overdue count and 3 day counts; then 24 hours of each of the 2 busy days.
+    assert calendar.reads == 2 * (1 + 3) + 2 * 24 == firestore_stats.get()["document_reads"]
