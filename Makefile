@@ -53,7 +53,7 @@ endif
 # The integration tier again, on Google's Firestore and Pub/Sub emulators (gcloud, Java 11+):
 # tests that need what only the built-in ones have, or production's strictness that Google's
 # lack, carry a marker and are skipped there with its reason (tests/fixtures/emulator_set.py).
-GOOGLE_TIERS := $(addprefix tests/integration/,api cli cloudrun/test_services_edge.py firestore jobs pubsub scan worker local/test_topology.py)
+GOOGLE_TIERS := $(addprefix tests/integration/,api cli cloudrun/test_services_edge.py console firestore jobs pubsub scan worker local/test_topology.py)
 test-google: venv
 	JOBS_TEST_EMULATORS=google $(BIN)/pytest $(PARALLEL) $(GOOGLE_TIERS) $(PYTEST_ARGS)
 

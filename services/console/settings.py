@@ -37,6 +37,9 @@ CONSOLE_IAP_AUDIENCE = "JOBS_CONSOLE_IAP_AUDIENCE"
 # Where IAP's public keys are: Google's by default; a test points it at a local issuer.
 CONSOLE_IAP_KEYS_URL = "JOBS_CONSOLE_IAP_KEYS_URL"
 CONSOLE_STAND_IN_IDENTITY = "JOBS_CONSOLE_STAND_IN_IDENTITY"
+# Not read by the console: where `make run` says it serves the console (the stack's env file),
+# for a shell, a browser or the browser tier.
+CONSOLE_URL = "JOBS_CONSOLE_URL"
 
 ALL_KEYS = (
     *COMMON_KEYS,

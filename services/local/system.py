@@ -79,9 +79,8 @@ _POLL_S = 0.5
 # The local producer the api accepts (in the cloud: the stack's apiCallers), and the variables
 # examples/node reads to reach the api and mint its tokens from the local issuer.
 API_CALLER_ACCOUNT = "deferred-jobs-producer"
-# The console's URL in the env file, and who it takes every local visitor for (in the cloud:
-# the user IAP signs in; locally a stand-in, labelled on every page).
-CONSOLE_URL = "JOBS_CONSOLE_URL"
+# Who the console takes every local visitor for (in the cloud: the user IAP signs in; locally
+# a stand-in, labelled on every page).
 STAND_IN_OPERATOR = "operator@local.test"
 PRODUCER_API_URL = "DEFERRED_JOBS_API_URL"
 PRODUCER_TOKEN_URL = "DEFERRED_JOBS_TOKEN_URL"
@@ -665,7 +664,7 @@ class LocalSystem:
             # jobsctl plan and control show the per-run cap and pacing the scan runs with.
             **self.options.scan_run_environment,
             PRODUCER_API_URL: self.endpoints.api_url,
-            CONSOLE_URL: self.endpoints.console_url,
+            console_keys.CONSOLE_URL: self.endpoints.console_url,
             PRODUCER_TOKEN_URL: self._token_url(),
             PRODUCER_CALLER: self.api_caller_email,
             # jobsctl schedule checks an http.request job's target against the same targets.

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from services.console.settings import CONSOLE_URL
 from services.jobs.clock import SystemClock
 from services.jobs.model import NewJob
 from services.local.system import ROOT
@@ -72,7 +73,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
 
             client = firestore.Client(project=exports["JOBS_PROJECT"])
             store = FirestoreJobStore(client, SystemClock())
-            yield Console(exports["JOBS_CONSOLE_URL"], store, stack)
+            yield Console(exports[CONSOLE_URL], store, stack)
         finally:
             for key, value in saved.items():
                 if value is None:
