@@ -123,12 +123,15 @@ def main() -> None:
         app = create_app(settings, firestore_client=client)
         test_client = app.test_client()
         actions = 3
-        for label, path in (
-            ("overview", "/"),
-            ("calendar 30 d hourly", "/calendar?horizon=30d&step=hour"),
-            ("calendar 30 d daily", "/calendar?horizon=30d&step=day"),
+        # The calendars once each: on the built-in emulator a count at a read time runs the
+        # whole query (its fast count path answers only the latest snapshot), so their server
+        # time here grows with the collection; billed reads do not depend on that.
+        for label, path, repeat in (
+            ("overview", "/", 3),
+            ("calendar 30 d daily", "/calendar?horizon=30d&step=day", 1),
+            ("calendar 30 d hourly", "/calendar?horizon=30d&step=hour", 1),
         ):
-            reads, best = page_cost(emulators, test_client, path)
+            reads, best = page_cost(emulators, test_client, path, repeat)
             print(f"  {label}: {reads:,} billed reads per view, server time {best * 1000:.0f} ms")
         print(f"  ({actions} actions in the catalogue; the calendar counts each per window)")
 
