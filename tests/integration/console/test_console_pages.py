@@ -8,8 +8,10 @@ import dataclasses
 from collections.abc import Callable
 from datetime import timedelta
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import quote
 
+import pytest
 from google.cloud import firestore
 
 from services.jobs import schema
@@ -168,3 +170,16 @@ def test_failed_jobs_are_listed_and_replayed(
     assert 'id="bulk-done"' in pages[-1]
     deferred = console.get("/jobs?state=deferred").text
     assert deferred.count('">f-000.replay-') + deferred.count('">f-001.replay-') == 2
+
+
+@pytest.mark.builtin_emulator("billing counters")
+def test_an_overview_bills_its_counts_the_control_document_and_the_runs(
+    console: Console, plant: Plant, firestore_stats: Any
+) -> None:
+    plant(2500, due=timedelta(hours=5), prefix="many")
+    console.get("/")  # the IAP keys and the first view's caches, once
+    firestore_stats.reset()
+    assert console.get("/").status_code == HTTPStatus.OK
+    # 7 state counts (deferred: 2,500 entries, 3 reads), the due probe and 3 counts, the
+    # control document, the scan runs query (none recorded: 1).
+    assert firestore_stats.get()["document_reads"] == (3 + 6) + 4 + 1 + 1
