@@ -19,7 +19,7 @@ PARALLEL ?= -n 2 --dist loadgroup
 IMAGE_TOOLS := podman buildah mmdebstrap runc
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: venv run emulators test test-google lint typecheck unit integration infra image-test bench clean
+.PHONY: venv run emulators test test-google lint typecheck unit integration infra image-test browser-test bench clean
 
 venv: $(STAMP)
 
@@ -69,7 +69,7 @@ test: venv
 # The integration tier again, on Google's Firestore and Pub/Sub emulators (gcloud, Java 11+):
 # tests that need what only the built-in ones have, or production's strictness that Google's
 # lack, carry a marker and are skipped there with its reason (tests/fixtures/emulator_set.py).
-GOOGLE_TIERS := $(addprefix tests/integration/,api cli cloudrun/test_services_edge.py firestore jobs pubsub scan worker local/test_topology.py)
+GOOGLE_TIERS := $(addprefix tests/integration/,api cli cloudrun/test_services_edge.py console firestore jobs pubsub scan worker local/test_topology.py)
 test-google: venv
 	JOBS_TEST_EMULATORS=google $(BIN)/pytest $(PARALLEL) $(GOOGLE_TIERS) $(PYTEST_ARGS)
 
@@ -88,6 +88,16 @@ image-test: venv
 	  echo "installing$$missing"; $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(IMAGE_TOOLS); \
 	fi
 	$(BIN)/pytest -n 0 --timeout 3600 tests/image $(PYTEST_ARGS)
+
+# The browser tier (tests/browser): the console of `make run`'s stack in headless Chromium. Not
+# part of `make test`; it installs Debian's chromium with apt when missing (as image-test
+# installs podman) and Playwright's Python driver from PyPI (the `browser` extra), which it
+# points at /usr/bin/chromium: `playwright install` is never run. Screenshots land in
+# .local/browser-artifacts.
+browser-test: venv
+	@command -v chromium >/dev/null || { echo "installing chromium"; $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
+	$(BIN)/python -m pip install --quiet -e '.[dev,browser]'
+	$(BIN)/pytest -n 0 -p no:cacheprovider tests/browser $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python -m tests.benchmarks $(ARGS)

@@ -16,7 +16,18 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from services.cli.backends import FIRESTORE_DATABASE, OPERATOR
-from services.cli.commands import actions, backlog, control, deadletter, job, runs, shards, watch
+from services.cli.commands import (
+    actions,
+    backlog,
+    bulk,
+    control,
+    deadletter,
+    forecast,
+    job,
+    runs,
+    shards,
+    watch,
+)
 from services.cli.errors import ExitCode
 from services.cli.session import Session, run_command, write_error
 from services.edge.settings import PROJECT
@@ -84,7 +95,7 @@ def build_parser(catalogue: Catalogue | None = None) -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     job.register(commands, common, catalogue)
-    for module in (backlog, control, runs, deadletter, watch, shards, actions):
+    for module in (backlog, control, runs, deadletter, watch, shards, actions, forecast, bulk):
         module.register(commands, common)
     return parser
 

@@ -101,7 +101,7 @@ def plan_modes(
     poll_s: float,
     shards: int = 1,
 ) -> list[ModePlan]:
-    """The three modes at one interval, rate and cap (validated by planner.plan_drain)."""
+    """The three modes at one interval, rate and cap (validated by plan.plan_drain)."""
     budget = min(cap, math.floor(rate_per_s * interval_s + 1e-9))
     drain_rate = budget / interval_s
     drain_s = math.ceil(backlog / drain_rate) if backlog and drain_rate else 0

@@ -13,7 +13,6 @@ from services.cli import deployment, deployment_costs
 from services.cli.errors import ExitCode, UsageError
 from services.cli.mode_costs import plan_modes
 from services.cli.output import Report, fields, table
-from services.cli.planner import budget_arithmetic, describe, format_duration, plan_drain
 from services.cli.session import Session
 from services.cli.timespec import duration
 from services.edge.scan_deployment import (
@@ -29,6 +28,7 @@ from services.jobs import schema
 from services.jobs.budget import effective_claim_timeout, enqueue_budget
 from services.jobs.control import MAX_CLAIM_TIMEOUT, Control
 from services.jobs.layout import ShardCensus, layout_line, mismatched
+from services.jobs.plan import budget_arithmetic, describe, format_duration, plan_drain
 from services.jobs.record import Job
 from services.jobs.results import Reclaimed
 from services.jobs.state import State
