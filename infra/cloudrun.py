@@ -96,7 +96,7 @@ def create_service(
     envs = [
         cloudrunv2.ServiceTemplateContainerEnvArgs(name=env.FUNCTION_TARGET, value=spec.key),
         cloudrunv2.ServiceTemplateContainerEnvArgs(
-            name=env.FUNCTION_SOURCE, value=env.DEPLOYED_SOURCES[spec.key]
+            name=env.FUNCTION_SOURCE, value=env.FUNCTION_SOURCES[spec.key]
         ),
     ]
     # One value drives both: Cloud Run's per-instance concurrency and the server's threads;

@@ -29,6 +29,7 @@ from infra.config import StackConfig
 from infra.identity import create_runtime
 from infra.names import service_url
 from infra.scope import Scope
+from services.console.settings import CONSOLE_IAP_AUDIENCE, CONSOLE_OPERATORS, CONSOLE_VIEWERS
 from services.edge import settings as common
 
 FUNCTION = "console"
@@ -38,11 +39,7 @@ REQUEST_TIMEOUT_S = 60
 IAP_ACCESSOR = "roles/iap.httpsResourceAccessor"
 IAP_SERVICE = "iap.googleapis.com"
 
-# The console's own variables, as agreed with services/console (its settings module owns them
-# once merged; tests/infra/test_console.py compares the two when it exists).
-CONSOLE_VIEWERS = "JOBS_CONSOLE_VIEWERS"
-CONSOLE_OPERATORS = "JOBS_CONSOLE_OPERATORS"
-CONSOLE_IAP_AUDIENCE = "JOBS_CONSOLE_IAP_AUDIENCE"
+# What the stack sets of the console's variables (their names are owned by its settings module).
 CONSOLE_VARIABLES: tuple[str, ...] = (
     common.PROJECT,
     common.TERMINAL_RETENTION_S,

@@ -29,11 +29,8 @@ FUNCTION_SOURCES: Mapping[str, str] = {
     "scan": "services/scan/main.py",
     "worker": "services/worker/main.py",
     "api": "services/api/main.py",
+    "console": "services/console/main.py",
 }
-# The console's (infra/console.py), deployed from the contract agreed with services/console,
-# which is written in parallel: it joins FUNCTION_SOURCES (and with it the start-up tests of
-# tests/infra/test_startup.py and test_image.py) once services/console/main.py is merged.
-DEPLOYED_SOURCES: Mapping[str, str] = {**FUNCTION_SOURCES, "console": "services/console/main.py"}
 
 # Read by functions-framework 3.10's gunicorn server (functions_framework/_http/gunicorn.py,
 # https://github.com/GoogleCloudPlatform/functions-framework-python): THREADS request threads

@@ -40,6 +40,8 @@ CONSOLE_STAND_IN_IDENTITY = "JOBS_CONSOLE_STAND_IN_IDENTITY"
 # Not read by the console: where `make run` says it serves the console (the stack's env file),
 # for a shell, a browser or the browser tier.
 CONSOLE_URL = "JOBS_CONSOLE_URL"
+# The console's names that the stack's env file exports and no Settings reads.
+EXPORT_ONLY_KEYS = (CONSOLE_URL,)
 
 ALL_KEYS = (
     *COMMON_KEYS,

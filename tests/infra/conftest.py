@@ -312,6 +312,13 @@ def dev_with_api() -> StackRun:
 
 
 @pytest.fixture(scope="session")
+def dev_with_console() -> StackRun:
+    """The dev stack with the console deployed too (it is deployed when the stack names people
+    to use it)."""
+    return run_stack("dev", {"consoleOperators": ["user:oncall@acme-media.com"]})
+
+
+@pytest.fixture(scope="session")
 def prod() -> StackRun:
     return run_stack("prod")
 

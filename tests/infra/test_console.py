@@ -4,8 +4,6 @@ access for the viewers and operators only, a runtime that may touch Firestore on
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from typing import Any
 
 import pytest
@@ -127,13 +125,3 @@ def test_a_console_needs_a_whole_cpu() -> None:
                 "consoleViewers": VIEWERS,
             },
         )
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("services.console") is None,
-    reason="services/console is written in parallel; compared once it is merged",
-)
-def test_the_console_reads_the_variables_the_stack_sets() -> None:
-    settings = importlib.import_module("services.console.settings")
-    for name in ("CONSOLE_VIEWERS", "CONSOLE_OPERATORS", "CONSOLE_IAP_AUDIENCE"):
-        assert getattr(settings, name) == getattr(infra_console, name)
