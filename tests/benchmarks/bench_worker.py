@@ -6,11 +6,11 @@ Each set-up goes through real OIDC-signed push into the worker:
    lock;
 2. the emulators in a process of their own (`python -m emulators`), the same worker instance
    in this one;
-3. with JOBS_BENCH_WORKER_DEPLOYED=1 also (=only: only) as deployed: the worker started as its container
-   starts it (`functions-framework --target=worker`, gunicorn gthread, THREADS etc. from
-   infra/env.py's `server_environment`, settings from JOBS_* variables only) with WORKERS
-   processes sharing one listening socket, standing for that many Cloud Run instances behind
-   one URL (the kernel spreads the connections over them).
+3. with JOBS_BENCH_WORKER_DEPLOYED=1 also (=only: only this one) as deployed: the worker
+   started as its container starts it (`functions-framework --target=worker`, gunicorn
+   gthread, THREADS etc. from infra/env.py's `server_environment`, settings from JOBS_*
+   variables only) with WORKERS processes sharing one listening socket, standing for that many
+   Cloud Run instances behind one URL (the kernel spreads the connections over them).
 In each the emulator keeps at most instances x `workerConcurrency` (infra/config.py, the
 value Cloud Run's per-instance concurrency and THREADS both come from) push requests in flight:
 Pub/Sub itself has no fixed cap and adapts to the endpoint's successes
@@ -20,8 +20,9 @@ Schedules, claims and enqueues N jobs (one source object each), then publishes t
 times from the first publish to the last 2xx answer. Firestore's counters are reset just before
 publishing, so the reads and writes printed per job are the worker's alone (start, complete).
 The deployed set-up also prints the worker processes' CPU (user + system, from /proc) per job,
-beside the load average: the figure issue 35 tracks. Then the same number of messages is pushed to an endpoint that only answers 204 (raw push
-throughput, with the same OIDC push and concurrency) and the ratio is printed.
+beside the load average: the figure issue 35 tracks. Then the same number of messages is pushed
+to an endpoint that only answers 204 (raw push throughput, with the same OIDC push and
+concurrency) and the ratio is printed.
 Run: `.venv/bin/python -m tests.benchmarks worker` (JOBS_BENCH_WORKER_JOBS=N to change N,
 JOBS_BENCH_WORKER_INSTANCES=K for the deployed set-up's instances; default: the CPU count).
 """
