@@ -188,12 +188,14 @@ class Gateway:
             return snapshot
         raise api_exceptions.InternalServerError("BatchGetDocuments answered nothing")
 
-    def get_document(self, reference: Any) -> DocumentSnapshot | None:
+    def get_document(self, reference: Any) -> Any | None:
         """One document read outside a transaction, as the unary GetDocument RPC
         (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#google.firestore.v1.Firestore.GetDocument):
-        its snapshot, or None when Firestore answers NOT_FOUND (which also means a missing
-        database: a caller treats None as "decide in a transaction", whose read tells the two
-        apart). A server-streaming BatchGetDocuments costs the client about twice the CPU."""
+        the raw `Document` (`decoding` reads it; no snapshot, whose `to_dict` and `get` each
+        deep-copy what they return), or None when Firestore answers NOT_FOUND (which also
+        means a missing database: a caller treats None as "decide in a transaction", whose
+        read tells the two apart). A server-streaming BatchGetDocuments costs the client
+        about twice the CPU."""
         name = f"{self.database.documents}/{reference.path}"
         request = rpc.GetDocumentRequest.pb()(name=name)
         try:
@@ -205,7 +207,7 @@ class Gateway:
             )
         except api_exceptions.NotFound:
             return None
-        return self._snapshot(reference, type(document).pb(document), None)
+        return type(document).pb(document)
 
     def query(
         self,
