@@ -1,10 +1,10 @@
 """The gateway's unary RPCs (GetDocument, Commit, BatchWrite, BeginTransaction, Rollback) go
-through the transport's gRPC callables instead of the generated `FirestoreClient` methods (a
-quarter of a commit's client CPU less); these hold them to sending what the generated method
-sends: the same metadata (routing header and x-goog-api-client included), the same deadline,
-the retry of transient errors for a read and none for a write, and the same api_core
-exception for a gRPC status. Against a channel whose interceptor records each call and
-answers it, so nothing leaves the process."""
+through gRPC callables of its own on the transport's channel instead of the generated
+`FirestoreClient` methods (about a third of a commit's client CPU less); these hold them to
+sending what the generated method sends: the same metadata (routing header and
+x-goog-api-client included), the same deadline, the retry of transient errors for a read and
+none for a write, and the same api_core exception for a gRPC status. Against a channel whose
+interceptor records each call and answers it, so nothing leaves the process."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from google.cloud.firestore_v1.services.firestore import FirestoreClient
 from google.cloud.firestore_v1.services.firestore.transports import FirestoreGrpcTransport
 from google.cloud.firestore_v1.types import document as document_types
 from google.cloud.firestore_v1.types import firestore as rpc
+from google.protobuf import empty_pb2
 
 from services.store import gateway as gateway_module
 from services.store.bounds import CallBounds
@@ -82,7 +83,7 @@ class _Recorder(grpc.UnaryUnaryClientInterceptor):
         "Commit": rpc.CommitResponse,
         "BatchWrite": rpc.BatchWriteResponse,
         "BeginTransaction": rpc.BeginTransactionResponse,
-        "Rollback": None,
+        "Rollback": empty_pb2.Empty,
     }
 
     def __init__(self) -> None:
@@ -96,7 +97,7 @@ class _Recorder(grpc.UnaryUnaryClientInterceptor):
         if self.failures:
             return _Failed(self.failures.pop(0))
         response = self.RESPONSES[method]
-        return _Answered(response() if response is not None else None)
+        return _Answered(response() if response is empty_pb2.Empty else response.pb()())
 
 
 def _wired(monkeypatch: pytest.MonkeyPatch) -> tuple[Gateway, FirestoreClient, _Recorder]:
