@@ -41,7 +41,6 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import requests
@@ -94,10 +93,6 @@ def cpu_by_role(pids: Mapping[str, int]) -> dict[str, float]:
             out[f"{name} front end"] = own / hz
             out[name] = tree(pid) / hz
     return out
-
-
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 # -- what the emulators count ---------------------------------------------------------------
@@ -253,7 +248,7 @@ def run(mode: str, size: int, rate: float, shards: int) -> None:
         ids = rig.seed_due(client, size, due, bucket=bucket.name, spacing=spacing, shards=shards)
         print(
             f"[e2e {mode}] {size:,} jobs and source objects ready in "
-            f"{time.monotonic() - started:.0f} s; load {loadavg()}",
+            f"{time.monotonic() - started:.0f} s; load {rig.loadavg()}",
             flush=True,
         )
         store.update_control(
@@ -270,18 +265,18 @@ def run(mode: str, size: int, rate: float, shards: int) -> None:
                 first,
             ).start()
             cpu_before = cpu_by_role(stack.endpoints.pids)
-            load_before = loadavg()
+            load_before = rig.loadavg()
             deadline = time.monotonic() + 120 + size / rate * 3 + (60 if mode == "steady" else 0)
             while watcher.acknowledged < size and time.monotonic() < deadline:
                 time.sleep(10)
                 print(
                     f"  {datetime.now(UTC):%H:%M:%S} completed {watcher.acknowledged:,} of "
-                    f"{size:,}; attempts {len(attempts)}; load {loadavg()}",
+                    f"{size:,}; attempts {len(attempts)}; load {rig.loadavg()}",
                     flush=True,
                 )
             time.sleep(SAMPLE_S)  # a redelivery in flight would show as a repeat
             cpu_after = cpu_by_role(stack.endpoints.pids)
-            load_after = loadavg()
+            load_after = rig.loadavg()
             watcher.stop()
         records = _records(client)
         client.close()
