@@ -14,13 +14,20 @@ At start the snapshot is loaded and the log replayed on top of it; then a new sn
 written and the log emptied (compaction), as it is at a clean stop and whenever the log
 passes ``compact_bytes`` while running.
 
-Records are ``<length, crc32 of payload, crc32 of the first 8 bytes>`` then a JSON payload
-with a ``seq`` one more than the previous record's (the snapshot holds the ``seq`` it
-covers). A crash in the middle of an append leaves a torn last record (cut short, or the
-zeroed tail a power cut can leave); it was never acknowledged, so it is discarded and a
-WARNING says so. Anything else that does not check out (a bad record followed by more, a
-gap in the sequence, a snapshot that does not parse) stops the start with an error naming the
-component, the file and the fix, and the files are left as they are.
+The log starts with a marker, ``<magic, acknowledged seq, crc32 of both>``, then records:
+``<length, crc32 of payload, crc32 of the first 8 bytes>`` and a JSON payload with a ``seq``
+one more than the previous record's (the snapshot holds the ``seq`` it covers). A crash in the
+middle of an append leaves a torn last record (cut short, or the zeroed tail a power cut can
+leave); it was never acknowledged, so it is discarded and a WARNING says so. The marker tells
+that apart from a log cut short by more: it is rewritten in place after each fsync with the
+last sequence number that fsync made durable (never more: it is written after the fsync
+returns, and the next fsync carries it to disk, so after a power cut it may lag by one group
+commit; after a SIGKILL it is exact). A log whose intact records end before the marker's
+sequence lost acknowledged writes, and the start refuses it. Anything else that does not check
+out (a bad record followed by more, a gap in the sequence, a snapshot that does not parse or
+whose checksum does not match) stops the start with an error naming the component, the file
+and the fix, and the files are left as they are. A log from before the marker (no magic) is
+read as before, without that check, and the start that reads it writes a marked one.
 """
 
 from __future__ import annotations
@@ -41,6 +48,11 @@ from emulators.snapshot import FIX, SnapshotError
 logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("<III")  # payload length, payload crc32, crc32 of those 8 bytes
+# The log's first bytes: magic, the last acknowledged (durable) seq, crc32 of those 16 bytes.
+_MARKER = struct.Struct("<8sQI")
+_MAGIC = b"EMUJLOG2"
+# The size of a log that holds no record (after a compaction: a clean stop, a start).
+MARKER_BYTES = _MARKER.size
 # A log larger than this is folded into a new snapshot while the emulator runs.
 DEFAULT_COMPACT_BYTES = 64 * 1024 * 1024
 
@@ -86,8 +98,11 @@ class Journal:
         self._fd: int | None = None
         self._appended = 0  # seq of the last record written to the log
         self._durable = 0  # seq up to which the log (or a snapshot) is on disk
-        self._size = 0
+        self._size = 0  # bytes appended since the last compaction
+        self._end = 0  # where the next record goes
         self._broken: str | None = None
+        self._acknowledged = 0  # what the log's marker says was acknowledged (load)
+        self._torn: tuple[int, int, str] | None = None  # a torn last record (load)
         self.fsyncs = 0  # how many times the log was fsynced (group commits)
 
     # -- start ------------------------------------------------------------------------------
@@ -107,6 +122,7 @@ class Journal:
                 )
         records = []
         expected = covered + 1
+        self._acknowledged, self._torn = 0, None
         for offset, record in self._read_log():
             seq = record.get("seq")
             if not isinstance(seq, int):
@@ -117,14 +133,25 @@ class Journal:
                 raise self._corrupt(offset, f"record {seq} where {expected} was expected")
             records.append(record)
             expected += 1
-        self._appended = self._durable = expected - 1
+        last = expected - 1
+        if self._acknowledged > last:
+            raise SnapshotError(
+                f"{self.component}: {self.log_path}: cut short: its intact records end at "
+                f"{last}, but record {self._acknowledged} was acknowledged (more than a torn "
+                f"last record is missing); {FIX}"
+            )
+        if self._torn is not None:
+            self._discard_torn(*self._torn)
+        self._appended = self._durable = last
         return saved, records
 
     def start(self, state: dict[str, Any]) -> None:
         """Fold ``state`` (the loaded snapshot with the log replayed) into a new snapshot,
         empty the log and open it for appends."""
         self.snapshot_path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # Not O_APPEND: the marker at the start is rewritten in place (pwrite at an offset
+        # on an O_APPEND descriptor appends on Linux); records go at `_end`.
+        self._fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o644)
         snapshot.sync_directory(self.log_path.parent)
         self.compact(state)
 
@@ -138,25 +165,33 @@ class Journal:
                 f"{self.component}: {self.log_path}: cannot be read ({exc}); {FIX}"
             ) from exc
         offset = 0
+        if data[: len(_MAGIC)] == _MAGIC:
+            if len(data) < _MARKER.size:
+                raise self._corrupt(0, "a marker cut short")
+            _magic, acknowledged, crc = _MARKER.unpack_from(data, 0)
+            if zlib.crc32(data[: _MARKER.size - 4]) != crc:
+                raise self._corrupt(0, "a marker that does not check out")
+            self._acknowledged = acknowledged
+            offset = _MARKER.size
         while offset < len(data):
             rest = len(data) - offset
             if rest < _HEADER.size:
-                self._discard_torn(offset, rest, "cut short in its header")
+                self._torn = (offset, rest, "cut short in its header")
                 return
             length, body_crc, head_crc = _HEADER.unpack_from(data, offset)
             if zlib.crc32(data[offset : offset + 8]) != head_crc:
                 if not data[offset:].strip(b"\0"):
-                    self._discard_torn(offset, rest, "zeroed")
+                    self._torn = (offset, rest, "zeroed")
                     return
                 raise self._corrupt(offset, "a record header that does not check out")
             end = offset + _HEADER.size + length
             if end > len(data):
-                self._discard_torn(offset, rest, "cut short")
+                self._torn = (offset, rest, "cut short")
                 return
             body = data[offset + _HEADER.size : end]
             if zlib.crc32(body) != body_crc:
                 if end == len(data):
-                    self._discard_torn(offset, rest, "its checksum does not match")
+                    self._torn = (offset, rest, "its checksum does not match")
                     return
                 raise self._corrupt(offset, "a record whose checksum does not match")
             try:
@@ -200,13 +235,12 @@ class Journal:
             seq = self._appended + 1
             record = encode_record({"seq": seq, **payload})
             try:
-                view = memoryview(record)
-                while view:
-                    view = view[os.write(self._fd, view) :]
+                _write_at(self._fd, record, self._end)
             except OSError as exc:
                 self._broken = f"cannot append to {self.log_path}: {exc}"
                 raise JournalError(f"{self.component}: {self._broken}") from exc
             self._appended = seq
+            self._end += len(record)
             self._size += len(record)
             return self._size >= self.compact_bytes
 
@@ -226,6 +260,9 @@ class Journal:
             assert fd is not None
             try:
                 _sync_data(fd)
+                # Only now that `upto` is durable may the marker say so; the next fsync (or
+                # the kernel's writeback) takes it to disk (see the module docstring).
+                _write_at(fd, _marker(upto), 0)
             except OSError as exc:
                 with self._lock:
                     self._broken = f"cannot fsync {self.log_path}: {exc}"
@@ -246,7 +283,9 @@ class Journal:
                     # The snapshot covering every record is durable: the log can go. A crash
                     # before this truncation replays records the snapshot has (skipped by seq).
                     os.ftruncate(self._fd, 0)
+                    _write_at(self._fd, _marker(seq), 0)
                     os.fsync(self._fd)
+                    self._end = _MARKER.size
             except OSError as exc:
                 self._broken = f"cannot write {self.snapshot_path}: {exc}"
                 raise JournalError(f"{self.component}: {self._broken}") from exc
@@ -265,9 +304,33 @@ class Journal:
                     self._fd = None
                     self._broken = self._broken or "closed"
 
+    def fail(self, reason: str) -> JournalError:
+        """Stop acknowledging: something the next change would refer to (a blob) could not be
+        written. Every later append, settle and compaction raises until a restart."""
+        with self._lock:
+            self._broken = self._broken or reason
+        return JournalError(f"{self.component}: {reason}")
+
+    def check(self) -> None:
+        """Raise JournalError once this journal acknowledges nothing more."""
+        with self._lock:
+            self._check()
+
     def _check(self) -> None:
         if self._broken is not None:
             raise JournalError(f"{self.component}: {self._broken}; restart the emulator")
+
+
+def _marker(acknowledged: int) -> bytes:
+    head = struct.pack("<8sQ", _MAGIC, acknowledged)
+    return head + struct.pack("<I", zlib.crc32(head))
+
+
+def _write_at(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 class Replayable(Protocol):

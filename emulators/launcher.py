@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -42,6 +43,14 @@ READY_LINE = "# emulators ready"
 # How long a gcloud child gets to open its port: the JVM-based emulators start slowly.
 DEFAULT_START_TIMEOUT_S = 90.0
 _STOP_GRACE_S = 10.0
+# The longest a clean stop of the built-in emulators waits, the sum of each component's own
+# bounded waits (a thread join of at most 5 s per HTTP server or background thread, gRPC's
+# 0.5 s grace and the 5 s wait after it): oidc 5; storage 5; firestore 10.5 (admin server,
+# gRPC); pubsub 15.5 (timer thread, admin server, push thread, gRPC's grace); monitoring 5.5
+# (gRPC's grace, sampler thread). Each wait ends early when its thread does; under load they
+# may all run to their bound, so whoever signals the launcher waits this long (plus the
+# snapshot writes of a --data-dir) before calling it hung.
+STOP_BOUND_S = 5 + 5 + 10.5 + 15.5 + 5.5
 
 GCLOUD_INSTALL_HINT = (
     "--official needs the gcloud CLI on PATH with the emulator components: install the Google "
@@ -271,10 +280,40 @@ def start_official_component(
     return stack
 
 
+# Where free ports are picked: below the kernel's ephemeral range. A port the kernel hands out
+# for port 0 comes from that range, and so does the local port of every outgoing connection, so
+# between our probe and the server's own bind any process's next connection could take it (seen:
+# a worker of `make run` that could not listen while parallel tests ran). Below the range only
+# another explicit bind can, which this machine's launchers make only after probing.
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PICK = 10_000
+_PICK_TRIES = 64
+
+
 def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+    """A port on `host` that is free now and that no outgoing connection will take meanwhile."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    ceiling = _ephemeral_floor()
+    picker = random.SystemRandom()  # not the global `random`: tests seed and draw from it
+    for _ in range(_PICK_TRIES if ceiling > _LOWEST_PICK else 0):
+        port = picker.randrange(_LOWEST_PICK, ceiling)
+        with socket.socket(family) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(family) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+def _ephemeral_floor() -> int:
+    """The lowest port of the kernel's ephemeral range (0 where it cannot be read)."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _export_project(stack: Stack, project: str) -> None:

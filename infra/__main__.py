@@ -1,4 +1,6 @@
-"""Pulumi entry point (`main: infra/` in Pulumi.yaml): load the stack config, build, export."""
+"""Pulumi entry point (`main: infra/` in Pulumi.yaml): this repository's own stack, a thin
+program that builds the component's args from the stack configuration, instantiates one
+`DeferredJobs` and exports its outputs."""
 
 import sys
 from pathlib import Path
@@ -15,8 +17,7 @@ sys.path.insert(0, str(_REPO_ROOT))
 
 import pulumi  # noqa: E402
 
-from infra.api import build_with_api  # noqa: E402
-from infra.config import load_config  # noqa: E402
+from infra.stack import deploy_stack  # noqa: E402
 
-for _name, _value in build_with_api(load_config()).outputs().items():
+for _name, _value in deploy_stack().outputs().items():
     pulumi.export(_name, _value)

@@ -9,8 +9,10 @@ binding is not the only wall. No callers configured: no API service. The service
 from the one builder of infra/cloudrun.py (port, startup probe, server threads and timeout as
 for the scan and the worker), and is told it runs behind Cloud Run's invoker check.
 
-`build_with_api(config)` is what `__main__.py` runs: the core stack (`program.build`), then
-this service ordered after it (its APIs, accounts and Firestore database exist by then).
+Ingress is `apiIngress`: `all` by default, so every caller it admits reaches it (a caller in
+another project, or a Cloud Run service without VPC egress, is not "internal":
+https://cloud.google.com/run/docs/securing/ingress), with Cloud Run's IAM check admitting only
+the `apiCallers`; `internal` where a stack's callers all reach it through a VPC network.
 """
 
 from __future__ import annotations
@@ -23,12 +25,11 @@ from pulumi_gcp import cloudrunv2, organizations, projects, serviceaccount
 
 from infra import cloudrun
 from infra import env as service_env
-from infra.config import StackConfig
+from infra.config import API_INGRESS, StackConfig
 from infra.errors import InfraConfigError
-from infra.identity import member
+from infra.identity import create_runtime
 from infra.names import service_url
-from infra.program import Deployment
-from infra.program import build as build_core
+from infra.scope import Scope
 from services.api import settings as api_keys
 from services.edge import settings as common
 from services.jobs.http_targets import targets_json
@@ -71,22 +72,6 @@ class ApiService:
 
     def outputs(self) -> dict[str, pulumi.Input[str]]:
         return {"api_url": self.url}
-
-
-@dataclass(frozen=True)
-class Stack:
-    """The core deployment plus the API (None without callers)."""
-
-    deployment: Deployment
-    api: ApiService | None
-
-    def outputs(self) -> dict[str, pulumi.Input[str]]:
-        return {**self.deployment.outputs(), **(self.api.outputs() if self.api else {})}
-
-
-def build_with_api(config: StackConfig) -> Stack:
-    deployment = build_core(config)
-    return Stack(deployment, create_api(config, deployment))
 
 
 def api_environment(config: StackConfig, url: pulumi.Input[str]) -> Mapping[str, pulumi.Input[str]]:
@@ -139,33 +124,18 @@ def check_callers_exist(config: StackConfig) -> None:
         )
 
 
-def create_api(config: StackConfig, deployment: Deployment) -> ApiService | None:
+def create_api(
+    config: StackConfig, scope: Scope, opts: pulumi.ResourceOptions
+) -> ApiService | None:
+    """The API, its account and grants; `opts` orders them after the APIs' enablement."""
     if not config.api_callers:
         return None
     check_callers_exist(config)
     names = ApiNames.for_stack(config)
-    # After the core stack's accounts and services: the IAM, Run and Firestore APIs are
-    # enabled by then (they depend on every enabled API).
-    opts = pulumi.ResourceOptions(depends_on=[deployment.accounts.scan, deployment.scan.service])
     number = organizations.get_project_output(project_id=config.project).number
     url = number.apply(lambda n: service_url(names.service, n, config.region))
-    account = serviceaccount.Account(
-        "sa-api",
-        project=config.project,
-        account_id=names.account,
-        display_name="Deferred Jobs schedule API runtime",
-        opts=opts,
-    )
-    runtime = member(account)
-    grants = tuple(
-        projects.IAMMember(
-            f"api-{role.split('/')[1].replace('.', '-')}",
-            project=config.project,
-            role=role,
-            member=runtime,
-            opts=opts,
-        )
-        for role in RUNTIME_ROLES
+    account, grants = create_runtime(
+        config, FUNCTION, names.account, "schedule API runtime", RUNTIME_ROLES, scope, opts
     )
     spec = cloudrun.ServiceSpec(
         key=FUNCTION,
@@ -174,6 +144,9 @@ def create_api(config: StackConfig, deployment: Deployment) -> ApiService | None
         invokers=api_invokers(config),
         timeout_s=REQUEST_TIMEOUT_S,
         scaling=config.api_scaling,
+        ingress=API_INGRESS[config.api_ingress],
     )
-    run = cloudrun.create_service(config, spec, api_environment(config, url), opts)
+    # The first revision can read and write Firestore the moment it serves.
+    service_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=grants))
+    run = cloudrun.create_service(config, spec, api_environment(config, url), scope, service_opts)
     return ApiService(url, account, run.service, run.invokers, grants)

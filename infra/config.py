@@ -19,6 +19,7 @@ import pulumi
 
 from infra.cron import longest_gap_s
 from infra.errors import CronError, InfraConfigError
+from infra.locations import location_problems
 from services.edge.resource_names import NAME_PREFIX
 from services.edge.scan_deployment import MIN_ENQUEUED_TIMEOUT_S
 from services.edge.scheduler_job import (
@@ -62,6 +63,9 @@ class Setting:
 
 
 _DAY = 86_400
+
+# The Cloud Run services whose billing a stack chooses (`<service>InstanceBilling`).
+BILLED_SERVICES = ("scan", "worker", "api", "console")
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -189,7 +193,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("workerMinInstances", "int", 0, 0, 1000, "worker minimum instances"),
     Setting("workerMaxInstances", "int", 10, 1, 1000, "worker maximum instances"),
     Setting("workerConcurrency", "int", 10, 1, 1000, "worker requests per instance"),
-    Setting("cpu", "str", "1", doc="CPU limit of each service (below 1: every concurrency 1)"),
+    # Request-based billing unless a stack decides otherwise, per service: docs/deploy.md
+    # ("Billing: request-based or instance-based") has the arithmetic of when it is cheaper.
+    *(
+        Setting(
+            f"{service}InstanceBilling",
+            "bool",
+            False,
+            doc=f"{service}: bill the instance's whole life (cheaper only when it is busy > 75 % "
+            "of it); false: request-based billing",
+        )
+        for service in BILLED_SERVICES
+    ),
+    Setting(
+        "cpu",
+        "str",
+        "1",
+        doc="CPU limit of each service (below 1: every concurrency 1, request-based billing)",
+    ),
     Setting("memory", "str", "512Mi", doc="memory limit of each service"),
     Setting("overdueAgeSloS", "duration", 3600, 1, 365 * _DAY, "oldest overdue age SLO"),
     Setting("overdueForMin", "int", 15, 1, 1410, "minutes above the SLO before alerting"),
@@ -228,9 +249,45 @@ SETTINGS: tuple[Setting, ...] = (
         (),
         doc="apiCallers that may act on every job, not only those they scheduled",
     ),
+    Setting(
+        "apiIngress",
+        "str",
+        "all",
+        doc="all: reachable by every admitted caller, IAM-authenticated; internal: only from "
+        "this project's VPC networks (callers need VPC egress, docs/deploy.md)",
+    ),
     Setting("apiMaxInstances", "int", 10, 1, 1000, "api maximum instances"),
     Setting("apiConcurrency", "int", 80, 1, 1000, "api requests per instance"),
     Setting("slackChannel", "str", "", doc="Slack channel; needs the secret slackAuthToken"),
+    # The web console behind IAP (docs/deploy.md, "The console"): people, not services.
+    Setting(
+        "consoleViewers",
+        "list",
+        (),
+        doc="user:EMAIL or serviceAccount:EMAIL who may view the console; none of both lists: "
+        "no console",
+    ),
+    Setting(
+        "consoleOperators",
+        "list",
+        (),
+        doc="user:EMAIL or serviceAccount:EMAIL who may view and act in the console",
+    ),
+    Setting("consoleMaxInstances", "int", 2, 1, 100, "console maximum instances"),
+    Setting(
+        "budgetAmount",
+        "int",
+        0,
+        0,
+        1_000_000,
+        "monthly budget in the billing account's currency; alerts at 50/90/100 %; 0: no budget",
+    ),
+    Setting(
+        "billingAccount",
+        "str",
+        "",
+        doc="billing account ID (XXXXXX-XXXXXX-XXXXXX) the budget is created on",
+    ),
     Setting(
         "shards",
         "int",
@@ -339,6 +396,30 @@ class Scaling:
     min_instances: int
     max_instances: int
     concurrency: int
+    # False: request-based billing (CPU only while a request is served, and billed so);
+    # True: instance-based (CPU and billing for the instance's whole life).
+    instance_billing: bool = False
+
+
+# The console serves people's page views: many light requests per instance.
+CONSOLE_CONCURRENCY = 80
+API_INGRESS = {
+    "all": "INGRESS_TRAFFIC_ALL",
+    "internal": "INGRESS_TRAFFIC_INTERNAL_ONLY",
+}
+# Who may be granted the console: IAP signs the principal's email into its JWT and the console
+# checks roles by that email, so a group (whose members IAP admits under their own emails)
+# would pass IAP and then be refused by the console.
+CONSOLE_MEMBER_KINDS = ("user", "serviceAccount")
+# A budget's alert thresholds, fractions of the amount (on actual spend).
+BUDGET_THRESHOLDS = (0.5, 0.9, 1.0)
+_BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}\Z")
+
+
+@dataclass(frozen=True)
+class Budget:
+    amount: int
+    billing_account: str
 
 
 @dataclass(frozen=True)
@@ -396,6 +477,16 @@ class StackConfig:
     scan_end_when_idle: bool = True
     scan_partitions: int = 1
     http_targets: StackTargets = StackTargets({})
+    api_ingress: str = "all"
+    console_viewers: tuple[str, ...] = ()
+    console_operators: tuple[str, ...] = ()
+    console_scaling: Scaling = Scaling(0, 2, CONSOLE_CONCURRENCY)
+    budget: Budget | None = None
+
+    @property
+    def console_enabled(self) -> bool:
+        """Whether the stack deploys the console (someone may use it)."""
+        return bool(self.console_viewers or self.console_operators)
 
     @property
     def terminal_retention_s(self) -> int:
@@ -431,6 +522,7 @@ def parse_config(
     project = _require_gcp(raw, "gcp:project", errors)
     region = _require_gcp(raw, "gcp:region", errors)
     interval = _check_cross_fields(values, errors)
+    errors.extend(location_problems(region, values["databaseLocation"]))
     targets = stack_targets(values["httpTargets"], errors)
     if errors:
         raise InfraConfigError("invalid stack configuration:\n  " + "\n  ".join(errors))
@@ -465,10 +557,16 @@ def parse_config(
         min_backoff_s=values["minBackoffS"],
         max_backoff_s=values["maxBackoffS"],
         scan_scaling=Scaling(
-            values["scanMinInstances"], values["scanMaxInstances"], values["scanConcurrency"]
+            values["scanMinInstances"],
+            values["scanMaxInstances"],
+            values["scanConcurrency"],
+            values["scanInstanceBilling"],
         ),
         worker_scaling=Scaling(
-            values["workerMinInstances"], values["workerMaxInstances"], values["workerConcurrency"]
+            values["workerMinInstances"],
+            values["workerMaxInstances"],
+            values["workerConcurrency"],
+            values["workerInstanceBilling"],
         ),
         cpu=values["cpu"],
         memory=values["memory"],
@@ -483,13 +581,26 @@ def parse_config(
         slack_auth_token=slack_auth_token,
         api_callers=tuple(values["apiCallers"]),
         api_trusted_callers=tuple(values["apiTrustedCallers"]),
-        api_scaling=Scaling(0, values["apiMaxInstances"], values["apiConcurrency"]),
+        api_scaling=Scaling(
+            0, values["apiMaxInstances"], values["apiConcurrency"], values["apiInstanceBilling"]
+        ),
         shards=values["shards"],
         scan_mode=values["scanMode"],
         scan_poll_s=values["scanPollS"],
         scan_end_when_idle=values["scanEndWhenIdle"],
         scan_partitions=values["scanPartitions"],
         http_targets=targets,
+        api_ingress=values["apiIngress"],
+        console_viewers=tuple(values["consoleViewers"]),
+        console_operators=tuple(values["consoleOperators"]),
+        console_scaling=Scaling(
+            0, values["consoleMaxInstances"], CONSOLE_CONCURRENCY, values["consoleInstanceBilling"]
+        ),
+        budget=(
+            Budget(values["budgetAmount"], values["billingAccount"])
+            if values["budgetAmount"]
+            else None
+        ),
     )
 
 
@@ -668,6 +779,12 @@ def _check_cross_fields(values: dict[str, Any], errors: list[str]) -> int:
         if email not in (values["apiCallers"] or ()):
             errors.append(f"apiTrustedCallers: {email!r} is not one of apiCallers")
     errors.extend(cpu_problems(values))
+    errors.extend(console_problems(values))
+    errors.extend(budget_problems(values))
+    if values["apiIngress"] not in API_INGRESS:
+        errors.append(
+            f"apiIngress={values['apiIngress']!r} must be one of {', '.join(API_INGRESS)}"
+        )
     interval = _check_schedule(values["schedule"], errors)
     _check_scan_pacing(values, interval, errors)
     return interval
@@ -712,6 +829,37 @@ def _check_scan_pacing(values: dict[str, Any], interval: int, errors: list[str])
         )
 
 
+def console_problems(values: Mapping[str, Any]) -> list[str]:
+    """`consoleViewers` and `consoleOperators`: IAM members the console can recognise."""
+    problems = []
+    for key in ("consoleViewers", "consoleOperators"):
+        for entry in values[key] or ():
+            kind, _, email = entry.partition(":")
+            if kind == "group":
+                problems.append(
+                    f"{key}: {entry!r}: groups are refused: the console checks roles by the "
+                    "email IAP signs into its header, a member's own, never the group's; list "
+                    "each person as user:EMAIL"
+                )
+            elif kind not in CONSOLE_MEMBER_KINDS or not _EMAIL.match(email):
+                problems.append(f"{key}: {entry!r} is not user:EMAIL or serviceAccount:EMAIL")
+            elif is_placeholder_email(email):
+                problems.append(f"{key}: {entry!r} is a placeholder; set your own people")
+    return problems
+
+
+def budget_problems(values: Mapping[str, Any]) -> list[str]:
+    """A budget needs the billing account it is created on."""
+    if not values["budgetAmount"]:
+        return []
+    if not _BILLING_ACCOUNT.match(values["billingAccount"] or ""):
+        return [
+            f"billingAccount={values['billingAccount']!r} must be a billing account ID "
+            "(XXXXXX-XXXXXX-XXXXXX, `gcloud billing projects describe`) when budgetAmount is set"
+        ]
+    return []
+
+
 def is_placeholder_email(email: str) -> bool:
     domain = email.rpartition("@")[2].lower()
     return domain.endswith(_PLACEHOLDER_TLDS) or any(
@@ -728,9 +876,10 @@ def cpu_value(text: str) -> float | None:
 
 
 def cpu_problems(values: Mapping[str, Any]) -> list[str]:
-    """`cpu` against Cloud Run's limits and, below 1 vCPU, against every concurrency: Cloud Run
-    refuses a revision with less than 1 vCPU and a maximum concurrency above 1
-    (https://cloud.google.com/run/docs/configuring/services/cpu)."""
+    """`cpu` against Cloud Run's limits and, below 1 vCPU, against every concurrency and billing
+    choice: Cloud Run refuses a revision with less than 1 vCPU and a maximum concurrency above 1
+    (https://cloud.google.com/run/docs/configuring/services/cpu), or with less than 1 vCPU and
+    instance-based billing (https://cloud.google.com/run/docs/configuring/billing-settings)."""
     text = str(values["cpu"])
     cpu = cpu_value(text)
     if cpu is None or not MIN_CPU <= cpu <= MAX_CPU or (cpu > 1 and not cpu.is_integer()):
@@ -740,17 +889,28 @@ def cpu_problems(values: Mapping[str, Any]) -> list[str]:
         ]
     if cpu >= 1:
         return []
+    problems = [
+        f"cpu={text!r} is below 1 vCPU, which Cloud Run allows only with request-based "
+        f"billing, but {key}=true: raise cpu to 1 or set it to false "
+        "(https://cloud.google.com/run/docs/configuring/billing-settings)"
+        for key in (f"{service}InstanceBilling" for service in BILLED_SERVICES)
+        if values.get(key)
+    ]
     concurrent = [
         f"{key}={values[key]}"
         for key in ("scanConcurrency", "workerConcurrency", "apiConcurrency")
         if values[key] > 1 and (key != "apiConcurrency" or values["apiCallers"])
     ]
-    if not concurrent:
-        return []
-    return [
-        f"cpu={text!r} is below 1 vCPU, which Cloud Run allows only with a maximum concurrency "
-        f"of 1, but {', '.join(concurrent)}: raise cpu to 1 or set those to 1"
-    ]
+    if values["consoleViewers"] or values["consoleOperators"]:
+        # The console's concurrency is fixed (CONSOLE_CONCURRENCY): a stack with a console
+        # needs cpu >= 1.
+        concurrent.append(f"the console's concurrency {CONSOLE_CONCURRENCY}")
+    if concurrent:
+        problems.append(
+            f"cpu={text!r} is below 1 vCPU, which Cloud Run allows only with a maximum "
+            f"concurrency of 1, but {', '.join(concurrent)}: raise cpu to 1 or set those to 1"
+        )
+    return problems
 
 
 def _check_worker_deadlines(values: dict[str, Any], errors: list[str]) -> None:

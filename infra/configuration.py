@@ -33,9 +33,11 @@ from typing import Any
 
 from infra import api as infra_api
 from infra import config as infra_config
+from infra import console as infra_console
 from infra import env as infra_env
 from services.api import settings as api_settings
 from services.cli import backends as cli_backends
+from services.console import settings as console_settings
 from services.edge import settings as edge_settings
 from services.scan import settings as scan_settings
 from services.worker import settings as worker_settings
@@ -68,6 +70,10 @@ OPERATOR_SETTINGS: Mapping[str, str] = {
     cli_backends.OPERATOR: "jobsctl: who you are in audit trails (default: your login name)",
     cli_backends.FIRESTORE_DATABASE: "jobsctl: a named Firestore database",
     cli_backends.DEAD_LETTER_SUBSCRIPTION: "jobsctl: the dead-letter pull subscription",
+    console_settings.CONSOLE_URL: (
+        "read by no service: where `make run` serves the console (its env file), for a shell, "
+        "a browser or the browser tier"
+    ),
 }
 
 # The Settings each service builds, in the order the table names readers.
@@ -75,12 +81,14 @@ READERS: tuple[tuple[str, ModuleType, Callable[[Mapping[str, str]], object]], ..
     ("scan", scan_settings, scan_settings.ScanSettings.from_env),
     ("worker", worker_settings, worker_settings.WorkerSettings.from_env),
     ("api", api_settings, api_settings.ApiSettings.from_env),
+    ("console", console_settings, console_settings.ConsoleSettings.from_env),
 )
 # The environment functions of the stack, per service, with the module they live in.
 ENVIRONMENTS: tuple[tuple[str, Callable[..., object]], ...] = (
     ("scan", infra_env.scan_environment),
     ("worker", infra_env.worker_environment),
     ("api", infra_api.api_environment),
+    ("console", infra_console.console_environment),
 )
 # Keys read outside SETTINGS: the provider's two and the secret.
 PROVIDER_KEYS = ("gcp:project", "gcp:region")
@@ -413,6 +421,7 @@ def variables() -> list[Variable]:
     for _, module, _ in READERS:
         names += [key for key in module.ALL_KEYS if key not in names]
     names += [key for key in cli_backends.OWN_KEYS if key not in names]
+    names += [key for key in console_settings.EXPORT_ONLY_KEYS if key not in names]
     rows: list[Variable] = []
     for name in names:
         readers = [service for service, module, _ in READERS if name in module.ALL_KEYS]

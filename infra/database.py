@@ -14,10 +14,23 @@ import pulumi
 from pulumi_gcp import firestore
 
 from infra.config import StackConfig
+from infra.scope import Scope
 from services.jobs import schema
 
 # The services and the operator CLI use the default database; an adopted database must be it.
 DATABASE_NAME = "(default)"
+
+# Custom timeouts, so a slow operation fails the `up` with a clear timeout instead of hanging,
+# and a normal one is not cut short. Expected: a database is created in about a minute; an
+# index on an empty collection builds in a few minutes ("Index builds take a few minutes at
+# minimum", https://cloud.google.com/firestore/docs/query-data/indexing), and a field's TTL or
+# exemption change likewise. The index and field operations run one at a time (below), so a
+# first `up` spends on the order of (indexes + fields) x 1-3 min on them (inferred, not
+# measured: 17 indexes and 41 fields at shards = 1: about 1-3 hours in the worst case), which
+# is why they start first.
+# pulumi-gcp's own defaults are 20 min per operation.
+DATABASE_TIMEOUTS = pulumi.CustomTimeouts(create="20m", update="20m", delete="20m")
+INDEX_TIMEOUTS = pulumi.CustomTimeouts(create="30m", update="30m", delete="30m")
 
 
 @dataclass(frozen=True)
@@ -80,13 +93,13 @@ def field_resource_name(override: FieldOverride) -> str:
     return f"{kind}-{override.collection}-{override.field.replace('.', '_')}"
 
 
-def create_database(config: StackConfig, opts: pulumi.ResourceOptions) -> Database:
+def create_database(config: StackConfig, scope: Scope, opts: pulumi.ResourceOptions) -> Database:
     """The database (or the adopted one), then every schema index and field override on it."""
     database: firestore.Database | None = None
     children = opts
     if config.create_database:
         database = firestore.Database(
-            "firestore",
+            scope.name("firestore"),
             project=config.project,
             name=DATABASE_NAME,
             location_id=config.database_location,
@@ -106,7 +119,10 @@ def create_database(config: StackConfig, opts: pulumi.ResourceOptions) -> Databa
                 else "POINT_IN_TIME_RECOVERY_DISABLED"
             ),
             opts=pulumi.ResourceOptions.merge(
-                opts, pulumi.ResourceOptions(protect=config.deletion_protection)
+                opts,
+                pulumi.ResourceOptions(
+                    protect=config.deletion_protection, custom_timeouts=DATABASE_TIMEOUTS
+                ),
             ),
         )
         children = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[database]))
@@ -121,20 +137,22 @@ def create_database(config: StackConfig, opts: pulumi.ResourceOptions) -> Databa
 
     indexes: list[firestore.Index] = []
     for index in schema.composite_indexes(config.shards):
-        indexes.append(_index(config, index, in_turn()))
+        indexes.append(_index(config, scope, index, in_turn()))
         previous = [indexes[-1]]
     fields: list[firestore.Field] = []
     for override in field_overrides(exemptions=schema.exemptions(config.shards)):
-        fields.append(_field(config, override, in_turn()))
+        fields.append(_field(config, scope, override, in_turn()))
         previous = [fields[-1]]
-    return Database(DATABASE_NAME, database, indexes, fields, _backup_schedule(config, in_turn()))
+    return Database(
+        DATABASE_NAME, database, indexes, fields, _backup_schedule(config, scope, in_turn())
+    )
 
 
 def _index(
-    config: StackConfig, index: schema.CompositeIndex, opts: pulumi.ResourceOptions
+    config: StackConfig, scope: Scope, index: schema.CompositeIndex, opts: pulumi.ResourceOptions
 ) -> firestore.Index:
     return firestore.Index(
-        index_resource_name(index),
+        scope.name(index_resource_name(index)),
         project=config.project,
         database=DATABASE_NAME,
         collection=index.collection,
@@ -143,15 +161,17 @@ def _index(
             firestore.IndexFieldArgs(field_path=field.path, order=field.order)
             for field in index.fields
         ],
-        opts=opts,
+        opts=pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(custom_timeouts=INDEX_TIMEOUTS)
+        ),
     )
 
 
 def _field(
-    config: StackConfig, override: FieldOverride, opts: pulumi.ResourceOptions
+    config: StackConfig, scope: Scope, override: FieldOverride, opts: pulumi.ResourceOptions
 ) -> firestore.Field:
     return firestore.Field(
-        field_resource_name(override),
+        scope.name(field_resource_name(override)),
         project=config.project,
         database=DATABASE_NAME,
         collection=override.collection,
@@ -160,12 +180,14 @@ def _field(
         # An index config with no indexes switches off the field's automatic single-field
         # indexes (ascending, descending, array-contains).
         index_config=firestore.FieldIndexConfigArgs(indexes=[]),
-        opts=opts,
+        opts=pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(custom_timeouts=INDEX_TIMEOUTS)
+        ),
     )
 
 
 def _backup_schedule(
-    config: StackConfig, opts: pulumi.ResourceOptions
+    config: StackConfig, scope: Scope, opts: pulumi.ResourceOptions
 ) -> firestore.BackupSchedule | None:
     """A daily backup kept `backupRetentionDays` (at most 14 weeks), or none for 0.
 
@@ -175,7 +197,7 @@ def _backup_schedule(
     if config.backup_retention_days == 0:
         return None
     return firestore.BackupSchedule(
-        "firestore-daily-backup",
+        scope.name("firestore-daily-backup"),
         project=config.project,
         database=DATABASE_NAME,
         retention=f"{config.backup_retention_days * 86400}s",

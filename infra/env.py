@@ -29,6 +29,7 @@ FUNCTION_SOURCES: Mapping[str, str] = {
     "scan": "services/scan/main.py",
     "worker": "services/worker/main.py",
     "api": "services/api/main.py",
+    "console": "services/console/main.py",
 }
 
 # Read by functions-framework 3.10's gunicorn server (functions_framework/_http/gunicorn.py,

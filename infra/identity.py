@@ -15,6 +15,8 @@ import pulumi
 from pulumi_gcp import cloudrunv2, projects, serviceaccount, storage
 
 from infra.config import StackConfig
+from infra.errors import InfraConfigError
+from infra.scope import Scope
 from services.edge.resource_names import Names
 from services.jobs.http_request import RUN_INVOKER
 
@@ -76,7 +78,7 @@ def member(account: serviceaccount.Account) -> pulumi.Output[str]:
 
 
 def create_pubsub_service_agent(
-    config: StackConfig, opts: pulumi.ResourceOptions
+    config: StackConfig, scope: Scope, opts: pulumi.ResourceOptions
 ) -> projects.ServiceIdentity:
     """The Pub/Sub service agent (it signs push tokens and dead-letters), created explicitly.
 
@@ -87,14 +89,16 @@ def create_pubsub_service_agent(
     resource's `member`, so it depends on it.
     """
     return projects.ServiceIdentity(
-        "pubsub-service-agent", project=config.project, service=PUBSUB_API, opts=opts
+        scope.name("pubsub-service-agent"), project=config.project, service=PUBSUB_API, opts=opts
     )
 
 
-def create_accounts(config: StackConfig, names: Names, opts: pulumi.ResourceOptions) -> Accounts:
+def create_accounts(
+    config: StackConfig, names: Names, scope: Scope, opts: pulumi.ResourceOptions
+) -> Accounts:
     def account(key: str, account_id: str, what: str) -> serviceaccount.Account:
         return serviceaccount.Account(
-            f"sa-{key}",
+            scope.name(f"sa-{key}"),
             project=config.project,
             account_id=account_id,
             display_name=f"Deferred Jobs {what}",
@@ -110,30 +114,89 @@ def create_accounts(config: StackConfig, names: Names, opts: pulumi.ResourceOpti
 
 
 def grant_runtime_roles(
-    config: StackConfig, accounts: Accounts, opts: pulumi.ResourceOptions
+    config: StackConfig, accounts: Accounts, scope: Scope, opts: pulumi.ResourceOptions
+) -> dict[str, list[projects.IAMMember]]:
+    """Project-level roles of the two runtimes (the invokers get none), by runtime: each
+    service waits for its own (infra/program.py), so its first revision can do its work."""
+    return {
+        key: grant_project_roles(config, key, account, RUNTIME_PROJECT_ROLES[key], scope, opts)
+        for key, account in (("scan", accounts.scan), ("worker", accounts.worker))
+    }
+
+
+def create_runtime(
+    config: StackConfig,
+    key: str,
+    account_id: str,
+    what: str,
+    roles: tuple[str, ...],
+    scope: Scope,
+    opts: pulumi.ResourceOptions,
+) -> tuple[serviceaccount.Account, tuple[projects.IAMMember, ...]]:
+    """A service's own runtime account (`sa-<key>`) and its project roles (the api's, the
+    console's)."""
+    account = serviceaccount.Account(
+        scope.name(f"sa-{key}"),
+        project=config.project,
+        account_id=account_id,
+        display_name=f"Deferred Jobs {what}",
+        opts=opts,
+    )
+    return account, tuple(grant_project_roles(config, key, account, roles, scope, opts))
+
+
+def grant_project_roles(
+    config: StackConfig,
+    key: str,
+    account: serviceaccount.Account,
+    roles: tuple[str, ...],
+    scope: Scope,
+    opts: pulumi.ResourceOptions,
 ) -> list[projects.IAMMember]:
-    """Project-level roles of the two runtimes (the invokers get none)."""
-    grants = []
-    for key, account in (("scan", accounts.scan), ("worker", accounts.worker)):
-        for role in RUNTIME_PROJECT_ROLES[key]:
-            grants.append(
-                projects.IAMMember(
-                    f"{key}-{role.split('/')[1].replace('.', '-')}",
-                    project=config.project,
-                    role=role,
-                    member=member(account),
-                    opts=opts,
-                )
-            )
-    return grants
+    """One project-level binding per role for `account`, named `<key>-<role>`."""
+    return [
+        projects.IAMMember(
+            scope.name(f"{key}-{role.split('/')[1].replace('.', '-')}"),
+            project=config.project,
+            role=role,
+            member=member(account),
+            opts=opts,
+        )
+        for role in roles
+    ]
+
+
+def check_media_bucket(config: StackConfig) -> None:
+    """The media bucket must exist: the stack grants on it and never creates it, so on a new
+    project the grant would fail near the end of `up`, with the scheduler job (which waits on
+    it) never created. The lookup is a provider read (storage.getBucket, which needs
+    storage.buckets.get: the deployer's roles/storage.admin), run in `pulumi preview` too, so
+    the preview fails first, naming the key and the fix."""
+    try:
+        found = storage.get_bucket(name=config.media_bucket)
+        missing = not found.name
+        reason = "not found"
+    # The provider reports a failed read as a plain Exception from the invoke (no narrower
+    # type exists); the message (404, or 403 without storage.buckets.get) is kept.
+    except Exception as exc:
+        missing = True
+        reason = str(exc).strip().splitlines()[-1]
+    if missing:
+        raise InfraConfigError(
+            f"mediaBucket={config.media_bucket!r}: no such bucket, or the deployer may not read "
+            f"it ({reason}). Create it first: gcloud storage buckets create "
+            f"gs://{config.media_bucket} --project={config.project} --location={config.region} "
+            "--uniform-bucket-level-access (docs/deploy.md, step 3), or name the bucket your "
+            "media lives in"
+        )
 
 
 def grant_media_access(
-    config: StackConfig, accounts: Accounts, opts: pulumi.ResourceOptions
+    config: StackConfig, accounts: Accounts, scope: Scope, opts: pulumi.ResourceOptions
 ) -> storage.BucketIAMMember:
     """A custom role with MEDIA_PERMISSIONS only, bound on the media bucket only, to the worker."""
     role = projects.IAMCustomRole(
-        "media-cleaner-role",
+        scope.name("media-cleaner-role"),
         project=config.project,
         role_id=f"{config.name_prefix.replace('-', '_')}_media_cleaner",
         title="Deferred Jobs media cleaner",
@@ -142,7 +205,7 @@ def grant_media_access(
         opts=opts,
     )
     return storage.BucketIAMMember(
-        "worker-media-bucket",
+        scope.name("worker-media-bucket"),
         bucket=config.media_bucket,
         role=role.name,
         member=member(accounts.worker),
@@ -151,11 +214,14 @@ def grant_media_access(
 
 
 def allow_pubsub_to_sign_as_pusher(
-    accounts: Accounts, agent: projects.ServiceIdentity, opts: pulumi.ResourceOptions
+    accounts: Accounts,
+    agent: projects.ServiceIdentity,
+    scope: Scope,
+    opts: pulumi.ResourceOptions,
 ) -> serviceaccount.IAMMember:
     """The Pub/Sub service agent mints the push OIDC token as the push invoker, on it only."""
     return serviceaccount.IAMMember(
-        "pubsub-agent-signs-as-pusher",
+        scope.name("pubsub-agent-signs-as-pusher"),
         service_account_id=accounts.pusher.name,
         role=TOKEN_CREATOR,
         member=agent.member,
@@ -164,14 +230,14 @@ def allow_pubsub_to_sign_as_pusher(
 
 
 def grant_target_invokers(
-    config: StackConfig, accounts: Accounts, opts: pulumi.ResourceOptions
+    config: StackConfig, accounts: Accounts, scope: Scope, opts: pulumi.ResourceOptions
 ) -> list[cloudrunv2.ServiceIamMember]:
     """roles/run.invoker for the worker's account on each HTTP target that is a Cloud Run
     service of this project (`httpTargets.<name>.cloudRunService`), on that service only: its
     IAM check then admits the worker's ID token. Other targets verify the token themselves."""
     return [
         cloudrunv2.ServiceIamMember(
-            f"worker-invokes-target-{run.target}",
+            scope.name(f"worker-invokes-target-{run.target}"),
             project=config.project,
             location=run.region or config.region,
             name=run.service,

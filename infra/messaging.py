@@ -16,6 +16,7 @@ from pulumi_gcp import projects, pubsub
 
 from infra.config import StackConfig
 from infra.identity import Accounts, member
+from infra.scope import Scope
 from services.edge.resource_names import Names
 
 # How long a subscription keeps unacknowledged messages: 7 days is the default, 31 days the
@@ -43,15 +44,21 @@ def create_messaging(
     accounts: Accounts,
     worker_url: pulumi.Input[str],
     agent: projects.ServiceIdentity,
+    scope: Scope,
     opts: pulumi.ResourceOptions,
 ) -> Messaging:
     """`agent` is the Pub/Sub service agent; its grants use its `member`, so they wait for it."""
-    topic = pubsub.Topic("jobs-topic", project=config.project, name=names.topic, opts=opts)
+    topic = pubsub.Topic(
+        scope.name("jobs-topic"), project=config.project, name=names.topic, opts=opts
+    )
     dead_letter_topic = pubsub.Topic(
-        "dead-letter-topic", project=config.project, name=names.dead_letter_topic, opts=opts
+        scope.name("dead-letter-topic"),
+        project=config.project,
+        name=names.dead_letter_topic,
+        opts=opts,
     )
     dead_letter_subscription = pubsub.Subscription(
-        "dead-letter-subscription",
+        scope.name("dead-letter-subscription"),
         project=config.project,
         name=names.dead_letter_subscription,
         topic=dead_letter_topic.id,
@@ -64,7 +71,7 @@ def create_messaging(
     )
     grants: list[pulumi.Resource] = [
         pubsub.TopicIAMMember(
-            "scan-publishes-jobs",
+            scope.name("scan-publishes-jobs"),
             project=config.project,
             topic=topic.name,
             role="roles/pubsub.publisher",
@@ -72,7 +79,7 @@ def create_messaging(
             opts=opts,
         ),
         pubsub.TopicIAMMember(
-            "pubsub-agent-publishes-dead-letters",
+            scope.name("pubsub-agent-publishes-dead-letters"),
             project=config.project,
             topic=dead_letter_topic.name,
             role="roles/pubsub.publisher",
@@ -81,7 +88,7 @@ def create_messaging(
         ),
     ]
     subscription = pubsub.Subscription(
-        "jobs-push-subscription",
+        scope.name("jobs-push-subscription"),
         project=config.project,
         name=names.push_subscription,
         topic=topic.id,
@@ -108,7 +115,7 @@ def create_messaging(
     )
     grants.append(
         pubsub.SubscriptionIAMMember(
-            "pubsub-agent-subscribes-jobs",
+            scope.name("pubsub-agent-subscribes-jobs"),
             project=config.project,
             subscription=subscription.name,
             role="roles/pubsub.subscriber",

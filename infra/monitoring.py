@@ -17,6 +17,7 @@ from pulumi_gcp import logging as gcp_logging
 from pulumi_gcp import monitoring
 
 from infra.config import StackConfig
+from infra.scope import Scope
 from services.edge.resource_names import Names
 from services.telemetry import metrics
 
@@ -25,6 +26,11 @@ PUBSUB_UNDELIVERED = "pubsub.googleapis.com/subscription/num_undelivered_message
 # The monitored resource the scan writes its gauges on (CloudMonitoringSink's default). An
 # alert condition's filter must name the resource type as well as the metric type.
 SCAN_GAUGE_RESOURCE = "global"
+
+# The scan gauges' thresholds take the largest value over the partitions' series: the oldest
+# overdue age of any partition, stuck claims in any. (Counts like stuck claims are each
+# partition's own, so any partition above 0 is what the alerts ask.)
+GAUGE_REDUCER = "REDUCE_MAX"
 
 # The gauge every scan run writes, even while paused: its absence means no scan ran.
 SCAN_HEARTBEAT = metrics.DUE_COUNT
@@ -85,11 +91,11 @@ def log_metric_filter(log_metric: metrics.LogMetric, names: Names) -> str:
 
 
 def create_monitoring(
-    config: StackConfig, names: Names, opts: pulumi.ResourceOptions
+    config: StackConfig, names: Names, scope: Scope, opts: pulumi.ResourceOptions
 ) -> Monitoring:
     descriptors = [
         monitoring.MetricDescriptor(
-            f"gauge-{gauge.short_name}",
+            scope.name(f"gauge-{gauge.short_name}"),
             project=config.project,
             type=gauge.type,
             metric_kind="GAUGE",
@@ -97,23 +103,30 @@ def create_monitoring(
             unit=gauge.unit,
             description=gauge.description,
             display_name=f"Deferred Jobs {gauge.short_name.replace('_', ' ')}",
+            labels=[
+                monitoring.MetricDescriptorLabelArgs(
+                    key=metrics.PARTITION_LABEL,
+                    value_type="STRING",
+                    description="the scan partition whose run wrote the point",
+                )
+            ],
             opts=opts,
         )
         for gauge in metrics.SCAN_GAUGES
     ]
-    log_metrics = [_log_metric(config, names, m, opts) for m in metrics.LOG_METRICS]
+    log_metrics = [_log_metric(config, names, scope, m, opts) for m in metrics.LOG_METRICS]
     created: dict[str, pulumi.CustomResource] = {
         **{g.type: d for g, d in zip(metrics.SCAN_GAUGES, descriptors, strict=True)},
         **{m.type: lm for m, lm in zip(metrics.LOG_METRICS, log_metrics, strict=True)},
     }
     usable = pulumiverse_time.Sleep(
-        "metrics-usable",
+        scope.name("metrics-usable"),
         create_duration=METRIC_PROPAGATION,
         # A new or renamed metric replaces the Sleep, so alerts on it wait again.
         triggers={metric_type: resource.id for metric_type, resource in created.items()},
-        opts=pulumi.ResourceOptions(depends_on=list(created.values())),
+        opts=scope.opts(depends_on=list(created.values())),
     )
-    channels = _channels(config, opts)
+    channels = _channels(config, scope, opts)
     after_metrics = pulumi.ResourceOptions.merge(
         opts, pulumi.ResourceOptions(depends_on=[*descriptors, *log_metrics])
     )
@@ -123,7 +136,7 @@ def create_monitoring(
     alerts = {
         key: _alert_policy(
             config,
-            key,
+            scope.name(f"alert-{key}"),
             alert,
             [c.name for c in channels],
             after_propagation if watches_created_metric(alert.condition) else after_metrics,
@@ -131,7 +144,7 @@ def create_monitoring(
         for key, alert in alert_conditions(config, names).items()
     }
     dashboard = monitoring.Dashboard(
-        "dashboard",
+        scope.name("dashboard"),
         project=config.project,
         dashboard_json=json.dumps(dashboard_definition(config, names)),
         opts=after_metrics,
@@ -161,12 +174,13 @@ def watches_created_metric(condition: monitoring.AlertPolicyConditionArgs) -> bo
 def _log_metric(
     config: StackConfig,
     names: Names,
+    scope: Scope,
     log_metric: metrics.LogMetric,
     opts: pulumi.ResourceOptions,
 ) -> gcp_logging.Metric:
     distribution = log_metric.value_field is not None
     return gcp_logging.Metric(
-        f"log-{log_metric.name}",
+        scope.name(f"log-{log_metric.name}"),
         project=config.project,
         name=log_metric.name,
         description=log_metric.description,
@@ -195,11 +209,11 @@ def _log_metric(
 
 
 def _channels(
-    config: StackConfig, opts: pulumi.ResourceOptions
+    config: StackConfig, scope: Scope, opts: pulumi.ResourceOptions
 ) -> list[monitoring.NotificationChannel]:
     channels = [
         monitoring.NotificationChannel(
-            f"email-{index}",
+            scope.name(f"email-{index}"),
             project=config.project,
             type="email",
             display_name=f"Deferred Jobs: {address}",
@@ -211,7 +225,7 @@ def _channels(
     if config.slack_channel and config.slack_auth_token is not None:
         channels.append(
             monitoring.NotificationChannel(
-                "slack",
+                scope.name("slack"),
                 project=config.project,
                 type="slack",
                 display_name=f"Deferred Jobs: {config.slack_channel}",
@@ -226,17 +240,28 @@ def _channels(
 
 
 def _aligned(
-    seconds: int, aligner: str
+    seconds: int, aligner: str, reducer: str | None = None
 ) -> list[monitoring.AlertPolicyConditionConditionThresholdAggregationArgs]:
+    """Align each series; with `reducer`, reduce all series (the scan gauges' partitions) to
+    one, so a condition evaluates one series whatever `scanPartitions` is."""
     return [
         monitoring.AlertPolicyConditionConditionThresholdAggregationArgs(
-            alignment_period=f"{seconds}s", per_series_aligner=aligner
+            alignment_period=f"{seconds}s",
+            per_series_aligner=aligner,
+            cross_series_reducer=reducer,
         )
     ]
 
 
 def _threshold(
-    title: str, filter_: str, *, above: float, for_s: int, align_s: int, aligner: str
+    title: str,
+    filter_: str,
+    *,
+    above: float,
+    for_s: int,
+    align_s: int,
+    aligner: str,
+    reducer: str | None = None,
 ) -> monitoring.AlertPolicyConditionArgs:
     return monitoring.AlertPolicyConditionArgs(
         display_name=title,
@@ -245,7 +270,7 @@ def _threshold(
             comparison="COMPARISON_GT",
             threshold_value=above,
             duration=f"{for_s}s",
-            aggregations=_aligned(align_s, aligner),
+            aggregations=_aligned(align_s, aligner, reducer),
         ),
     )
 
@@ -274,6 +299,7 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=config.overdue_for_min * 60,
                 align_s=scan_align,
                 aligner="ALIGN_MAX",
+                reducer=GAUGE_REDUCER,
             ),
         ),
         "stuck-claims": (
@@ -287,6 +313,7 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=config.stuck_claims_for_min * 60,
                 align_s=scan_align,
                 aligner="ALIGN_MAX",
+                reducer=GAUGE_REDUCER,
             ),
         ),
         "stale-enqueued": (
@@ -301,12 +328,15 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=config.stale_enqueued_for_min * 60,
                 align_s=scan_align,
                 aligner="ALIGN_MAX",
+                reducer=GAUGE_REDUCER,
             ),
         ),
         "scan-absent": (
             "CRITICAL",
             f"No scan run reported for {config.scan_absent_s} s (three scheduler intervals): "
             "check the Cloud Scheduler job and the scan service.",
+            # Not reduced over partitions: each partition's series is checked on its own, so
+            # one partition whose trigger stopped alerts while the others still run.
             monitoring.AlertPolicyConditionArgs(
                 display_name="Scan runs absent",
                 condition_absent=monitoring.AlertPolicyConditionConditionAbsentArgs(
@@ -359,6 +389,7 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=0,
                 align_s=scan_align,
                 aligner="ALIGN_MAX",
+                reducer=GAUGE_REDUCER,
             ),
         ),
         "shard-layout": (
@@ -374,6 +405,7 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 for_s=SHARD_LAYOUT_FOR_S,
                 align_s=scan_align,
                 aligner="ALIGN_MAX",
+                reducer=GAUGE_REDUCER,
             ),
         ),
         "newer-records": (
@@ -411,13 +443,13 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
 
 def _alert_policy(
     config: StackConfig,
-    key: str,
+    resource: str,
     alert: Alert,
     channels: list[pulumi.Output[str]],
     opts: pulumi.ResourceOptions,
 ) -> monitoring.AlertPolicy:
     return monitoring.AlertPolicy(
-        f"alert-{key}",
+        resource,
         project=config.project,
         display_name=f"Deferred Jobs ({config.name_prefix}): {alert.condition.display_name}",
         combiner="OR",

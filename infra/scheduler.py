@@ -18,6 +18,7 @@ import pulumi
 from pulumi_gcp import cloudscheduler, serviceaccount
 
 from infra.config import StackConfig
+from infra.scope import Scope
 from services.edge.resource_names import Names
 from services.scan.partitions import partition_shards
 
@@ -33,17 +34,28 @@ def create_scan_triggers(
     names: Names,
     invoker: serviceaccount.Account,
     scan_url: pulumi.Input[str],
+    scope: Scope,
     opts: pulumi.ResourceOptions,
 ) -> tuple[cloudscheduler.Job, ...]:
     # Raises for a partition count the shards cannot hold (config.py refused it already).
     groups = partition_shards(config.scan_partitions, config.shards)
     if len(groups) == 1:
-        return (_job(config, names.scheduler_job, "scan-trigger", invoker, scan_url, None, opts),)
+        return (
+            _job(
+                config,
+                names.scheduler_job,
+                scope.name("scan-trigger"),
+                invoker,
+                scan_url,
+                None,
+                opts,
+            ),
+        )
     return tuple(
         _job(
             config,
             f"{names.scheduler_job}-p{partition}",
-            f"scan-trigger-p{partition}",
+            scope.name(f"scan-trigger-p{partition}"),
             invoker,
             scan_url,
             partition,

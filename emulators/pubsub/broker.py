@@ -113,7 +113,10 @@ class Broker:
         self._subs: dict[str, _Subscription] = {}
         self._timers: list[tuple[float, int, str, str, int]] = []
         self._timer_seq = itertools.count()
-        self._message_ids = itertools.count(1)
+        # The next message ID: never handed out twice, a restart included (production IDs are
+        # unique per topic, and the project keys `rejected` documents on them), so the
+        # snapshot keeps it even when no message that carried an ID is left.
+        self._next_message_id = 1
         self._sub_serials = itertools.count(1)
         self._owners: Counter[object] = Counter()
         self._owner_bytes: Counter[object] = Counter()
@@ -183,6 +186,7 @@ class Broker:
         return {
             "topics": [snapshot.encode(t) for t in self._topics.values()],
             "subscriptions": subscriptions,
+            "next_message_id": self._next_message_id,
         }
 
     def replay(self, record: dict[str, Any]) -> None:
@@ -220,7 +224,7 @@ class Broker:
             messages = [snapshot.decode(protos.PubsubMessage, m) for m in op["messages"]]
             self._place(str(op["topic"]), messages)
             top = max((int(m.message_id) for m in messages), default=0)
-            self._message_ids = itertools.count(max(top + 1, next(self._message_ids)))
+            self._next_message_id = max(self._next_message_id, top + 1)
         elif kind in ("ack", "drop"):
             entries = self._entries_of(str(op["sub"]))
             for message_id in op["ids"]:
@@ -288,7 +292,11 @@ class Broker:
                         count += 1
             except (KeyError, TypeError, ValueError, DecodeError) as exc:
                 raise snapshot.SnapshotError(f"malformed Pub/Sub state: {exc!r}") from exc
-            self._message_ids = itertools.count(last_id + 1)
+            # A snapshot from before the high-water mark was kept has only its messages' IDs.
+            saved_next = state.get("next_message_id", 1)
+            if not isinstance(saved_next, int) or saved_next < 1:
+                raise snapshot.SnapshotError(f"bad next_message_id {saved_next!r}")
+            self._next_message_id = max(last_id + 1, saved_next)
             self._ready_cv.notify_all()
         return count
 
@@ -697,7 +705,8 @@ class Broker:
         for message in messages:
             stored = protos.PubsubMessage()
             stored.CopyFrom(message)
-            stored.message_id = str(next(self._message_ids))
+            stored.message_id = str(self._next_message_id)
+            self._next_message_id += 1
             stored.publish_time.FromNanoseconds(int(wall * 1e9))
             batch.append(stored)
         encoded = [snapshot.encode(m) for m in batch] if self.journal is not None else []

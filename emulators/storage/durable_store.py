@@ -7,7 +7,11 @@ error. `DurableStorage` keeps the package's in-memory store and semantics and, a
 change the package makes (each calls `_write_config_to_file`, the hook used here):
 
 1. writes each new content file as a blob named by its SHA-256 (`DIR/blobs/<sha256>`),
-   fsynced, so a blob exists whole or not at all, before anything refers to it;
+   fsynced, so a blob exists whole or not at all, before anything refers to it. A blob that
+   cannot be written (a full disk) is never taken as written: its digest is remembered only
+   once it is on disk, and the store then acknowledges nothing more until a restart (every
+   request answers 503, reads included, as the package already holds the unwritten content
+   in memory), so nothing logged ever refers to a blob that is not there;
 2. appends what changed (the metadata entries set or removed, found by comparing with what
    was last logged, and the blob of each content path that changed) to `DIR/storage.log`
    and fsyncs it (emulators/journal.py, as Firestore and Pub/Sub do).
@@ -88,21 +92,26 @@ class DurableStorage(InMemoryStorage):
         files: dict[str, bytes] = self._store._files
         refs: dict[str, str] = {}
         new_blob = False
+        self._journal.check()
         for path, content in files.items():
             cached = self._digests.get(path)
             if cached is not None and cached[0] is content:
                 digest = cached[1]
             else:
                 digest = hashlib.sha256(content).hexdigest()
-                self._digests[path] = (content, digest)
                 if not (self._blobs / digest).exists():
-                    _write_blob(self._blobs / digest, content)
+                    self._write_blob(digest, content, path)
                     new_blob = True
+                # Only now: a digest remembered is a blob on disk (the check above is skipped).
+                self._digests[path] = (content, digest)
             refs[path] = digest
         for gone in set(self._digests) - set(files):
             del self._digests[gone]
         if new_blob:
-            snapshot.sync_directory(self._blobs)  # the blobs' names, before the log uses them
+            try:
+                snapshot.sync_directory(self._blobs)  # the blobs' names, before the log
+            except OSError as exc:
+                raise self._journal.fail(f"cannot fsync {self._blobs}: {exc}") from exc
         entries = self._entries()
         changed = [[list(p), v] for p, v in entries.items() if self._logged.get(p, _NONE) != v]
         removed = [list(p) for p in self._logged if p not in entries]
@@ -116,6 +125,19 @@ class DurableStorage(InMemoryStorage):
             del self._logged[tuple(entry)]
         self._refs = refs
         return {"set": changed, "del": removed, "files": files_set, "files_gone": files_gone}
+
+    def _write_blob(self, digest: str, content: bytes, path: str) -> None:
+        try:
+            _write_blob(self._blobs / digest, content)
+        except OSError as exc:
+            (self._blobs / f"{digest}.partial").unlink(missing_ok=True)
+            raise self._journal.fail(
+                f"cannot write {self._blobs / digest} (the content of {path!r}): {exc}"
+            ) from exc
+
+    def check_durable(self) -> None:
+        """Raise JournalError once a change could not be made durable (until a restart)."""
+        self._journal.check()
 
     def _entries(self) -> dict[Path_, Any]:
         flat: dict[Path_, Any] = {}

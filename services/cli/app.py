@@ -16,7 +16,18 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from services.cli.backends import FIRESTORE_DATABASE, OPERATOR
-from services.cli.commands import actions, backlog, control, deadletter, job, runs, shards, watch
+from services.cli.commands import (
+    actions,
+    backlog,
+    bulk,
+    control,
+    deadletter,
+    forecast,
+    job,
+    runs,
+    shards,
+    watch,
+)
 from services.cli.errors import ExitCode
 from services.cli.session import Session, run_command, write_error
 from services.edge.settings import PROJECT
@@ -27,7 +38,8 @@ from services.jobs.http_targets import TargetsError
 
 EPILOG = """\
 exit codes: 0 done; 1 refused (not found, terminal, lost race, conflict); 2 usage or
-validation; 3 backend unavailable (Firestore/Pub/Sub unreachable, credentials, permission)
+validation; 3 backend unavailable (Firestore/Pub/Sub unreachable, credentials, permission);
+4 the project looks uninitialised (stats: no control document and no job in it)
 
 repeating a command whose outcome already holds is a no-op that exits 0 and says "already"
 (schedule the same decision, cancel a cancelled job, pause when paused, resume when running);
@@ -83,7 +95,7 @@ def build_parser(catalogue: Catalogue | None = None) -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     job.register(commands, common, catalogue)
-    for module in (backlog, control, runs, deadletter, watch, shards, actions):
+    for module in (backlog, control, runs, deadletter, watch, shards, actions, forecast, bulk):
         module.register(commands, common)
     return parser
 

@@ -2,7 +2,9 @@
 
 Exit codes (documented in `jobsctl --help` and docs/runbook.md):
 0 done; 1 refused (job not found, terminal, lost a race, conflict); 2 usage or validation;
-3 backend unavailable (Firestore or Pub/Sub unreachable, no credentials).
+3 backend unavailable (Firestore or Pub/Sub unreachable, no credentials); 4 the project looks
+uninitialised (`stats`: no control document and no job: the wrong --project, or a deployment
+whose scan never ran).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ class ExitCode(enum.IntEnum):
     REFUSED = 1
     USAGE = 2
     UNAVAILABLE = 3
+    UNINITIALISED = 4
 
 
 class CliError(Exception):

@@ -12,7 +12,8 @@ Three modes at the deployment's interval I (docs/scan.md, "Modes"):
   next run; an instance works T of every I, busy or not.
 
 Prices are list prices (USD), without free tiers, so the figures compare the modes; check the
-pages for your region: Cloud Run request-based billing per vCPU-second and GiB-second
+pages for your region: Cloud Run request-based billing (what the stack deploys; each mode also
+prints what instance-based billing would cost) per vCPU-second and GiB-second
 (https://cloud.google.com/run/pricing), Firestore document reads
 (https://cloud.google.com/firestore/pricing).
 """
@@ -24,9 +25,17 @@ from dataclasses import dataclass
 
 CLOUD_RUN_PRICING_URL = "https://cloud.google.com/run/pricing"
 FIRESTORE_PRICING_URL = "https://cloud.google.com/firestore/pricing"
-# Cloud Run, request-based billing, tier 1 region (the page above).
+# Cloud Run, request-based billing, tier 1 region (the page above): what the stack deploys
+# (infra/cloudrun.py, `cpu_idle`).
 VCPU_SECOND_USD = 0.000024
 GIB_SECOND_USD = 0.0000025
+# Instance-based billing (`scanInstanceBilling: true`), the same page: the instance's whole
+# life is billed, and an idle instance lives up to 15 minutes
+# (https://cloud.google.com/run/docs/configuring/billing-settings), so a scan called more
+# often than that never scales in.
+INSTANCE_VCPU_SECOND_USD = 0.000018
+INSTANCE_GIB_SECOND_USD = 0.000002
+IDLE_INSTANCE_LIFE_S = 900
 # Firestore Standard edition, document reads, per 100,000 (the page above; multi-region).
 READS_PER_100K_USD = 0.06
 # The deployed scan: 1 vCPU, 512 MiB (infra defaults `cpu`, `memory`).
@@ -92,7 +101,7 @@ def plan_modes(
     poll_s: float,
     shards: int = 1,
 ) -> list[ModePlan]:
-    """The three modes at one interval, rate and cap (validated by planner.plan_drain)."""
+    """The three modes at one interval, rate and cap (validated by plan.plan_drain)."""
     budget = min(cap, math.floor(rate_per_s * interval_s + 1e-9))
     drain_rate = budget / interval_s
     drain_s = math.ceil(backlog / drain_rate) if backlog and drain_rate else 0
@@ -114,6 +123,18 @@ def plan_modes(
             f"{FIRESTORE_PRICING_URL})"
         )
 
+    instance_price = SCAN_VCPU * INSTANCE_VCPU_SECOND_USD + SCAN_GIB * INSTANCE_GIB_SECOND_USD
+    # Under instance-based billing the scan's instance is billed all month when runs come
+    # closer together than an idle instance lives (the mode does not matter then).
+    always_on = interval_s <= IDLE_INSTANCE_LIFE_S
+    instance_line = (
+        f"instance-based billing instead (scanInstanceBilling): {MONTH_S:,} s x "
+        f"${instance_price:.6f} = ${MONTH_S * instance_price:,.2f}: the instance never scales "
+        f"in at a {interval_s:g} s interval"
+        if always_on
+        else "instance-based billing instead (scanInstanceBilling): billed for each run's "
+        f"instance life, up to {IDLE_INSTANCE_LIFE_S} s idle after it"
+    )
     idle_reads = runs * (IDLE_RUN_READS + probes - 1) + HOUSEKEEPING_READS_PER_MONTH
     idle_s = runs * IDLE_RUN_S
     # one-pass
@@ -138,6 +159,7 @@ def plan_modes(
                 f"p99 {0.99 * interval_s:g} s",
                 f"instance = {runs:,.0f} runs x {IDLE_RUN_S:g} s + {burst_s:,.0f} s of bursts",
                 cost_line,
+                instance_line,
             ),
         )
     )
@@ -163,6 +185,7 @@ def plan_modes(
                 f"instance = {runs:,.0f} runs x {IDLE_RUN_S:g} s + the drain's {drain_s:,} s x "
                 f"{time_budget_s:g}/{interval_s:g}",
                 cost_line,
+                instance_line,
             ),
         )
     )
@@ -194,6 +217,7 @@ def plan_modes(
                 f"instance = {runs:,.0f} runs x {time_budget_s:g} s; reads = runs x (2 + "
                 f"{polls:g} polls)",
                 cost_line,
+                instance_line,
             ),
         )
     )

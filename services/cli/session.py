@@ -17,7 +17,6 @@ from google.api_core import exceptions as gexc
 from services.cli.backends import Backends
 from services.cli.errors import CliError, ExitCode, UsageError
 from services.cli.output import Progress, Report, write
-from services.cli.planner import PlanError
 from services.cli.timespec import TimeSpecError
 from services.edge.settings import (
     DEFAULT_FIRESTORE_TIMEOUT_S,
@@ -35,6 +34,7 @@ from services.edge.settings import (
 from services.jobs import errors as jobs_errors
 from services.jobs.catalogue import Catalogue, load_catalogue
 from services.jobs.clock import Clock, SystemClock
+from services.jobs.plan import PlanError
 from services.jobs.shard import MAX_SHARDS
 from services.store.job_store import FirestoreJobStore
 

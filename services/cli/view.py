@@ -19,11 +19,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from services.cli.planner import budget_arithmetic, format_duration
 from services.jobs.budget import EnqueueBudget
 from services.jobs.control import Control
 from services.jobs.lanes import active_pauses, lane_label
 from services.jobs.layout import layout_line, mismatched
+from services.jobs.plan import budget_arithmetic, format_duration
 from services.jobs.results import Stats
 from services.jobs.state import State
 from services.store.runs import ScanRun

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from services.telemetry.metrics import (
     METRICS_KINDS,
+    PARTITION_LABEL,
     LogSink,
     MetricsError,
     MetricsKind,
@@ -79,6 +80,8 @@ class CloudMonitoringSink:
             {"end_time": {"seconds": seconds, "nanos": int((end - seconds) * 1e9)}}
         )
         resource = {"type": self._resource, "labels": self._resource_labels()}
+        # One series per (gauge, partition): partitions' runs never overwrite each other.
+        labels = {PARTITION_LABEL: str(report.partition)}
         out = []
         for gauge, value in report.gauge_values().items():
             typed = (
@@ -89,7 +92,7 @@ class CloudMonitoringSink:
             out.append(
                 monitoring_v3.TimeSeries(
                     {
-                        "metric": {"type": gauge.type},
+                        "metric": {"type": gauge.type, "labels": labels},
                         "resource": resource,
                         "metric_kind": "GAUGE",
                         "value_type": gauge.value_type,

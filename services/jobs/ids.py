@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -78,6 +79,11 @@ def derive_job_id(action: str, subject: str, decision_id: str) -> str:
     return f"{readable}:{_digest(action, subject, decision_id)[:24]}"
 
 
+# A worker asks for a job's derived key several times per delivery (`Job.explicit_key` at
+# start, at the write-ahead, at completion): a hash and a JSON encoding each time. The key
+# depends on its arguments alone, so the recent ones are remembered (a delivery's questions
+# come within milliseconds; 4,096 covers every job in flight on an instance).
+@functools.lru_cache(maxsize=4096)
 def derive_idempotency_key(action: str, job_id: str) -> str:
     """The key of the logical side effect, used as the `idempotency` document's ID."""
     return f"{_READABLE.sub('_', action)[:100]}:{_digest(action, job_id)}"

@@ -9,6 +9,13 @@ front end's container, so callers reach it only through the invoker check and th
 what it would see on Cloud Run (stripped tokens, `K_SERVICE`, `PORT`, a trace header). The
 services are then configured as behind Cloud Run IAM. The timeouts and concurrencies are
 infra's defaults (mirrored here because `infra/` needs Pulumi; a test proves they agree).
+
+The container gets the server environment infra gives it (`infra/env.py`,
+`server_environment`): one functions-framework thread per request the front end admits. Without
+it the container ran 4 x CPUs threads (8 here) behind a front end that admits 80 (the api) or
+10 (the worker), so admitted requests queued inside the container, past the front end's
+concurrency queue and its 429, and a burst ended in 504 at the request timeout where Cloud Run
+answers 429 (issue 33, finding 7).
 """
 
 from __future__ import annotations
@@ -41,6 +48,15 @@ class Deployment:
     invokers: tuple[str, ...]  # the emails with roles/run.invoker on it
     timeout_s: int
     concurrency: int
+
+    def container_environment(self) -> dict[str, str]:
+        """What infra's `server_environment(concurrency, timeout_s)` sets on the service: as
+        many request threads as the front end admits requests (a test proves they agree)."""
+        return {
+            "THREADS": str(self.concurrency),
+            "CLOUD_RUN_TIMEOUT_SECONDS": str(self.timeout_s),
+            "THREADED_TIMEOUT_ENABLED": "false",
+        }
 
 
 def deployments(topology: Topology, api_callers: tuple[str, ...] = ()) -> dict[str, Deployment]:

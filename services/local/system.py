@@ -1,6 +1,7 @@
 """The local system end to end: emulators, the scan, worker and api processes (each behind the
-local Cloud Run front end unless --direct), topology, demo, and the local Cloud Scheduler
-(emulators/scheduler) that triggers the scan at the default stack's cadence.
+local Cloud Run front end unless --direct), the console (with a stand-in identity for IAP),
+topology, demo, and the local Cloud Scheduler (emulators/scheduler) that triggers the scan at
+the default stack's cadence.
 
 `LocalSystem.run()` brings everything up in dependency order, seeds the demo, then reports one
 line per scan run until the demo's due jobs are done (and, unless told to exit then, until
@@ -42,6 +43,7 @@ from emulators.scheduler.retry import RetryConfig
 from emulators.scheduler.scheduler import Attempt, CloudScheduler
 from services.api import settings as api_keys
 from services.cli.backends import DEAD_LETTER_SUBSCRIPTION, Backends
+from services.console import settings as console_keys
 from services.edge import scan_deployment
 from services.edge import settings as common_keys
 from services.edge.resource_names import Names
@@ -77,6 +79,9 @@ _POLL_S = 0.5
 # The local producer the api accepts (in the cloud: the stack's apiCallers), and the variables
 # examples/node reads to reach the api and mint its tokens from the local issuer.
 API_CALLER_ACCOUNT = "deferred-jobs-producer"
+# Who the console takes every local visitor for (in the cloud: the user IAP signs in; locally
+# a stand-in, labelled on every page).
+STAND_IN_OPERATOR = "operator@local.test"
 PRODUCER_API_URL = "DEFERRED_JOBS_API_URL"
 PRODUCER_TOKEN_URL = "DEFERRED_JOBS_TOKEN_URL"
 PRODUCER_CALLER = "DEFERRED_JOBS_CALLER"
@@ -97,6 +102,7 @@ class Ports(EmulatorPorts):
     scan: int = 8100
     worker: int = 8101
     api: int = 8102
+    console: int = 8103
 
     @classmethod
     def all_free(cls) -> Ports:
@@ -189,6 +195,7 @@ class Endpoints:
     scan_url: str = ""
     worker_url: str = ""
     api_url: str = ""
+    console_url: str = ""
     pids: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -363,6 +370,7 @@ class LocalSystem:
             self._start_function("worker", worker_port, worker_env),
             self._start_function("scan", scan_port, self.scan_deployment(common)),
             self._start_api(common),
+            self._start_console(common),
         ]
         self.wait_listening(started)
 
@@ -423,6 +431,33 @@ class LocalSystem:
         }
         return self._start_function("api", port, env)
 
+    def _start_console(self, common: Mapping[str, str]) -> tuple[Child, int]:
+        """The console, with the stand-in identity for IAP (labelled on every page). Never
+        behind the local Cloud Run front end: in the cloud IAP stands in front of it and a
+        browser carries no ID token, and the front end sets K_SERVICE, which the console's
+        settings refuse beside a stand-in (services/console/settings.py)."""
+        port = self.options.ports.console or free_port(HOST)
+        self.endpoints.console_url = f"http://{HOST}:{port}"
+        env = {
+            **common,
+            console_keys.CONSOLE_STAND_IN_IDENTITY: STAND_IN_OPERATOR,
+            **self.options.http_targets_environment,
+        }
+        # No front end: the unsigned-token flag means nothing here and needs K_SERVICE.
+        env.pop(common_keys.BEHIND_CLOUD_RUN_IAM, None)
+        argv = [
+            sys.executable,
+            "-m",
+            "services.edge.server",
+            "--target=console",
+            f"--source={ROOT / 'services' / 'console' / 'main.py'}",
+            f"--host={HOST}",
+            f"--port={port}",
+        ]
+        child = self.supervisor.start("console", argv, env=env, cwd=ROOT)
+        self.endpoints.pids["console"] = child.pid
+        return child, port
+
     @property
     def api_caller_email(self) -> str:
         return self.topology.names.email(API_CALLER_ACCOUNT, self.options.project)
@@ -443,6 +478,10 @@ class LocalSystem:
             f"--host={HOST}",
         ]
         deployment = deployments(self.topology, (self.api_caller_email,))[target]
+        server = deployment.container_environment() if self.options.cloud_run else {}
+        # Behind the front end the container's threads match the concurrency it admits, as
+        # infra sets them (services/local/cloud_run.py).
+        env = {**env, **server}
         if self.options.image:
             # The container gets what this stack sets (emulators, JOBS_*), not this shell's.
             names = [
@@ -451,6 +490,7 @@ class LocalSystem:
                 if key.startswith(common_keys.PREFIX)
                 or key in self.endpoints.exports
                 or key == "PYTHONUNBUFFERED"
+                or key in server
             ]
             argv = container_image.run_argv(self.options.image, target, names, run_id=self.run_id)
         if self.options.cloud_run:
@@ -629,6 +669,7 @@ class LocalSystem:
             # jobsctl plan and control show the per-run cap and pacing the scan runs with.
             **self.options.scan_run_environment,
             PRODUCER_API_URL: self.endpoints.api_url,
+            console_keys.CONSOLE_URL: self.endpoints.console_url,
             PRODUCER_TOKEN_URL: self._token_url(),
             PRODUCER_CALLER: self.api_caller_email,
             # jobsctl schedule checks an http.request job's target against the same targets.
@@ -644,6 +685,10 @@ class LocalSystem:
         self._say(f"worker  {e.worker_url}  ({front}pid {e.pids['worker']})")
         self._say(
             f"api     {e.api_url}  ({front}pid {e.pids['api']}; caller {self.api_caller_email})"
+        )
+        self._say(
+            f"console {e.console_url}  (pid {e.pids['console']}; stand-in identity "
+            f"{STAND_IN_OPERATOR}, not IAP)"
         )
         catalogue = self.catalogue
         if catalogue is not None:

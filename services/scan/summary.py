@@ -281,4 +281,5 @@ def scan_report(run: ScanRun) -> metrics.ScanReport:
         shard_stranded=run.shard_stranded,
         shard_layout_mismatch=int(run.shard_layout_mismatch),
         actions_paused=run.actions_paused,
+        partition=run.partition,
     )

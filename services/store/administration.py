@@ -314,6 +314,13 @@ class Administration:
         self._docs.check_clock(before, snapshot.read_time, after, "claims and reclaims")
         return Control.from_document(snapshot.to_dict() if snapshot.exists else None)
 
+    def has_control_document(self) -> bool:
+        """Whether the control document exists: the scan's first run writes it (its
+        housekeeping mark), as does any operator change; a project without it has never had
+        a scan run, or is not the project meant (`jobsctl stats` warns)."""
+        with store_errors():
+            return bool(self._docs.gateway.get(self._docs.control_ref).exists)
+
     def update_control(self, by: str, reason: str, **changes: Any) -> Control:
         """Change control settings (paused, claim_budget, catch_up_rate, claim_timeout),
         validated and audited with who and why; ValidationError writes nothing."""

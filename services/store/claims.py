@@ -280,10 +280,10 @@ class Claims:
         by_target = bool(claims.exclude_targets)
         jobs = self._docs.jobs
         for job_id, document in self._docs.tx.query_in(transaction, query):
-            fields = decode_fields(document.fields, self._docs.client)
             try:
-                job = self._docs.decoded_fields(job_id, fields, document)
+                job, fields = self._docs.decoded_fields(job_id, document)
             except InvalidRecord:
+                fields = decode_fields(document.fields, self._docs.client)
                 fits = False
             else:
                 # One record too large to take its claim (or a later write of its life) would

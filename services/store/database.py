@@ -6,6 +6,8 @@ every method takes `retry=` and `timeout=`, and its requests and answers are the
 `google.cloud.firestore_v1.types` messages. The high-level `firestore.Client` wraps the same
 client but reaches it through private attributes; this module builds its own the way the
 high-level client does (same endpoint, channel options and metadata), from public arguments.
+The gateway sends the unary RPCs on its own gRPC callables over this client's transport
+channel (`gateway.py` says why), and the streaming ones through the client's methods.
 
 With `FIRESTORE_EMULATOR_HOST` set the channel is an insecure one to that host and every call
 carries `authorization: Bearer owner`, as Google's clients do for the emulator

@@ -192,13 +192,15 @@ class Documents:
 
     def decoded_raw(self, job_id: str, document: Any) -> Job:
         """`decoded` for a raw `Document` protobuf (`TransactionRunner.query_in`)."""
-        return self.decoded_fields(job_id, decode_fields(document.fields, self.client), document)
+        return self.decoded_fields(job_id, document)[0]
 
-    def decoded_fields(self, job_id: str, fields: Mapping[str, Any], document: Any) -> Job:
-        """`decoded_raw` for the `fields` already decoded from `document`."""
+    def decoded_fields(self, job_id: str, document: Any) -> tuple[Job, dict[str, Any]]:
+        """`decoded_raw`, and the decoded fields it was read from (not copied: the caller
+        only reads them)."""
+        fields = decode_fields(document.fields, self.client)
         job = decode_job(job_id, fields)
         stamp = update_time(document)
-        return job.replaced(update_time=as_datetime(stamp)) if stamp else job
+        return (job.replaced(update_time=as_datetime(stamp)) if stamp else job), fields
 
     def get_in(self, transaction: Transaction, ref: Any) -> Any:
         return self.tx.get_in(transaction, ref)

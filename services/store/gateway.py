@@ -10,6 +10,20 @@ own first attempt). Requests are built on the raw protobufs and wrapped (proto-p
 either way. Documents come back as the high-level client's public `DocumentSnapshot` (with a
 `DocumentReference` from the high-level client), so callers read them as they always did.
 
+The unary RPCs (GetDocument, Commit, BatchWrite, BeginTransaction, Rollback: every call on the
+worker's path) go one level lower: gRPC callables of the gateway's own on the transport's
+public `grpc_channel` (so the channel's credentials and options are the client's), raw
+protobufs in and out, with what the generated method adds done here: the database's
+metadata, the `x-goog-api-client` header of the client's own `DEFAULT_CLIENT_INFO` and the
+routing header (`x-goog-request-params`) the method sends, the deadline (api_core's
+`TimeToDeadlineTimeout`, as the method applies it), the retry, and a gRPC error raised as
+api_core's exception for its status (`tests/unit/store/test_unary_calls.py` holds the two to
+the same). The generated method rebuilds its wrappers, merges its metadata, opens a tracing
+context and passes a logging interceptor and proto-plus on every call: measured against the
+built-in emulator, about 0.17 ms of a commit's 0.4 ms of client CPU. What is lost is only that
+interceptor's DEBUG logging of each request. The streaming reads keep the generated methods:
+their iterators do more than map errors.
+
 `Writes` is the list of `Write`s a commit, a batch write or a transaction sends, built by
 `encoding`.
 """
@@ -22,10 +36,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+import grpc
 from google.api_core import exceptions as api_exceptions
+from google.api_core import gapic_v1
+from google.api_core.timeout import TimeToDeadlineTimeout
 from google.cloud.firestore import DocumentSnapshot
+from google.cloud.firestore_v1.services.firestore.transports import FirestoreGrpcTransport
+from google.cloud.firestore_v1.services.firestore.transports.base import DEFAULT_CLIENT_INFO
+from google.cloud.firestore_v1.types import document as document_types
 from google.cloud.firestore_v1.types import firestore as rpc
 from google.cloud.firestore_v1.types import query as query_types
+from google.protobuf import empty_pb2
 
 from services.store.bounds import RETRYABLE, CallBounds
 from services.store.database import Database, database_path, for_client
@@ -46,6 +67,8 @@ logger = logging.getLogger(__name__)
 # the last document it yielded, as the high-level client's `stream` does), before it raises.
 STREAM_RESUMES = 3
 COUNT_ALIAS = "n"
+# The Firestore RPC API's service, as its methods are named on the wire.
+_SERVICE = "google.firestore.v1.Firestore"
 
 
 class Writes:
@@ -102,6 +125,11 @@ class Gateway:
         self._database_name = database
         self._database: Database | None = None
         self._lock = threading.Lock()
+        # Every unary call's metadata but its routing header: the database's, and the
+        # x-goog-api-client header the generated client sends (set with the database).
+        self._metadata: tuple[tuple[str, str], ...] = ()
+        self._database_routing: tuple[str, str] = ("", "")
+        self._stubs: dict[str, Any] | None = None  # made at the first unary call
 
     @property
     def database(self) -> Database:
@@ -110,7 +138,10 @@ class Gateway:
         if self._database is None:
             with self._lock:
                 if self._database is None:
-                    self._database = for_client(self.client, self._database_name)
+                    database = for_client(self.client, self._database_name)
+                    self._metadata = (*database.metadata, DEFAULT_CLIENT_INFO.to_grpc_metadata())
+                    self._database_routing = _routing("database", database.path)
+                    self._database = database
         return self._database
 
     def writes(self) -> Writes:
@@ -165,22 +196,26 @@ class Gateway:
             return snapshot
         raise api_exceptions.InternalServerError("BatchGetDocuments answered nothing")
 
-    def get_document(self, reference: Any) -> DocumentSnapshot | None:
+    def get_document(self, reference: Any) -> Any | None:
         """One document read outside a transaction, as the unary GetDocument RPC
         (https://cloud.google.com/firestore/docs/reference/rpc/google.firestore.v1#google.firestore.v1.Firestore.GetDocument):
-        its snapshot, or None when Firestore answers NOT_FOUND (which also means a missing
-        database: a caller treats None as "decide in a transaction", whose read tells the two
-        apart). A server-streaming BatchGetDocuments costs the client about twice the CPU."""
-        request = rpc.GetDocumentRequest.pb()(name=f"{self.database.documents}/{reference.path}")
+        the raw `Document` (`decoding` reads it; no snapshot, whose `to_dict` and `get` each
+        deep-copy what they return), or None when Firestore answers NOT_FOUND (which also
+        means a missing database: a caller treats None as "decide in a transaction", whose
+        read tells the two apart). A server-streaming BatchGetDocuments costs the client
+        about twice the CPU."""
+        name = f"{self.database.documents}/{reference.path}"
+        request = rpc.GetDocumentRequest.pb()(name=name)
         try:
-            document = self.database.api.get_document(
-                request=rpc.GetDocumentRequest.wrap(request),
-                metadata=self.database.metadata,
-                **self.bounds.kwargs,
+            document = self._unary(
+                "get_document",
+                request,
+                _routing("name", name),
+                self.bounds.kwargs,
             )
         except api_exceptions.NotFound:
             return None
-        return self._snapshot(reference, type(document).pb(document), None)
+        return document
 
     def query(
         self,
@@ -268,24 +303,26 @@ class Gateway:
         request.writes.extend(writes.pbs)
         if transaction is not None:
             request.transaction = transaction
-        response = self.database.api.commit(
-            request=rpc.CommitRequest.wrap(request),
-            metadata=self.database.metadata,
-            **(self.bounds.kwargs if idempotent else self.bounds.write_kwargs),
+        response = self._unary(
+            "commit",
+            request,
+            self._database_routing,
+            self.bounds.kwargs if idempotent else self.bounds.write_kwargs,
         )
-        return type(response).pb(response)
+        return response
 
     def batch_write(self, writes: Writes) -> Any:
         """Apply each of `writes` on its own (BatchWrite, not atomic): the raw
         `BatchWriteResponse`, a status and a write result per write."""
         request = rpc.BatchWriteRequest.pb()(database=self.database.path)
         request.writes.extend(writes.pbs)
-        response = self.database.api.batch_write(
-            request=rpc.BatchWriteRequest.wrap(request),
-            metadata=self.database.metadata,
-            **self.bounds.write_kwargs,
+        response = self._unary(
+            "batch_write",
+            request,
+            self._database_routing,
+            self.bounds.write_kwargs,
         )
-        return type(response).pb(response)
+        return response
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -295,22 +332,51 @@ class Gateway:
         request = rpc.BeginTransactionRequest.pb()(database=self.database.path)
         if retry_id is not None:
             request.options.read_write.retry_transaction = retry_id
-        response = self.database.api.begin_transaction(
-            request=rpc.BeginTransactionRequest.wrap(request),
-            metadata=self.database.metadata,
-            **self.bounds.kwargs,
+        response = self._unary(
+            "begin_transaction",
+            request,
+            self._database_routing,
+            self.bounds.kwargs,
         )
-        return bytes(type(response).pb(response).transaction)
+        return bytes(response.transaction)
 
     def rollback(self, transaction: bytes) -> None:
         request = rpc.RollbackRequest.pb()(database=self.database.path, transaction=transaction)
-        self.database.api.rollback(
-            request=rpc.RollbackRequest.wrap(request),
-            metadata=self.database.metadata,
-            **self.bounds.write_kwargs,
+        self._unary(
+            "rollback",
+            request,
+            self._database_routing,
+            self.bounds.write_kwargs,
         )
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    def _unary(
+        self, method: str, request: Any, routing: tuple[str, str], bounds: dict[str, Any]
+    ) -> Any:
+        """One unary RPC through the transport's gRPC callable for `method`, as the generated
+        `FirestoreClient.<method>` sends it: the same metadata (the database's, the client's
+        x-goog-api-client, the routing header), the deadline `bounds["timeout"]` counted
+        from the first attempt, `bounds["retry"]` (None: sent once), and a gRPC error raised
+        as api_core's exception for its status."""
+        stubs = self._stubs
+        if stubs is None:  # two threads may both make them: the same callables either way
+            transport = self.database.api.transport
+            if not isinstance(transport, FirestoreGrpcTransport):  # connect() makes only these
+                raise TypeError(f"the Firestore client's transport is {type(transport)}, not gRPC")
+            stubs = self._stubs = _unary_stubs(transport.grpc_channel)
+        stub = stubs[method]
+        metadata = (*self._metadata, routing)
+
+        def attempt(timeout: float | None = None) -> Any:
+            try:
+                return stub(request, timeout=timeout, metadata=metadata)
+            except grpc.RpcError as exc:
+                raise api_exceptions.from_grpc_error(exc) from exc
+
+        call = TimeToDeadlineTimeout(bounds["timeout"])(attempt)
+        retry = bounds["retry"]
+        return (retry(call) if retry is not None else call)()
 
     def _run_query(
         self, query: Any, transaction: bytes | None, read_time: datetime | None
@@ -336,6 +402,43 @@ class Gateway:
             create_time=create_time(document),
             update_time=update_time(document),
         )
+
+
+# Each unary RPC the gateway sends: its method on the wire (the RPC API's service and method
+# names, as the generated transport names them) and its request and answer messages.
+_UNARY: dict[str, tuple[str, Any, Any]] = {
+    "get_document": ("GetDocument", rpc.GetDocumentRequest, document_types.Document),
+    "commit": ("Commit", rpc.CommitRequest, rpc.CommitResponse),
+    "batch_write": ("BatchWrite", rpc.BatchWriteRequest, rpc.BatchWriteResponse),
+    "begin_transaction": (
+        "BeginTransaction",
+        rpc.BeginTransactionRequest,
+        rpc.BeginTransactionResponse,
+    ),
+    "rollback": ("Rollback", rpc.RollbackRequest, empty_pb2.Empty),
+}
+
+
+def _unary_stubs(channel: grpc.Channel) -> dict[str, Any]:
+    """A gRPC callable per unary RPC on `channel` (the transport's public `grpc_channel`),
+    sending and answering raw protobufs: the transport's own callables go through its
+    logging interceptor and proto-plus's wrappers, about 45 us of CPU per call more."""
+    stubs = {}
+    for method, (name, request, response) in _UNARY.items():
+        answer = response if response is empty_pb2.Empty else response.pb()
+        stubs[method] = channel.unary_unary(
+            f"/{_SERVICE}/{name}",
+            request_serializer=request.pb().SerializeToString,
+            response_deserializer=answer.FromString,
+        )
+    return stubs
+
+
+def _routing(field: str, value: str) -> tuple[str, str]:
+    """The `x-goog-request-params` header the generated method sends for a request whose
+    routing field is `field` (Firestore routes a request by it)."""
+    header: tuple[str, str] = gapic_v1.routing_header.to_grpc_metadata(((field, value),))
+    return header
 
 
 def _document_id(name: str, prefix: str) -> str:

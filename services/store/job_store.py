@@ -5,8 +5,9 @@ so that `store.claim_due(...)` is `Claims.claim_due` itself: no method is writte
 Each role's method documents its contract (docs/state-machine.md, "Where things are"):
 `scheduling.Scheduling` (the application's creates), `administration.Administration` (the
 operator's reads and changes, the control document), `claims.Claims`, `reclaims.Reclaims`
-(the scan), `leases.Leases` and `shared_keys.SharedKeys` (the worker). Roles never import
-each other (tests/unit/test_layers.py), and no two define the same name
+(the scan), `leases.Leases` and `shared_keys.SharedKeys` (the worker), `forecasts.Forecasts`
+and `selections.Selections` (the calendar's counts, an operator's filter: read only). Roles
+never import each other (tests/unit/test_layers.py), and no two define the same name
 (tests/unit/store/test_job_store_roles.py).
 
 Every change of a job asks `transitions.Transitions` for the new record (which asks
@@ -38,17 +39,21 @@ from services.store.administration import Administration
 from services.store.bounds import DEFAULT_CALL_TIMEOUT_S
 from services.store.claims import Claims
 from services.store.documents import Documents
+from services.store.forecasts import Forecasts
 from services.store.leases import Leases
 from services.store.queries import QuerySpec
 from services.store.reclaims import Reclaims
 from services.store.scheduling import Scheduling
+from services.store.selections import Selections
 from services.store.shared_keys import SharedKeys
 
 # The roles the store is made of, in the order their methods are looked up (no name is in two).
-ROLES = (Scheduling, Administration, Claims, Reclaims, Leases, SharedKeys)
+ROLES = (Scheduling, Administration, Claims, Reclaims, Leases, SharedKeys, Forecasts, Selections)
 
 
-class FirestoreJobStore(Scheduling, Administration, Claims, Reclaims, Leases, SharedKeys):
+class FirestoreJobStore(
+    Scheduling, Administration, Claims, Reclaims, Leases, SharedKeys, Forecasts, Selections
+):
     """The jobs collection and its companions (idempotency, control) in Firestore."""
 
     def __init__(
@@ -91,6 +96,8 @@ class FirestoreJobStore(Scheduling, Administration, Claims, Reclaims, Leases, Sh
         Reclaims.__init__(self, docs)
         Leases.__init__(self, docs)
         SharedKeys.__init__(self, docs)
+        Forecasts.__init__(self, docs)
+        Selections.__init__(self, docs)
 
     @property
     def clock(self) -> Clock:

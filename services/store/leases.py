@@ -142,20 +142,16 @@ class Leases:
         apart), or a document that changed after the read (the write was refused).
         """
         with store_errors():
-            snapshot = self._docs.tx.get_document(ref)
-        if snapshot is None:
-            return None
-        job = decoded(snapshot)
+            document = self._docs.tx.get_document(ref)
+            if document is None:
+                return None
+            # Decoded straight from the raw answer, as the claim's reads are: no snapshot.
+            job, fields = self._docs.decoded_fields(job_id, document)
         if _started_by(job, token):
             return job  # an earlier attempt's write applied; its answer was lost
         # Appending to the stored history is only the same as rewriting it when the stored
-        # array is exactly the decoded one (an entry an older version wrote may not be). Only
-        # that field is copied out of the snapshot (to_dict copies the whole document).
-        try:
-            as_read = snapshot.get(HISTORY)
-        except KeyError:
-            as_read = None
-        exact = as_read == job.to_document()[HISTORY]
+        # array is exactly the decoded one (an entry an older version wrote may not be).
+        exact = fields.get(HISTORY) == job.to_document()[HISTORY]
         self._check_clock_before_take_over(ref, job)
         if job.explicit_key:
             return self._start_holding_key(ref, job, generation, lease, worker_id, exact, token)

@@ -45,9 +45,10 @@ class QuerySpec:
 
     @property
     def shape(self) -> schema.QueryShape:
-        ordered = list(self.order_by)
-        ordered += [f for f, _, _ in self.ranges if f not in ordered]
-        ordered += [f for f, _ in self.excludes if f not in ordered]
+        # One field once, however many bounds it has (a range `>= a and < b` is one field).
+        ordered = dict.fromkeys(self.order_by)
+        ordered |= dict.fromkeys(f for f, _, _ in self.ranges)
+        ordered |= dict.fromkeys(f for f, _ in self.excludes)
         return schema.QueryShape(
             self.collection,
             frozenset(f for f, _ in self.equals),
@@ -380,3 +381,51 @@ def pending_action_query(action: str) -> QuerySpec:
     served by merging the single-field indexes, no composite index). Counted only: what
     `jobsctl actions` shows and `jobsctl actions check` refuses a rollout on."""
     return QuerySpec(schema.JOBS, equals=(("action", action), ("state", LIVE_STATES)))
+
+
+def due_window_query(
+    start: datetime | None, end: datetime, action: str | None, shard: Part = None
+) -> QuerySpec:
+    """Deferred jobs (of `action`, when given) with start <= due_at < end (counted, never
+    streamed): one window of the calendar (services/jobs/forecast.py), or with `start` None
+    everything already due before `end`. Served by the claim lanes' (state, action, due_at)
+    index, or (state, due_at) without an action; per shard with JOBS_SHARDS > 1."""
+    equals: tuple[tuple[str, Any], ...] = (("state", State.DEFERRED.value),)
+    if action is not None:
+        equals += (("action", action),)
+    ranges: tuple[tuple[str, str, Any], ...] = (("due_at", "<", end),)
+    if start is not None:
+        ranges = (("due_at", ">=", start), *ranges)
+    return QuerySpec(schema.JOBS, equals=_in_shard(equals, shard), ranges=ranges)
+
+
+def filter_query(
+    state: State,
+    action: str | None,
+    due_from: datetime | None,
+    due_before: datetime | None,
+    *,
+    limit: int | None = None,
+    after: tuple[Any, ...] | None = None,
+    shard: Part = None,
+) -> QuerySpec:
+    """An operator's filter as far as a query takes it (services/jobs/bulk.py `JobFilter`):
+    `state ==`, optionally `action ==`, a due range, in (due_at, ID) order from `after`. The
+    (state, due_at) and (state, action, due_at) indexes serve it; subject prefix and producer
+    are checked on the documents read."""
+    equals: tuple[tuple[str, Any], ...] = (("state", state.value),)
+    if action is not None:
+        equals += (("action", action),)
+    ranges: tuple[tuple[str, str, Any], ...] = ()
+    if due_from is not None:
+        ranges += (("due_at", ">=", due_from),)
+    if due_before is not None:
+        ranges += (("due_at", "<", due_before),)
+    return QuerySpec(
+        schema.JOBS,
+        equals=_in_shard(equals, shard),
+        ranges=ranges,
+        order_by=("due_at",),
+        limit=limit,
+        start_after=after,
+    )

@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from google.api_core import exceptions as api_exceptions
@@ -23,7 +23,9 @@ from services.jobs.limits import life_headroom_problem
 from services.jobs.model import NewJob
 from services.jobs.record import Job, decode_job
 from services.jobs.results import ScheduleResult
+from services.jobs.shard import shard_of
 from services.jobs.state import HistoryEntry, Role, State
+from services.jobs.write_pacer import WritePacer
 from services.store.documents import Documents, require_due_in_horizon
 from services.store.transactions import Contention, store_errors
 
@@ -186,6 +188,50 @@ class Scheduling:
                     if new.job_id not in found:
                         outcomes[index] = self._schedule_outcome(new, by)
         return [outcome for outcome in outcomes if outcome is not None]
+
+    def write_pacer(self, **options: Any) -> WritePacer:
+        """A `WritePacer` for this store's index ranges (one per shard) and clock; `options`
+        are WritePacer's (per_range_per_s, ramp_start_per_s, sleep)."""
+        return WritePacer(self._docs.clock, self._docs.shards, **options)
+
+    def schedule_paced(
+        self,
+        new_jobs: Iterable[NewJob],
+        pacer: WritePacer | None = None,
+        *,
+        by: str = "application",
+    ) -> Iterator[list[ScheduleOutcome]]:
+        """`schedule_many` over any number of jobs, paced: batches of `pacer.max_batch()`, each
+        let through by the pacer (default: `write_pacer()`) with its writes per index range,
+        so no range takes more than its rate and all of them together follow the 500/50/5 ramp
+        (services/jobs/write_pacer.py). Yields each batch's outcomes, in order; a loop that
+        schedules many jobs from any producer goes through here."""
+        pacer = pacer or self.write_pacer()
+        if pacer.ranges != self._docs.shards:
+            raise ValueError(
+                f"the pacer paces {pacer.ranges} index range(s); this store writes "
+                f"{self._docs.shards} (one per shard)"
+            )
+        batch: list[NewJob] = []
+        for new_job in new_jobs:
+            batch.append(new_job)
+            if len(batch) == pacer.max_batch():
+                yield self._schedule_paced_batch(batch, pacer, by)
+                batch = []
+        if batch:
+            yield self._schedule_paced_batch(batch, pacer, by)
+
+    def _schedule_paced_batch(
+        self, batch: Sequence[NewJob], pacer: WritePacer, by: str
+    ) -> list[ScheduleOutcome]:
+        per_range: dict[int, int] = {}
+        for new_job in batch:
+            # Counted before validation: a refused job writes nothing, so this can only
+            # overcount, never let a range exceed its rate.
+            index = shard_of(new_job.job_id, self._docs.shards)
+            per_range[index] = per_range.get(index, 0) + 1
+        pacer.take(per_range)
+        return self.schedule_many(batch, by=by)
 
     def _create_batch(
         self,

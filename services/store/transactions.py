@@ -162,8 +162,9 @@ class TransactionRunner:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
 
-    def get_document(self, reference: Any) -> DocumentSnapshot | None:
-        """`Gateway.get_document`: one read outside a transaction, None for NOT_FOUND."""
+    def get_document(self, reference: Any) -> Any | None:
+        """`Gateway.get_document`: one read outside a transaction, the raw `Document` or None
+        for NOT_FOUND."""
         return self.gateway.get_document(reference)
 
     def query_in(self, transaction: Transaction, spec: QuerySpec) -> Iterator[tuple[str, Any]]:

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 CUSTOM_PREFIX = "custom.googleapis.com/deferred_jobs/"
+# Every scan gauge carries the partition (`scanPartitions`) whose run wrote it: with k > 1,
+# k runs a minute write the same gauges, and without the label their points would be one
+# series, each run overwriting the others'. The metric descriptors (infra/monitoring.py)
+# declare it; the alerts reduce over it.
+PARTITION_LABEL = "partition"
 
 ValueType = Literal["INT64", "DOUBLE"]
 
@@ -233,6 +238,7 @@ class ScanReport:
     shard_stranded: int = 0
     shard_layout_mismatch: int = 0
     actions_paused: int = 0
+    partition: int = 0  # the partition whose run this is (0 with one partition)
 
     def gauge_values(self) -> dict[GaugeMetric, int | float]:
         """Each scan gauge with this run's value, in SCAN_GAUGES order."""

@@ -78,8 +78,8 @@ def drill(size: int, rate: float, interval: float) -> None:
     """One size, in this process; prints one JSON line of figures last."""
     from google.cloud import firestore
 
-    from services.cli.planner import plan_drain
     from services.jobs.clock import SystemClock
+    from services.jobs.plan import plan_drain
     from services.store.job_store import FirestoreJobStore
     from tests.benchmarks.bench_worker import _separate_process
 

@@ -6,11 +6,11 @@ Each set-up goes through real OIDC-signed push into the worker:
    lock;
 2. the emulators in a process of their own (`python -m emulators`), the same worker instance
    in this one;
-3. with JOBS_BENCH_WORKER_DEPLOYED=1, also as deployed: the worker started as its container
-   starts it (`functions-framework --target=worker`, gunicorn gthread, THREADS etc. from
-   infra/env.py's `server_environment`, settings from JOBS_* variables only) with WORKERS
-   processes sharing one listening socket, standing for that many Cloud Run instances behind
-   one URL (the kernel spreads the connections over them).
+3. with JOBS_BENCH_WORKER_DEPLOYED=1 also (=only: only this one) as deployed: the worker
+   started as its container starts it (`functions-framework --target=worker`, gunicorn
+   gthread, THREADS etc. from infra/env.py's `server_environment`, settings from JOBS_*
+   variables only) with WORKERS processes sharing one listening socket, standing for that many
+   Cloud Run instances behind one URL (the kernel spreads the connections over them).
 In each the emulator keeps at most instances x `workerConcurrency` (infra/config.py, the
 value Cloud Run's per-instance concurrency and THREADS both come from) push requests in flight:
 Pub/Sub itself has no fixed cap and adapts to the endpoint's successes
@@ -19,8 +19,10 @@ per instance (https://cloud.google.com/run/docs/about-concurrency).
 Schedules, claims and enqueues N jobs (one source object each), then publishes their IDs and
 times from the first publish to the last 2xx answer. Firestore's counters are reset just before
 publishing, so the reads and writes printed per job are the worker's alone (start, complete).
-Then the same number of messages is pushed to an endpoint that only answers 204 (raw push
-throughput, with the same OIDC push and concurrency) and the ratio is printed.
+The deployed set-up also prints the worker processes' CPU (user + system, from /proc) per job,
+beside the load average: the figure issue 35 tracks. Then the same number of messages is pushed
+to an endpoint that only answers 204 (raw push throughput, with the same OIDC push and
+concurrency) and the ratio is printed.
 Run: `.venv/bin/python -m tests.benchmarks worker` (JOBS_BENCH_WORKER_JOBS=N to change N,
 JOBS_BENCH_WORKER_INSTANCES=K for the deployed set-up's instances; default: the CPU count).
 """
@@ -67,6 +69,9 @@ class Worker:
     url: str
     acknowledged: Callable[[], int]
     others: Callable[[], dict[int, int]]
+    # CPU seconds the worker's own processes have used so far; None when the worker shares
+    # this process with the benchmark (its CPU cannot be told apart).
+    cpu_s: Callable[[], float] | None = None
 
 
 def worker_concurrency() -> int:
@@ -129,6 +134,25 @@ def main() -> None:
     jobs = int(os.environ.get("JOBS_BENCH_WORKER_JOBS", DEFAULT_JOBS))
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     concurrency = worker_concurrency()
+    deployed = os.environ.get("JOBS_BENCH_WORKER_DEPLOYED", "0")
+    if deployed not in ("0", "1", "only"):
+        raise SystemExit(f"JOBS_BENCH_WORKER_DEPLOYED: {deployed!r} is not 0, 1 or only")
+    if deployed != "only":
+        _run_in_process(jobs, concurrency)
+    if deployed == "0":
+        return
+    instances = _instances()
+    print(
+        "-- as deployed: emulators in their own process, the worker by functions-framework "
+        f"with {instances} instance(s) x {concurrency} threads (push concurrency "
+        f"{instances * concurrency})",
+        flush=True,
+    )
+    with _separate_process(instances * concurrency) as emulators:
+        _run(jobs, emulators, "bench-worker-c", _deployed_worker(instances, concurrency))
+
+
+def _run_in_process(jobs: int, concurrency: int) -> None:
     print(
         f"-- emulators and one worker instance in this process (push concurrency {concurrency})",
         flush=True,
@@ -142,17 +166,6 @@ def main() -> None:
     )
     with _separate_process(concurrency) as emulators:
         _run(jobs, emulators, "bench-worker-b", _worker_in_process)
-    if os.environ.get("JOBS_BENCH_WORKER_DEPLOYED") != "1":
-        return
-    instances = _instances()
-    print(
-        "-- as deployed: emulators in their own process, the worker by functions-framework "
-        f"with {instances} instance(s) x {concurrency} threads (push concurrency "
-        f"{instances * concurrency})",
-        flush=True,
-    )
-    with _separate_process(instances * concurrency) as emulators:
-        _run(jobs, emulators, "bench-worker-c", _deployed_worker(instances, concurrency))
 
 
 WorkerFactory = Callable[[str, Emulators, Any], contextlib.AbstractContextManager[Worker]]
@@ -253,6 +266,7 @@ def _deployed_worker(instances: int, concurrency: int) -> WorkerFactory:
                     for status, n in emulators.push_statuses().items()
                     if status.isdigit() and not 200 <= int(status) < 300
                 },
+                lambda: rig.tree_cpu_s(process.pid),
             )
         finally:
             process.terminate()
@@ -342,6 +356,8 @@ def _run(jobs: int, emulators: Emulators, project: str, start_worker: WorkerFact
             }
         )
         emulators.reset_stats(project)
+        cpu_before = worker.cpu_s() if worker.cpu_s else None
+        load_before = rig.loadavg()
         started = time.perf_counter()
         futures = [
             publisher.publish(
@@ -355,6 +371,8 @@ def _run(jobs: int, emulators: Emulators, project: str, start_worker: WorkerFact
         while worker.acknowledged() < len(claimed) and time.monotonic() < deadline:
             time.sleep(0.02)
         elapsed = time.perf_counter() - started
+        cpu_used = worker.cpu_s() - cpu_before if worker.cpu_s and cpu_before is not None else None
+        load_after = rig.loadavg()
         stats = emulators.stats(project)
         completed, other = worker.acknowledged(), worker.others()
         subscriber.delete_subscription(subscription=subscription)
@@ -371,6 +389,15 @@ def _run(jobs: int, emulators: Emulators, project: str, start_worker: WorkerFact
         f"total {reads + writes:.2f}"
     )
     print(f"Firestore RPCs during the run: {stats['calls']}")
+    if cpu_used is not None:
+        # The measure of the worker's own cost: its processes' CPU (user + system) from the
+        # first publish to the last answer, per job; at 100 % of one vCPU that is the rate.
+        ms = cpu_used * 1000 / per_job
+        print(
+            f"worker CPU: {cpu_used:.2f} s, {ms:.2f} ms per job, "
+            f"{1000 / ms if ms else 0:,.0f} jobs/s per busy vCPU "
+            f"(load average {load_before} before, {load_after} after)"
+        )
 
     raw_rate = _raw_push(publisher, subscriber, project, len(claimed))
     print(

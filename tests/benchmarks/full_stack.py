@@ -77,8 +77,10 @@ def full_stack(
     *,
     http_targets: Mapping[str, Any] | None = None,
     service_env: Mapping[str, Mapping[str, str]] | None = None,
+    shards: int = 1,
 ) -> Iterator[Any]:
-    """The stack, started; stopped (every child process) on the way out."""
+    """The stack (JOBS_SHARDS=`shards` everywhere, the emulator's index set of that N),
+    started; stopped (every child process) on the way out."""
     from services.local.system import Options, Ports
 
     with tempfile.TemporaryDirectory(prefix=f"stack-{name}-") as folder:
@@ -89,6 +91,7 @@ def full_stack(
             fresh=True,
             log_dir=Path(folder),
             http_targets=dict(http_targets or {}),
+            shards=shards,
         )
         stack = _stack_class()(options, service_env or {})
         try:

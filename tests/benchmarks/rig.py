@@ -114,23 +114,40 @@ class LauncherProcess:
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the emulator process and every process it started
         (Google's emulators: gcloud and its JVM) have used so far (Linux /proc)."""
-        stats: dict[int, list[str]] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        tree, ticks = {self.pid}, 0
-        grew = True
-        while grew:  # descendants: a process whose parent (field 1 after the name) is in tree
-            grew = False
-            for pid, fields in stats.items():
-                if pid not in tree and int(fields[1]) in tree:
-                    tree.add(pid)
-                    grew = True
-        for pid in tree:
-            if pid in stats:
-                ticks += int(stats[pid][11]) + int(stats[pid][12])
-        return ticks / os.sysconf("SC_CLK_TCK")
+        return tree_cpu_s(self.pid)
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds (user + system) process `root` and all its descendants have used so far
+    (Linux /proc); processes that already exited are not counted."""
+    stats = process_table()
+    tree, ticks = {root}, 0
+    grew = True
+    while grew:  # descendants: a process whose parent (field 1 after the name) is in tree
+        grew = False
+        for pid, fields in stats.items():
+            if pid not in tree and int(fields[1]) in tree:
+                tree.add(pid)
+                grew = True
+    for pid in tree:
+        if pid in stats:
+            ticks += cpu_ticks(stats[pid])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def process_table() -> dict[int, list[str]]:
+    """Every process's /proc/PID/stat fields after the name (field 3 on: state, ppid, ...)."""
+    table: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                table[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+    return table
+
+
+def cpu_ticks(fields: list[str]) -> int:
+    """utime + stime (fields 14 and 15 of /proc/PID/stat: 11 and 12 after the name)."""
+    return int(fields[11]) + int(fields[12])
 
 
 @contextlib.contextmanager
@@ -143,7 +160,15 @@ def own_process(
     `python -m emulators --official`, Google's Firestore and Pub/Sub emulators (gcloud, a JVM
     each) in place of the built-in ones; `cpu_s` then counts the JVMs too."""
     command = [sys.executable, "-m", "emulators"]
-    for flag in ("firestore", "firestore-admin", "pubsub", "pubsub-admin", "oidc", "storage"):
+    for flag in (
+        "firestore",
+        "firestore-admin",
+        "pubsub",
+        "pubsub-admin",
+        "oidc",
+        "storage",
+        "monitoring",
+    ):
         command += [f"--{flag}-port", "0"]
     if official:
         command.append("--official")
@@ -467,3 +492,9 @@ def states(client: Any, ids: Sequence[str]) -> dict[str, int]:
             state = str(snapshot.get("state"))
             found[state] = found.get(state, 0) + 1
     return found
+
+
+def loadavg() -> str:
+    """The machine's 1, 5 and 15 minute load averages, printed beside a CPU figure: on a
+    shared machine CPU per job rises with the load."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])

@@ -1,12 +1,15 @@
 """Runs the Pulumi program under mocks: no cloud, no CLI, no provider plugins.
 
-`run_stack(name)` loads `Pulumi.<name>.yaml`'s `config:` map into the Pulumi runtime, calls
-`infra.program.build(load_config())` inside `pulumi.runtime.test`, and returns every resource
-the program registered (type, name, inputs as sent on the wire, camelCase, and the names of
-the resources it depends on) and the stack outputs. The session fixtures `dev` and `prod` run
-each example stack once. The example stacks carry no image (it is set per stack after the
-build), and none of what a deployer sets per stack (project, bucket, alert emails, API
-callers: `DEPLOYER_CONFIG`), so runs get those unless a test says otherwise.
+`run_stack(name)` loads `Pulumi.<name>.yaml`'s `config:` map into the Pulumi runtime, runs
+what `infra/__main__.py` runs (`infra.stack.deploy_stack()`: one `DeferredJobs` component)
+inside `pulumi.runtime.test`, and returns every custom resource the program registered (type,
+name, inputs as sent on the wire, camelCase, and the names of the resources it depends on) and
+the stack outputs. Names are relative to the component: its `<namePrefix>-` is dropped, so a
+test names `scan-service`, not `deferred-jobs-scan-service`; `urns` keeps every full URN.
+The session fixtures `dev` and `prod` run each example stack once. The example stacks carry
+no image (it is set per stack after the build), and none of what a deployer sets per stack
+(project, bucket, alert emails, API callers: `DEPLOYER_CONFIG`), so runs get those unless a
+test says otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import pytest
 import yaml
 from pulumi.runtime.mocks import MockMonitor
 
+from services.edge.resource_names import NAME_PREFIX
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "deferred-jobs"
 PROJECT_NUMBER = "123456789012"
@@ -32,7 +37,14 @@ TEST_IMAGE = (
     + "0123456789abcdef" * 4
 )
 PUBSUB_AGENT_EMAIL = f"service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
+IAP_AGENT_EMAIL = f"service-{PROJECT_NUMBER}@gcp-sa-iap.iam.gserviceaccount.com"
+# The service agents the program asks generateServiceIdentity for, by API.
+SERVICE_AGENTS = {
+    "pubsub.googleapis.com": PUBSUB_AGENT_EMAIL,
+    "iap.googleapis.com": IAP_AGENT_EMAIL,
+}
 GET_ACCOUNT = "gcp:serviceaccount/getAccount:getAccount"
+GET_BUCKET = "gcp:storage/getBucket:getBucket"
 # What docs/deploy.md step 5 has the deployer set per stack (no stack file commits them):
 # a project and bucket of their own, alert emails and API callers of their organisation.
 DEPLOYER_CONFIG: dict[str, dict[str, Any]] = {
@@ -67,6 +79,17 @@ class StackRun:
     outputs: dict[str, Any] = field(default_factory=dict)
     # resource name -> names of the resources it depends on (depends_on and its inputs)
     dependencies: dict[str, frozenset[str]] = field(default_factory=dict)
+    # Every URN registered (components included), in order: a repeat is a collision.
+    urns: list[str] = field(default_factory=list)
+    # resource name -> its custom timeouts (create, update, delete; "" where unset)
+    timeouts: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    # resource name -> its aliases' (name, no parent) as sent to the engine
+    aliases: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
+    # The prefix dropped from names (the component's name and "-"); "" keeps full names.
+    component: str = ""
+
+    def short(self, name: str) -> str:
+        return name.removeprefix(self.component)
 
     def waits_for(self, name: str) -> set[str]:
         """Every resource `name` is created after, directly or through others."""
@@ -113,8 +136,8 @@ def _computed(typ: str, resource: str, inputs: dict[str, Any]) -> tuple[str, dic
         state["name"] = f"projects/{project}/roles/{inputs['roleId']}"
         return state["name"], state
     if typ == "gcp:projects/serviceIdentity:ServiceIdentity":
-        assert inputs["service"] == "pubsub.googleapis.com", inputs
-        state.update(email=PUBSUB_AGENT_EMAIL, member=f"serviceAccount:{PUBSUB_AGENT_EMAIL}")
+        agent = SERVICE_AGENTS[inputs["service"]]
+        state.update(email=agent, member=f"serviceAccount:{agent}")
         return f"projects/{project}/services/{inputs['service']}", state
     if typ == "gcp:monitoring/notificationChannel:NotificationChannel":
         state["name"] = f"projects/{project}/notificationChannels/{resource}"
@@ -130,9 +153,22 @@ class RecordingMonitor(MockMonitor):
         self._run = run
 
     def RegisterResource(self, request: Any) -> Any:  # the gRPC method's name
-        names = frozenset(urn.rsplit("::", 1)[-1] for urn in request.dependencies)
-        self._run.dependencies[request.name] = names
-        return super().RegisterResource(request)
+        names = frozenset(self._run.short(urn.rsplit("::", 1)[-1]) for urn in request.dependencies)
+        self._run.dependencies[self._run.short(request.name)] = names
+        self._run.aliases[self._run.short(request.name)] = [
+            (alias.spec.name, alias.spec.noParent) for alias in request.aliases
+        ]
+        if request.HasField("customTimeouts"):
+            limits = request.customTimeouts
+            self._run.timeouts[self._run.short(request.name)] = (
+                limits.create,
+                limits.update,
+                limits.delete,
+            )
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self._run.urns.append(response.urn)
+        return response
 
 
 class ProviderError(grpc.RpcError):
@@ -151,15 +187,24 @@ class ProviderError(grpc.RpcError):
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
-    """`missing_accounts`: service accounts the provider's getAccount read does not find."""
+    """`missing_accounts`: service accounts the provider's getAccount read does not find;
+    `missing_buckets`: buckets its getBucket read does not find."""
 
-    def __init__(self, run: StackRun, missing_accounts: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        run: StackRun,
+        missing_accounts: Collection[str] = (),
+        missing_buckets: Collection[str] = (),
+    ) -> None:
         self._run = run
         self._missing = frozenset(missing_accounts)
+        self._missing_buckets = frozenset(missing_buckets)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        if not args.custom:  # a component: no provider state
+            return f"{args.name}-component", {}
         resource_id, state = _computed(args.typ, args.name, dict(args.inputs))
-        self._run.resources.append(Registered(args.typ, args.name, state))
+        self._run.resources.append(Registered(args.typ, self._run.short(args.name), state))
         return resource_id, state
 
     def call(
@@ -177,6 +222,17 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 )
             name = f"projects/-/serviceAccounts/{email}"
             return {"email": email, "name": name, "member": f"serviceAccount:{email}"}, []
+        if args.token == GET_BUCKET:
+            bucket = str(args.args["name"])
+            if bucket in self._missing_buckets:
+                # What the provider's bucket read reports for a bucket that does not exist.
+                raise ProviderError(
+                    "googleapi: Error 404: The specified bucket does not exist., notFound"
+                )
+            return {
+                "name": bucket,
+                "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}",
+            }, []
         raise AssertionError(f"unexpected provider call {args.token}")
 
 
@@ -203,6 +259,7 @@ def run_stack(
     image: str | None = TEST_IMAGE,
     deployer: Mapping[str, Any] | None = None,
     missing_accounts: Collection[str] = (),
+    missing_buckets: Collection[str] = (),
     config: Mapping[str, Any] | None = None,
 ) -> StackRun:
     """Build the program for `stack` (plus `overrides`, keys without namespace) under mocks,
@@ -211,7 +268,7 @@ def run_stack(
     replaces both the stack file and `deployer`: the whole stack configuration, as Pulumi holds
     it (namespaced keys), e.g. what a walk through docs/deploy.md has set."""
     run = StackRun()
-    mocks = RecordingMocks(run, missing_accounts)
+    mocks = RecordingMocks(run, missing_accounts, missing_buckets)
     pulumi.runtime.set_mocks(
         mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(mocks, run)
     )
@@ -224,34 +281,22 @@ def run_stack(
             values[f"{PROJECT}:image"] = image
     values.update({f"{PROJECT}:{key}": value for key, value in (overrides or {}).items()})
     values.update({f"{PROJECT}:{key}": value for key, value in (secrets or {}).items()})
+    # The repository's stack names its component after namePrefix (infra/stack.py).
+    run.component = f"{values.get(f'{PROJECT}:namePrefix') or NAME_PREFIX}-"
     pulumi.runtime.set_all_config(
         {key: _as_pulumi_string(value) for key, value in values.items()},
         [f"{PROJECT}:{key}" for key in (secrets or {})],
     )
     # Imported after set_mocks, as Pulumi's testing guide asks; the modules do no work at import.
-    from infra.config import load_config
-    from infra.program import build
+    from infra.stack import deploy_stack
 
     @pulumi.runtime.test
     def program() -> pulumi.Output[Any]:
-        deployment = build(load_config())
-        return pulumi.Output.all(**deployment.outputs()).apply(run.outputs.update)
+        stack_component = deploy_stack()
+        return pulumi.Output.all(**stack_component.outputs()).apply(run.outputs.update)
 
     program()
     return run
-
-
-def run_with_api(
-    stack: str, overrides: Mapping[str, Any] | None = None, **options: Any
-) -> StackRun:
-    """run_stack (with its keyword `options`), building what __main__.py builds (the core stack
-    plus the API)."""
-    import infra.program
-    from infra.api import build_with_api
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(infra.program, "build", build_with_api)
-        return run_stack(stack, overrides, **options)
 
 
 @pytest.fixture(scope="session")
@@ -261,8 +306,16 @@ def dev() -> StackRun:
 
 @pytest.fixture(scope="session")
 def dev_with_api() -> StackRun:
-    """The dev stack as `pulumi up` deploys it: the core services and the API."""
-    return run_with_api("dev")
+    """The dev stack as `pulumi up` deploys it: the core services and the API (its deployer
+    names callers)."""
+    return run_stack("dev")
+
+
+@pytest.fixture(scope="session")
+def dev_with_console() -> StackRun:
+    """The dev stack with the console deployed too (it is deployed when the stack names people
+    to use it)."""
+    return run_stack("dev", {"consoleOperators": ["user:oncall@acme-media.com"]})
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,13 @@ from infra.errors import InfraConfigError
 from services.api import settings as api_keys
 from services.api.settings import ApiSettings
 from services.edge.settings import BEHIND_CLOUD_RUN_IAM, PREFIX
-from tests.infra.conftest import DEPLOYER_CONFIG, ROOT, StackRun, run_with_api, stack_config
+from tests.infra.conftest import (
+    DEPLOYER_CONFIG,
+    ROOT,
+    StackRun,
+    run_stack,
+    stack_config,
+)
 
 SERVICE = "cloudrunv2/service:Service"
 RUN_INVOKER = "cloudrunv2/serviceIamMember:ServiceIamMember"
@@ -29,7 +35,7 @@ PROJECT_GRANT = "projects/iAMMember:IAMMember"
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
 def stack(request: pytest.FixtureRequest) -> Iterator[tuple[str, StackRun]]:
-    yield request.param, run_with_api(request.param)
+    yield request.param, run_stack(request.param)
 
 
 # Cloud Run sets K_SERVICE in every container; the behind-IAM flag requires it.
@@ -67,7 +73,9 @@ def test_the_api_runs_the_api_target_of_the_one_image(stack: tuple[str, StackRun
     body = ast.parse(source.read_text()).body
     functions = {n.name for n in body if isinstance(n, ast.FunctionDef)}
     assert "api" in functions
-    assert service["ingress"] == "INGRESS_TRAFFIC_INTERNAL_ONLY"
+    # Every admitted caller reaches it, wherever it runs; IAM admits only them (below).
+    assert service["ingress"] == "INGRESS_TRAFFIC_ALL"
+    assert not service.get("invokerIamDisabled")
     assert service["template"]["serviceAccount"] == runtime_email(run)
 
 
@@ -145,7 +153,7 @@ def test_the_api_is_deployed_as_the_scan_and_the_worker_are(stack: tuple[str, St
 
 def test_each_of_several_callers_gets_its_own_binding() -> None:
     callers = [f"caller-{n}@p.iam.gserviceaccount.com" for n in range(3)]
-    run = run_with_api("dev", {"apiCallers": callers})
+    run = run_stack("dev", {"apiCallers": callers})
     api_name = api_service(run)["name"]
     bindings = [r for r in run.of_type(RUN_INVOKER) if r.state["name"] == api_name]
     assert sorted(b.state["member"] for b in bindings) == [f"serviceAccount:{c}" for c in callers]
@@ -153,7 +161,7 @@ def test_each_of_several_callers_gets_its_own_binding() -> None:
 
 
 def test_no_callers_means_no_api_service_and_no_url() -> None:
-    run = run_with_api("dev", {"apiCallers": []})
+    run = run_stack("dev", {"apiCallers": []})
     assert [r for r in run.resources if r.name.startswith(("api-service", "sa-api"))] == []
     assert "api_url" not in run.outputs
 
@@ -181,3 +189,12 @@ def test_the_installed_package_carries_the_openapi_document(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     built = tmp_path / "lib" / "services" / "api" / "openapi.json"
     assert built.read_bytes() == (ROOT / "services" / "api" / "openapi.json").read_bytes()
+
+
+def test_a_stack_may_ask_for_internal_ingress_and_nothing_else() -> None:
+    internal = run_stack("prod", {"apiIngress": "internal"})
+    assert api_service(internal)["ingress"] == "INGRESS_TRAFFIC_INTERNAL_ONLY"
+    # The other services keep theirs; IAM still admits only the callers.
+    assert internal.one(SERVICE, "scan-service").state["ingress"] == "INGRESS_TRAFFIC_INTERNAL_ONLY"
+    with pytest.raises(InfraConfigError, match=r"apiIngress='public' must be one of all, internal"):
+        run_stack("prod", {"apiIngress": "public"})

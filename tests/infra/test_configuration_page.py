@@ -7,19 +7,16 @@ import re
 
 from infra import configuration
 from infra.config import SETTINGS
-from services.api import settings as api_settings
 from services.cli import backends as cli_backends
-from services.scan import settings as scan_settings
-from services.worker import settings as worker_settings
+from services.console import settings as console_settings
 from tests.infra.conftest import ROOT
 
 # A JOBS_* name not inside a longer one (DEFERRED_JOBS_API_URL is the local producer's).
 JOBS_NAME = re.compile(r"(?<![A-Za-z0-9_])JOBS_[A-Z0-9_]*[A-Z0-9]")
 DECLARED = {
-    *scan_settings.ALL_KEYS,
-    *worker_settings.ALL_KEYS,
-    *api_settings.ALL_KEYS,
+    *(key for _, module, _ in configuration.READERS for key in module.ALL_KEYS),
     *cli_backends.OWN_KEYS,
+    *console_settings.EXPORT_ONLY_KEYS,
 }
 
 

@@ -39,6 +39,9 @@ ROLE_FOR_TYPE = {
     "gcp:monitoring/dashboard:Dashboard": "roles/monitoring.editor",
     "gcp:logging/metric:Metric": "roles/logging.configWriter",
     "time:index/sleep:Sleep": "",  # local to the Pulumi engine: no Google permission
+    "gcp:iap/webCloudRunServiceIamMember:WebCloudRunServiceIamMember": "roles/iap.admin",
+    # On the billing account, not the project: granted apart from the loop (step 1).
+    "gcp:billing/budget:Budget": "",
 }
 # Attaching a service account (Cloud Run runtime, scheduler and push OIDC) is actAs on it.
 ACTS_AS = "roles/iam.serviceAccountUser"
@@ -53,7 +56,15 @@ def test_the_guide_lists_a_role_for_every_resource_type_the_stack_creates(
     stack: StackRun,
 ) -> None:
     with_slack = run_stack("dev", overrides={"slackChannel": "#x"}, secrets={"slackAuthToken": "t"})
-    types = {r.type for r in [*stack.resources, *with_slack.resources]}
+    with_all = run_stack(
+        "prod",
+        overrides={
+            "consoleOperators": ["user:oncall@acme-media.com"],
+            "budgetAmount": 200,
+            "billingAccount": "01ABCD-23EF45-6789AB",
+        },
+    )
+    types = {r.type for r in [*stack.resources, *with_slack.resources, *with_all.resources]}
     unknown = types - set(ROLE_FOR_TYPE)
     assert not unknown, f"no deployer role known for {sorted(unknown)}"
     roles = _deployer_roles()
@@ -61,6 +72,8 @@ def test_the_guide_lists_a_role_for_every_resource_type_the_stack_creates(
         if ROLE_FOR_TYPE[typ]:
             assert ROLE_FOR_TYPE[typ] in roles, typ
     assert ACTS_AS in roles
+    # The budget's role is the billing account's; the guide names it beside the loop.
+    assert "roles/billing.costsManager" in GUIDE.split("### 1.")[1].split("### 2.")[0]
 
 
 def test_the_deployer_needs_neither_owner_nor_editor() -> None:

@@ -34,6 +34,8 @@ _HOST = textwrap.dedent(
             return args.name + "-id", state
 
         def call(self, args):
+            if args.token == "gcp:storage/getBucket:getBucket":  # the bucket exists
+                return {"name": args.args["name"]}, []
             return {"number": "123456789012"}, []
 
     pulumi.runtime.set_mocks(Mocks(), project="deferred-jobs", stack="dev", preview=False)

@@ -31,7 +31,6 @@ from tests.infra.conftest import (
     ROOT,
     StackRun,
     run_stack,
-    run_with_api,
     stack_config,
 )
 
@@ -110,7 +109,7 @@ CREATED = {g.type for g in metrics.SCAN_GAUGES} | {m.type for m in metrics.LOG_M
 def test_alerts_on_log_based_metrics_are_created_after_a_wait_after_every_log_metric(
     stack: StackRun,
 ) -> None:
-    (sleep,) = stack.of_type(SLEEP)
+    sleep = stack.one(SLEEP, "metrics-usable")
     duration = sleep.state["createDuration"]
     assert duration.endswith("m") and int(duration[:-1]) >= 10  # "up to 10 minutes"
     log_metrics = {f"log-{m.name}" for m in metrics.LOG_METRICS}
@@ -123,7 +122,7 @@ def test_alerts_on_log_based_metrics_are_created_after_a_wait_after_every_log_me
 
 
 def test_alerts_on_the_scans_gauges_wait_too_and_pubsubs_do_not(stack: StackRun) -> None:
-    (sleep,) = stack.of_type(SLEEP)
+    sleep = stack.one(SLEEP, "metrics-usable")
     descriptors = {f"gauge-{g.short_name}" for g in metrics.SCAN_GAUGES}
     assert descriptors <= stack.waits_for(sleep.name)
     for name in _alerts_on(stack, CREATED):
@@ -164,7 +163,12 @@ def test_the_scheduler_job_waits_for_indexes_grants_topic_and_subscription(
     required = {
         *(r.name for r in stack.of_type("firestore/index:Index")),
         *(r.name for r in stack.of_type("firestore/field:Field")),
-        *(r.name for r in stack.of_type("projects/iAMMember:IAMMember")),
+        # The runtimes' project roles (the api's and the console's are theirs alone).
+        *(
+            r.name
+            for r in stack.of_type("projects/iAMMember:IAMMember")
+            if r.name.startswith(("scan-", "worker-"))
+        ),
         "scan-publishes-jobs",
         "worker-media-bucket",
         "jobs-topic",
@@ -369,7 +373,7 @@ class PulumiWalk:
 
     def preview(self, stack: str, what: str = "pulumi preview") -> StackRun | None:
         try:
-            run = run_with_api(
+            run = run_stack(
                 stack, config=self.stacks[stack], missing_accounts=self.missing_accounts
             )
         except InfraConfigError as exc:
@@ -454,6 +458,21 @@ def test_the_guide_run_literally_from_empty_configs_refuses_each_missing_key_the
     final = done.previews[-1]
     assert "api_url" in final.outputs
     _assert_no_placeholder(final, done.variables["PROJECT"])
+    # What the `up` deploys: request-based billing on every service, the API reachable by
+    # its callers wherever they run (IAM admits them), after the APIs have propagated.
+    services = final.of_type("cloudrunv2/service:Service")
+    assert len(services) == 3
+    for service in services:
+        assert service.state["template"]["containers"][0]["resources"]["cpuIdle"] is True
+        assert "apis-propagated" in final.waits_for(service.name)
+    api = final.one("cloudrunv2/service:Service", "api-service").state
+    assert api["ingress"] == "INGRESS_TRAFFIC_ALL"
+    invokers = {
+        r.state["member"]
+        for r in final.of_type("cloudrunv2/serviceIamMember:ServiceIamMember")
+        if r.state["name"] == api["name"]
+    }
+    assert invokers == {f"serviceAccount:{caller}"}
 
 
 def _strings(value: Any) -> Iterator[str]:

@@ -15,7 +15,7 @@ from infra.config import RunTarget, parse_config
 from infra.errors import InfraConfigError
 from services.jobs.http_request import target_rates
 from services.jobs.http_targets import parse_targets
-from tests.infra.conftest import PROJECT_NUMBER, StackRun, run_with_api
+from tests.infra.conftest import PROJECT_NUMBER, StackRun, run_stack
 from tests.infra.test_config import MINIMAL
 
 TARGETS: dict[str, Any] = {
@@ -69,7 +69,7 @@ def test_bad_targets_fail_the_preview_naming_the_key(targets: Any, named: str) -
 
 @pytest.fixture(scope="module")
 def with_targets() -> StackRun:
-    return run_with_api("dev", {"httpTargets": TARGETS})
+    return run_stack("dev", {"httpTargets": TARGETS})
 
 
 def _envs(run: StackRun, key: str) -> dict[str, str]:

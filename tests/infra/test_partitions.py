@@ -11,7 +11,7 @@ import pytest
 from services.edge.settings import CLOUD_RUN_SERVICE
 from services.scan.partitions import PartitionError, partition_shards, shards_of
 from services.scan.settings import SCAN_PARTITIONS, ScanSettings
-from tests.infra.conftest import run_stack
+from tests.infra.conftest import StackRun, run_stack
 
 JOB = "cloudscheduler/job:Job"
 
@@ -65,3 +65,57 @@ def test_a_partition_without_shards_is_refused() -> None:
     with pytest.raises(PartitionError):
         shards_of(4, 4, 8)
     assert shards_of(0, 1, 8) is None
+
+
+# --- the gauges carry their partition ---------------------------------------------------
+
+
+def test_every_scan_gauge_descriptor_declares_the_partition_label(prod: StackRun) -> None:
+    from services.telemetry import metrics
+
+    descriptors = prod.of_type("monitoring/metricDescriptor:MetricDescriptor")
+    assert len(descriptors) == len(metrics.SCAN_GAUGES)
+    for descriptor in descriptors:
+        assert descriptor.state["labels"] == [
+            {
+                "key": metrics.PARTITION_LABEL,
+                "valueType": "STRING",
+                "description": "the scan partition whose run wrote the point",
+            }
+        ]
+
+
+def test_gauge_alerts_reduce_over_partitions_and_absence_is_per_partition(
+    prod: StackRun,
+) -> None:
+    from infra.monitoring import GAUGE_REDUCER
+    from services.telemetry import metrics
+
+    gauges = {g.type for g in metrics.SCAN_GAUGES}
+    reduced = absent = 0
+    for policy in prod.of_type("monitoring/alertPolicy:AlertPolicy"):
+        (condition,) = policy.state["conditions"]
+        body = condition.get("conditionThreshold") or condition["conditionAbsent"]
+        if body["filter"].split('"')[1] not in gauges:
+            continue
+        if "conditionAbsent" in condition:
+            absent += 1
+            assert "aggregations" not in body  # each partition's series on its own
+            continue
+        reduced += 1
+        assert [a["crossSeriesReducer"] for a in body["aggregations"]] == [GAUGE_REDUCER]
+    assert (reduced, absent) == (5, 1)
+
+
+def test_two_partitions_write_two_series_of_each_gauge() -> None:
+    from services.edge.monitoring import CloudMonitoringSink
+    from services.telemetry.metrics import PARTITION_LABEL, SCAN_GAUGES, ScanReport
+
+    sink = CloudMonitoringSink(client=None, project="p", now=lambda: 1_700_000_000.0)
+    series = [
+        s
+        for partition in (0, 1)
+        for s in sink.time_series(ScanReport("r", 0.0, 0, 0, 0, 0, 0, 0, 0.0, partition=partition))
+    ]
+    keys = {(s.metric.type, s.metric.labels[PARTITION_LABEL]) for s in series}
+    assert len(keys) == len(series) == 2 * len(SCAN_GAUGES)

@@ -13,7 +13,7 @@ from services.jobs import schema
 from services.jobs.shard import MAX_SHARDS
 from services.scan.settings import ScanSettings
 from services.worker.settings import WorkerSettings
-from tests.infra.conftest import DEPLOYER_CONFIG, StackRun, run_stack, run_with_api, stack_config
+from tests.infra.conftest import DEPLOYER_CONFIG, StackRun, run_stack, stack_config
 
 SERVICE = "cloudrunv2/service:Service"
 READERS = {
@@ -31,7 +31,7 @@ def _jobs_envs(run: StackRun, name: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("shards", [None, 4])
 def test_every_service_gets_the_one_shard_count(shards: int | None) -> None:
-    run = run_with_api("dev", {"shards": shards} if shards else None)
+    run = run_stack("dev", {"shards": shards} if shards else None)
     for name, read in READERS.items():
         environ = _jobs_envs(run, name)
         assert environ[SHARDS] == str(shards or 1), name

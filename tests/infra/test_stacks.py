@@ -70,6 +70,7 @@ def test_both_example_stacks_build_and_export_every_output(stack: StackRun) -> N
         "dead_letter_topic",
         "dead_letter_subscription",
         "scheduler_job",
+        "api_url",  # both example stacks' deployers name API callers
     }
     assert all(stack.outputs.values())
 
@@ -90,9 +91,12 @@ def test_each_cloud_run_service_has_exactly_its_one_invoker(
     assert [(b["role"], b["member"]) for b in bindings] == [
         ("roles/run.invoker", f"serviceAccount:{_email(stack, invoker)}")
     ]
-    # No other IAM grant on the project or elsewhere hands out run.invoker.
+    # No other IAM grant on the project or elsewhere hands out run.invoker: the scan's, the
+    # worker's, and one per API caller on the API.
     invokers = [r for r in stack.resources if r.state.get("role") == "roles/run.invoker"]
-    assert len(invokers) == 2
+    api_callers = [r for r in invokers if r.name.startswith("api-invoker-")]
+    assert len(api_callers) >= 1
+    assert len(invokers) == 2 + len(api_callers)
 
 
 def test_services_are_internal_only_and_run_as_their_own_runtime_account(stack: StackRun) -> None:
@@ -229,8 +233,11 @@ def test_runtimes_have_least_privilege_and_invokers_have_no_project_roles(
     # Only the scan writes time series (its gauges) and reads one (the backlog age); the
     # worker's metrics are log-based, and Cloud Run ships both services' logs without
     # roles/logging.logWriter.
-    scan, worker = (f"serviceAccount:{_email(stack, account)}" for account in ("scan", "worker"))
+    scan, worker, api = (
+        f"serviceAccount:{_email(stack, account)}" for account in ("scan", "worker", "api")
+    )
     assert project_grants == {
+        (api, "roles/datastore.user"),  # the API reads and writes job records only
         (scan, "roles/datastore.user"),
         (scan, "roles/monitoring.metricWriter"),
         (scan, "roles/monitoring.viewer"),  # the push subscription's oldest unacked age
@@ -349,6 +356,7 @@ def test_name_prefix_renames_every_named_resource() -> None:
         "dj-stage-worker-rt",
         "dj-stage-scheduler",
         "dj-stage-pusher",
+        "dj-stage-api-rt",
     }
 
 

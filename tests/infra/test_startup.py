@@ -22,6 +22,9 @@ from infra import env
 from tests.infra.conftest import ROOT, StackRun
 
 SERVICES = sorted(env.FUNCTION_SOURCES)
+# Behind Cloud Run's IAM check; the console is behind IAP, whose signed header it verifies itself
+# (its settings' tests: tests/unit/console/test_settings.py).
+BEHIND_IAM = [target for target in SERVICES if target != "console"]
 
 
 def _jobs_envs(run: StackRun, key: str) -> dict[str, str]:
@@ -56,16 +59,18 @@ def test_the_check_module_is_the_function_source() -> None:
 
 @pytest.mark.parametrize("target", SERVICES)
 def test_the_check_passes_with_the_environment_the_stack_sets(
-    dev_with_api: StackRun, target: str
+    dev_with_console: StackRun, target: str
 ) -> None:
-    done = _check(target, _jobs_envs(dev_with_api, target))
+    done = _check(target, _jobs_envs(dev_with_console, target))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == ""
 
 
 @pytest.mark.parametrize("target", SERVICES)
-def test_a_bad_setting_exits_2_naming_every_bad_key(dev_with_api: StackRun, target: str) -> None:
-    jobs = _jobs_envs(dev_with_api, target)
+def test_a_bad_setting_exits_2_naming_every_bad_key(
+    dev_with_console: StackRun, target: str
+) -> None:
+    jobs = _jobs_envs(dev_with_console, target)
     jobs.pop("JOBS_PROJECT")
     jobs["JOBS_TERMINAL_RETENTION_S"] = "forever"
     jobs["JOBS_AUTH_CLOCK_SKEW_S"] = "9999"
@@ -84,11 +89,11 @@ def test_a_bad_setting_exits_2_naming_every_bad_key(dev_with_api: StackRun, targ
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("target", SERVICES)
+@pytest.mark.parametrize("target", BEHIND_IAM)
 def test_the_behind_iam_flag_off_cloud_run_exits_2_naming_it_and_k_service(
-    dev_with_api: StackRun, target: str
+    dev_with_console: StackRun, target: str
 ) -> None:
-    jobs = _jobs_envs(dev_with_api, target)
+    jobs = _jobs_envs(dev_with_console, target)
     assert jobs["JOBS_AUTH_BEHIND_CLOUD_RUN_IAM"] == "true"
     done = _check(target, jobs, on_cloud_run=False)
     assert done.returncode == 2

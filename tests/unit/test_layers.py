@@ -43,7 +43,16 @@ ALLOWED: dict[str, set[str]] = {
 # Third-party distributions the two bottom layers must never need; the store never speaks HTTP.
 HTTP_FRAMEWORKS = {"flask", "werkzeug", "functions_framework", "gunicorn", "requests"}
 
-STORE_ROLES = {"scheduling", "administration", "claims", "reclaims", "leases", "shared_keys"}
+STORE_ROLES = {
+    "scheduling",
+    "administration",
+    "claims",
+    "reclaims",
+    "leases",
+    "shared_keys",
+    "forecasts",
+    "selections",
+}
 STORE_FRONT = {"job_store"}
 
 

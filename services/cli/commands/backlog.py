@@ -9,11 +9,10 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.cli import deployment
-from services.cli.errors import UsageError
+from services.cli import deployment, deployment_costs
+from services.cli.errors import ExitCode, UsageError
 from services.cli.mode_costs import plan_modes
 from services.cli.output import Report, fields, table
-from services.cli.planner import budget_arithmetic, describe, format_duration, plan_drain
 from services.cli.session import Session
 from services.cli.timespec import duration
 from services.edge.scan_deployment import (
@@ -25,12 +24,15 @@ from services.edge.scan_deployment import (
     claim_timeout_floor_s,
 )
 from services.edge.settings import SettingsError
+from services.jobs import schema
 from services.jobs.budget import effective_claim_timeout, enqueue_budget
 from services.jobs.control import MAX_CLAIM_TIMEOUT, Control
 from services.jobs.layout import ShardCensus, layout_line, mismatched
+from services.jobs.plan import budget_arithmetic, describe, format_duration, plan_drain
 from services.jobs.record import Job
 from services.jobs.results import Reclaimed
 from services.jobs.state import State
+from services.store.job_store import FirestoreJobStore
 
 RECLAIM_BATCH = 100
 
@@ -139,7 +141,26 @@ def stats(session: Session, args: argparse.Namespace) -> Report:
         ["state", "jobs"], [[s.value, figures.per_state.get(s, 0)] for s in State]
     )
     text += _newer_records(store, figures, data)
-    return Report(data=data, text=text)
+    warning = _uninitialised(session, store, sum(figures.per_state.values()))
+    if warning is None:
+        return Report(data=data, text=text)
+    # An empty system is what a healthy idle one shows too: say why this one may not be.
+    data["warning"] = warning
+    session.stderr.write(f"jobsctl: warning: {warning}\n")
+    return Report(data=data, text=text, exit_code=ExitCode.UNINITIALISED)
+
+
+def _uninitialised(session: Session, store: FirestoreJobStore, jobs: int) -> str | None:
+    """Why the project looks uninitialised, or None: no control document (the scan's first
+    run writes it) and no job record at all, as in a mistyped --project."""
+    if jobs or store.has_control_document():
+        return None
+    return (
+        f"project {session.backends.project!r} looks uninitialised: no control document "
+        f"({schema.CONTROL}/{schema.CONTROL_DOCUMENT}, written by the scan's first run) and "
+        f"no job records in {schema.JOBS!r}; check --project / JOBS_PROJECT and the "
+        "database, or whether the scan has ever run"
+    )
 
 
 def _reach(census: ShardCensus | None) -> str:
@@ -283,6 +304,10 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
     )
     for m in modes:
         text += f"\n{m.mode}:\n  " + "\n  ".join(m.arithmetic)
+    # The whole deployment, as docs/deploy.md's cost table computes it.
+    costs = deployment_costs.summary()
+    text += "\n\nthe whole deployment per month (prod's resources; docs/deploy.md):\n  "
+    text += "\n  ".join(costs)
     data = {
         **dataclasses.asdict(result),
         "effective_rate_per_s": round(result.effective_rate_per_s, 6),
@@ -290,6 +315,7 @@ def plan(session: Session, args: argparse.Namespace) -> Report:
         "max_per_run": budget,
         "human": describe(result),
         "modes": [dataclasses.asdict(m) for m in modes],
+        "deployment_costs": costs,
     }
     return Report(data=data, text=text)
 

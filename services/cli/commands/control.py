@@ -8,12 +8,12 @@ from typing import Any
 from services.cli import deployment
 from services.cli.errors import UsageError
 from services.cli.output import Report, fields, table
-from services.cli.planner import budget_arithmetic, format_duration
 from services.cli.session import Session
 from services.cli.timespec import duration
 from services.edge.scan_deployment import SCAN_MAX_PER_RUN
 from services.jobs.control import MAX_CLAIM_BUDGET, Control
 from services.jobs.errors import ValidationError
+from services.jobs.plan import budget_arithmetic, format_duration
 from services.jobs.ramp import DEFAULT_START_RATE, OPS_PER_JOB, Ramp
 
 

@@ -16,13 +16,14 @@ from services.jobs.catalogue import Catalogue, built_in
 from services.jobs.errors import AlreadyTerminal
 from services.jobs.ids import derive_job_id, document_id_problems
 from services.jobs.model import NewJob
+from services.jobs.ramp import RULE_START_OPS_PER_S
 from services.jobs.record import DEFAULT_MAX_ATTEMPTS, Job
 from services.jobs.results import ScheduleResult
 from services.jobs.state import State
+from services.jobs.write_pacer import DEFAULT_RANGE_RATE_PER_S
 
 PAGE = 50  # one page on screen
 ALL_PAGE = 500  # the store's largest page, for --all
-BULK_BATCH = 500  # jobs per batched read and write (Firestore's batch limit)
 CREATED, PRESENT, REFUSED = "created", "already present", "refused"
 OUTCOMES = (CREATED, PRESENT, REFUSED)
 
@@ -54,7 +55,10 @@ def register(
         "--from",
         dest="from_file",
         metavar="FILE",
-        help="schedule every job of this JSON-lines file (- reads stdin)",
+        help="schedule every job of this JSON-lines file (- reads stdin), paced within "
+        f"Firestore's limits: at most {DEFAULT_RANGE_RATE_PER_S} writes/s per shard's index "
+        f"range, starting at {RULE_START_OPS_PER_S:g}/s in all and +50%% every 5 minutes "
+        "(docs/capacity.md, 'Bulk scheduling')",
     )
     p.add_argument(
         "--action",
@@ -189,20 +193,24 @@ def schedule_file(session: Session, args: argparse.Namespace) -> Report:
     store = session.store()
     progress = session.progress("scheduling", len(lines))
     outcomes: list[tuple[jobfile.Line, str, str]] = []  # line, outcome, reason
-    for start in range(0, len(lines), BULK_BATCH):
-        batch = lines[start : start + BULK_BATCH]
-        outcomes.extend((line, REFUSED, line.refusal or "") for line in batch if line.job is None)
-        wanted = [line for line in batch if line.job is not None]
-        results = store.schedule_many(
-            [line.job for line in wanted if line.job is not None],
-            by=f"jobsctl:{session.operator}",
-        )
-        for line, result in zip(wanted, results, strict=True):
+    refused = [line for line in lines if line.job is None]
+    outcomes.extend((line, REFUSED, line.refusal or "") for line in refused)
+    progress.advance(len(refused))
+    wanted = [line for line in lines if line.job is not None]
+    # Paced per index range and along the 500/50/5 ramp (services/jobs/write_pacer.py): a
+    # file of a million lines is new traffic to the jobs collection.
+    batches = store.schedule_paced(
+        (line.job for line in wanted if line.job is not None), by=f"jobsctl:{session.operator}"
+    )
+    done = 0
+    for results in batches:
+        for line, result in zip(wanted[done : done + len(results)], results, strict=True):
             if isinstance(result, ScheduleResult):
                 outcomes.append((line, CREATED if result.created else PRESENT, ""))
             else:
                 outcomes.append((line, REFUSED, str(result)))
-        progress.advance(len(batch))
+        done += len(results)
+        progress.advance(len(results))
     progress.finish()
     return _file_report(sorted(outcomes, key=lambda o: o[0].number), args.from_file)
 

@@ -287,3 +287,33 @@ def test_a_claim_timeout_flag_beyond_the_control_maximum_is_a_usage_error(
         result = jobsctl(*argv, "--claim-timeout", "99999999d")
         assert result.code == ExitCode.USAGE, (argv, result.err)
         assert "claim timeout must be at most 30 d" in result.err, argv
+
+
+def test_stats_of_a_project_with_no_control_document_and_no_job_warns_and_exits_4(
+    jobsctl: Jobsctl,
+) -> None:
+    # Before (issue 33, finding 9): `jobsctl --project wrong-project stats` showed an empty
+    # system and exited 0, as a healthy idle one does.
+    result = jobsctl("--project", "wrong-project", "stats", "--json")
+    text = jobsctl("--project", "wrong-project", "stats")
+    assert result.code == text.code == ExitCode.UNINITIALISED == 4
+    for run in (result, text):
+        assert "project 'wrong-project' looks uninitialised" in run.err
+        assert f"no control document ({schema.CONTROL}/{schema.CONTROL_DOCUMENT}" in run.err
+        assert f"no job records in {schema.JOBS!r}" in run.err
+    data = result.json()  # the figures are still there, with the warning
+    assert data["due_count"] == 0 and "looks uninitialised" in data["warning"]
+    assert "per_state" in data
+
+
+def test_stats_does_not_warn_once_the_project_has_a_control_document_or_a_job(
+    jobsctl: Jobsctl, seed: Callable[..., str], firestore_project: str
+) -> None:
+    seed("a")  # a job, and no control document yet
+    assert jobsctl("stats").code == ExitCode.OK
+    paused = f"{firestore_project}-paused"  # a control document, and no job
+    assert jobsctl("--project", paused, "pause", "--reason", "drill").code == ExitCode.OK
+    calm = jobsctl("--project", paused, "stats")
+    assert (calm.code, calm.err) == (ExitCode.OK, "")
+    empty = jobsctl("--project", f"{firestore_project}-empty", "stats")
+    assert empty.code == ExitCode.UNINITIALISED

@@ -19,7 +19,7 @@ from google.cloud import firestore, pubsub_v1
 from google.cloud.storage import Client as StorageClient
 
 from emulators.firestore import server as firestore_server
-from emulators.journal import encode_record
+from emulators.journal import MARKER_BYTES, encode_record
 from emulators.pubsub import server as pubsub_server
 from emulators.storage import server as storage_server
 from tests.integration.launcher.test_launcher import ALL_FREE, Launcher
@@ -105,9 +105,9 @@ def test_every_acknowledged_write_survives_a_sigkill(
     finally:
         assert again.terminate() == 0
     # A clean stop folded each log into its snapshot.
-    assert (data / "firestore.log").stat().st_size == 0
-    assert (data / "pubsub.log").stat().st_size == 0
-    assert (data / "storage" / "storage.log").stat().st_size == 0
+    assert (data / "firestore.log").stat().st_size == MARKER_BYTES
+    assert (data / "pubsub.log").stat().st_size == MARKER_BYTES
+    assert (data / "storage" / "storage.log").stat().st_size == MARKER_BYTES
 
 
 def test_a_torn_last_record_is_discarded_with_a_warning_and_the_rest_kept(
@@ -137,15 +137,17 @@ def test_a_torn_last_record_is_discarded_with_a_warning_and_the_rest_kept(
 
 def _corrupt_middle_of_log(log: Path) -> None:
     raw = bytearray(log.read_bytes())
-    raw[20] ^= 0xFF  # inside the first record's payload, with more records after it
+    # Inside the first record's payload (after the log's 20-byte marker and the record's
+    # 12-byte header), with more records after it.
+    raw[40] ^= 0xFF
     log.write_bytes(bytes(raw))
 
 
 @pytest.mark.parametrize(
     ("component", "damage", "expected"),
     [
-        ("firestore", lambda d: _corrupt_middle_of_log(d / "firestore.log"), "corrupt at byte 0"),
-        ("pubsub", lambda d: _corrupt_middle_of_log(d / "pubsub.log"), "corrupt at byte 0"),
+        ("firestore", lambda d: _corrupt_middle_of_log(d / "firestore.log"), "corrupt at byte 20"),
+        ("pubsub", lambda d: _corrupt_middle_of_log(d / "pubsub.log"), "corrupt at byte 20"),
         (
             "firestore",
             lambda d: (d / "firestore.json").write_text('{"format": 1, "kind": "fire'),
@@ -154,7 +156,7 @@ def _corrupt_middle_of_log(log: Path) -> None:
         (
             "storage",
             lambda d: _corrupt_middle_of_log(d / "storage" / "storage.log"),
-            "corrupt at byte 0",
+            "corrupt at byte 20",
         ),
         (
             "storage",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import resource
 import signal
 import socket
 import subprocess
@@ -12,16 +13,26 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 import requests
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
-from google.cloud.pubsub_v1 import PublisherClient
+from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 from google.cloud.storage import Client as StorageClient
 
-from emulators.launcher import READY_LINE, PortInUse, Ports, check_ports_free, free_port
+from emulators import snapshot
+from emulators.journal import MARKER_BYTES
+from emulators.launcher import (
+    READY_LINE,
+    STOP_BOUND_S,
+    PortInUse,
+    Ports,
+    check_ports_free,
+    free_port,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 ALL_FREE = [
@@ -33,7 +44,12 @@ START_TIMEOUT_S = 60
 class Launcher:
     """A running `python -m emulators` child and the lines it printed."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, file_bytes: int | None = None
+    ) -> None:
+        """`file_bytes`: no file the launcher writes may grow past it (RLIMIT_FSIZE), a full
+        disk without root: a write that would cross it is cut short there and the next one
+        fails with EFBIG (Python ignores SIGXFSZ), as a write meets ENOSPC."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "emulators", *args],
             cwd=REPO,
@@ -41,6 +57,7 @@ class Launcher:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=None if file_bytes is None else partial(_limit_files, file_bytes),
         )
         self.notes: dict[str, str] = {}
         self.stderr: list[str] = []
@@ -97,10 +114,17 @@ class Launcher:
         self._reap()
 
     def _reap(self) -> int:
-        code = self.process.wait(timeout=30)
+        # What the launcher's stop promises (STOP_BOUND_S: every bounded wait of every
+        # component), plus as long again for the snapshots and the interpreter's exit. A fixed
+        # 30 s had been under that promise: one test failed under load, passing alone.
+        code = self.process.wait(timeout=2 * STOP_BOUND_S)
         for pump in self._pumps:
-            pump.join(timeout=30)
+            pump.join(timeout=2 * STOP_BOUND_S)
         return code
+
+
+def _limit_files(size: int) -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
 
 
 @pytest.fixture
@@ -190,6 +214,45 @@ def test_launcher_serves_every_emulator_then_stops_them_all_on_sigterm(
         launcher.notes[a].removeprefix("http://") for a in ("firestore admin", "pubsub admin")
     ]
     assert [e for e in endpoints if accepts(e)] == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_ends_every_emulator_and_folds_each_log_into_its_snapshot(
+    tmp_path: Path, launchers: list[Launcher], monkeypatch: pytest.MonkeyPatch, signum: int
+) -> None:
+    # What a stop promises, asserted as behaviour: the process exits 0 once every component
+    # stopped (within STOP_BOUND_S of waits, see `_reap`), nothing listens any more, and each
+    # acknowledged write was folded into its snapshot (each log holds only its marker).
+    data = tmp_path / "data"
+    launcher = Launcher("--data-dir", str(data), "--project", "p", *ALL_FREE)
+    launchers.append(launcher)
+    env = launcher.wait_ready()
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", env["FIRESTORE_EMULATOR_HOST"])
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", env["PUBSUB_EMULATOR_HOST"])
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", env["STORAGE_EMULATOR_HOST"])
+    db = firestore.Client(project="p")
+    db.collection("jobs").document("j").set({"n": 1})
+    db.close()
+    publisher = PublisherClient()
+    topic = publisher.create_topic(name="projects/p/topics/jobs").name
+    SubscriberClient().create_subscription(name="projects/p/subscriptions/jobs", topic=topic)
+    publisher.publish(topic, b"x").result(timeout=30)
+    gcs = StorageClient(project="p", credentials=AnonymousCredentials())
+    gcs.create_bucket("media").blob("o").upload_from_string(b"x")
+
+    assert launcher.terminate(signum) == 0
+    assert "# emulators stopped" in "".join(launcher.stderr)
+    assert [
+        e for e in (env["FIRESTORE_EMULATOR_HOST"], env["PUBSUB_EMULATOR_HOST"]) if accepts(e)
+    ] == []
+    for log in ("firestore.log", "pubsub.log", "storage/storage.log"):
+        assert (data / log).stat().st_size == MARKER_BYTES, log
+    firestore_state = snapshot.read(data / "firestore.json", "firestore")
+    assert firestore_state is not None and len(firestore_state["databases"][0]["docs"]) == 1
+    pubsub_state = snapshot.read(data / "pubsub.json", "pubsub")
+    assert pubsub_state is not None and len(pubsub_state["subscriptions"][0]["messages"]) == 1
+    storage_state = snapshot.read(data / "storage" / "storage.json", "storage")
+    assert storage_state is not None and list(storage_state["files"]) == ["media/o"]
 
 
 def test_pubsub_signs_push_tokens_with_the_key_behind_the_exported_certs_url(

@@ -54,7 +54,9 @@ def test_firestore_on_the_last_port_needs_an_explicit_admin_port() -> None:
 def test_an_env_file_that_cannot_be_written_is_an_error_naming_it(tmp_path: Path) -> None:
     target = tmp_path / "missing-dir" / "env"
     free = [f"--{name}-port=0" for name in ("firestore", "pubsub", "oidc", "storage")]
-    admin = ["--firestore-admin-port=0", "--pubsub-admin-port=0"]
+    # Every port free, the monitoring one too: a default port held by another test's process
+    # would fail the start before the env file is tried.
+    admin = ["--firestore-admin-port=0", "--pubsub-admin-port=0", "--monitoring-port=0"]
     proc = subprocess.run(
         [sys.executable, "-m", "emulators", *free, *admin, "--env-file", str(target)],
         cwd=ROOT,

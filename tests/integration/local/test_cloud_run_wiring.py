@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from infra import api as infra_api
+from infra import env as infra_env
 from infra.config import SETTINGS
 from services.edge.resource_names import Names
 from services.local import cloud_run
@@ -40,6 +41,17 @@ def test_local_deployments_use_infras_defaults_and_invokers() -> None:
     assert (scan.service, scan.invokers) == ("deferred-jobs-scan", (topology.scheduler_email,))
     assert (worker.service, worker.invokers) == ("deferred-jobs-worker", (topology.pusher_email,))
     assert (api.target, api.service, api.invokers) == ("api", "deferred-jobs-api", (producer,))
+
+
+def test_each_local_container_runs_as_many_threads_as_its_front_end_admits_as_infra_sets() -> None:
+    # Before (issue 33, finding 7): 4 x CPUs threads behind a front end admitting 80 (api) or
+    # 10 (worker), so admitted requests queued in the container and ended in 504, not 429.
+    producer = "deferred-jobs-producer@p.iam.gserviceaccount.com"
+    topology = Topology("p", Names.for_prefix())
+    for deployment in cloud_run.deployments(topology, (producer,)).values():
+        server = deployment.container_environment()
+        assert server == infra_env.server_environment(deployment.concurrency, deployment.timeout_s)
+        assert server[infra_env.THREADS] == str(deployment.concurrency)
 
 
 def test_a_front_end_admits_each_of_several_invokers() -> None:

@@ -63,7 +63,7 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _assert_all_gone(pids: dict[str, int]) -> None:
-    assert set(pids) == {"emulators", "scan", "worker", "api"}
+    assert set(pids) == {"emulators", "scan", "worker", "api", "console"}
     deadline = time.monotonic() + 5
     while any(_group_alive(p) for p in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.05)  # orphaned grandchildren are reaped by init asynchronously

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 from google.api_core import exceptions
 from google.cloud import storage
@@ -131,3 +132,28 @@ def test_one_kept_alive_connection_serves_a_sequence_of_calls(
     assert statuses[:3] == [200, 200, 412] and 200 <= statuses[3] < 300
     assert statuses[4:] == [404, 404]
     assert len(sockets) == 1
+
+
+@pytest.mark.parametrize(
+    ("framing", "body"),
+    [
+        (b"Transfer-Encoding: chunked\r\n", b"-1\r\nabc"),
+        (b"Content-Length: -1\r\n", b"abc"),
+        (b"Transfer-Encoding: chunked\r\n", b"0x3\r\nabc\r\n0\r\n\r\n"),
+    ],
+    ids=["chunk size -1", "content length -1", "chunk size 0x3"],
+)
+def test_a_body_framed_by_a_negative_or_malformed_size_is_refused_at_once(
+    storage_emulator: StorageEmulator, storage_bucket: storage.Bucket, framing: bytes, body: bytes
+) -> None:
+    # Before (issue 33, finding 7): `int(b"-1", 16)` and `read(-1)` read the connection to
+    # EOF, unbounded; a client that kept it open held its thread until it went away.
+    path = f"/upload/storage/v1/b/{storage_bucket.name}/o?uploadType=media&name=bad"
+    with socket.create_connection(
+        (storage_emulator.host, storage_emulator.port), timeout=10
+    ) as connection:
+        connection.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\n".encode() + framing + b"\r\n")
+        connection.sendall(body)  # and the connection stays open
+        answer = connection.recv(200)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    assert storage_bucket.get_blob("bad") is None

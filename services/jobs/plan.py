@@ -1,4 +1,5 @@
-"""Drain-time arithmetic for a catch-up: how long a backlog takes at a chosen rate.
+"""Drain-time arithmetic for a catch-up: how long a backlog takes at a chosen rate (read by
+`jobsctl plan` and the console's Control page).
 
 The operator picks a catch-up rate (jobs/s the downstream can take) and reserves a share of it
 for normal traffic that keeps becoming due while the backlog drains. The scan can also be the

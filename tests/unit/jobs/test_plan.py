@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.cli.planner import PlanError, describe, format_duration, plan_drain
+from services.jobs.plan import PlanError, describe, format_duration, plan_drain
 
 
 @pytest.mark.parametrize(
@@ -107,7 +107,7 @@ def test_description_names_the_budget_when_it_limits_the_drain() -> None:
 
 
 def test_the_budget_is_printed_with_its_arithmetic() -> None:
-    from services.cli.planner import budget_arithmetic
+    from services.jobs.plan import budget_arithmetic
 
     assert budget_arithmetic(100, 1000, 10, 10) == (
         "100 per run = min(max per run 1,000, 10/s x 10 s = 100)"
