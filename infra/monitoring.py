@@ -437,6 +437,23 @@ def alert_conditions(config: StackConfig, names: Names) -> dict[str, Alert]:
                 aligner="ALIGN_SUM",
             ),
         ),
+        "clock-skew": (
+            "ERROR",
+            "A scan run or a worker found its clock further from Firestore's than "
+            "JOBS_MAX_CLOCK_SKEW_S and refused to claim, reclaim, start or take over (the jobs "
+            "wait, none is lost): the instance's time is wrong. Runbook: docs/runbook.md, "
+            "'Clock skew refused work'.",
+            _threshold(
+                "Clock skew refused work",
+                metric_filter(
+                    metrics.CLOCK_SKEW_REFUSALS.type, 'resource.type="cloud_run_revision"'
+                ),
+                above=0,
+                for_s=0,
+                align_s=300,
+                aligner="ALIGN_SUM",
+            ),
+        ),
     }
     return {key: Alert(*alert) for key, alert in conditions.items()}
 

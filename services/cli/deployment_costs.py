@@ -84,7 +84,7 @@ class Counts:
 
 # The prod example stack with its deployer's settings (tests/infra/conftest.py): scan, worker,
 # api; checked against the registered resources by tests/infra/test_costs.py.
-PROD_COUNTS = Counts(services=3, conditions=10, gauges=14, log_metrics=8, scheduler_jobs=1)
+PROD_COUNTS = Counts(services=3, conditions=11, gauges=14, log_metrics=9, scheduler_jobs=1)
 
 
 VOLUMES = (1_000_000, 100_000_000)

@@ -31,7 +31,9 @@ def test_the_guides_table_is_what_the_cost_model_writes() -> None:
 
 
 def test_the_figures_follow_the_counts_and_the_volume() -> None:
-    one_more = model.Counts(**{**vars(model.PROD_COUNTS), "conditions": 11})
+    one_more = model.Counts(
+        **{**vars(model.PROD_COUNTS), "conditions": model.PROD_COUNTS.conditions + 1}
+    )
     base = {r.item: r for r in model.rows(1_000_000, model.PROD_COUNTS)}
     more = {r.item: r for r in model.rows(1_000_000, one_more)}
     alerting = "Monitoring alerting"

@@ -1,11 +1,11 @@
 """The store reaches Firestore through the public GAPIC client, and for unary calls through the
-gateway's own callables over its transport (tests/unit/store/test_unary_calls.py); this fails
-loudly (naming what moved) when a client release changes the public surface it uses, before a deploy finds
-out: the RPC methods and their `request`/`retry`/`timeout`/`metadata` arguments, the request
-and answer fields, proto-plus's `pb`/`wrap`, the transport's `channel`, the snapshot's
-constructor. It also holds the runner to the high-level client's retry semantics (begin,
-commit, ABORTED begun again naming the first attempt, rollback on any error) and the error
-translation to what fixes each status."""
+gateway's own callables over its transport (tests/unit/store/test_unary_calls.py); this fails loudly
+(naming what moved) when a client release changes the public surface it uses, before a deploy finds
+out: the RPC methods and their `request`/`retry`/`timeout`/`metadata` arguments, the request and
+answer fields, proto-plus's `pb`/`wrap`, the transport's `channel`, the snapshot's constructor. It
+also holds the runner to the high-level client's retry semantics (begin, commit, ABORTED begun again
+naming the first attempt, rollback on any error) and the error translation to what fixes each
+status."""
 
 from __future__ import annotations
 
