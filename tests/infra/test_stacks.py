@@ -274,11 +274,12 @@ def test_every_metric_an_alert_references_is_one_the_system_emits(stack: StackRu
     emitted = {g.type for g in metrics.SCAN_GAUGES} | {m.type for m in metrics.LOG_METRICS}
     builtin = {"pubsub.googleapis.com/subscription/num_undelivered_messages"}
     referenced = _alert_metric_types(stack)
-    assert len(referenced) == 10
+    assert len(referenced) == 11
     assert set(referenced) <= emitted | builtin
     assert {
         metrics.NEWER_RECORDS.type,
         metrics.UNKNOWN_ACTIONS.type,
+        metrics.CLOCK_SKEW_REFUSALS.type,
         metrics.OLDEST_OVERDUE_AGE.type,
         metrics.STUCK_CLAIMS.type,
         metrics.FAILED_JOBS.type,
